@@ -1,0 +1,1 @@
+"""Steward: a self-hosted runtime for autonomous, tool-using LLM agents."""

@@ -1,0 +1,1 @@
+"""Command line: steward run, stdio and demo."""

@@ -1,0 +1,56 @@
+"""Steward's exceptions, written down once.
+
+Errors have three audiences:
+
+* the **model**: a bad tool call or a failing tool is never raised out of a run; it goes
+  back to the model as a tool result it can fix (``ToolError`` is how a tool says so);
+* the **developer or user**: misuse raises an exception whose message names the fix;
+* the **operator**: a run that fails carries its run id and status.
+
+    StewardError
+     ├── ConfigError          bad configuration: file, key and what is allowed
+     ├── ModelError           a provider failed (bad key, unknown model, unreachable, exhausted retries)
+     │    └── ScriptError     the scripted model's script is malformed, ran out or was left over
+     ├── ToolError            raised inside a tool: the message goes back to the model
+     └── RunError             a run could not continue; carries run_id and status
+"""
+
+from __future__ import annotations
+
+
+class StewardError(Exception):
+    """Base of every exception Steward raises on purpose."""
+
+
+class ConfigError(StewardError):
+    """The configuration (file, environment or flags) is wrong; the message names the fix."""
+
+
+class ModelError(StewardError):
+    """A model provider failed in a way the run cannot recover from by itself.
+
+    ``retryable`` is true for failures that a later attempt may not repeat (rate limits,
+    server errors, timeouts) once the provider's own bounded retries are used up.
+    """
+
+    def __init__(self, message: str, *, provider: str = "", retryable: bool = False) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.retryable = retryable
+
+
+class ScriptError(ModelError):
+    """The scripted model's script is malformed, was exhausted or was not fully used."""
+
+
+class ToolError(StewardError):
+    """Raise inside a tool to send ``message`` back to the model as a failed result."""
+
+
+class RunError(StewardError):
+    """A run could not continue."""
+
+    def __init__(self, message: str, *, run_id: str, status: str) -> None:
+        super().__init__(f"{message} (run {run_id}, status {status})")
+        self.run_id = run_id
+        self.status = status

@@ -1,0 +1,207 @@
+"""Typed run events and their one JSON encoding.
+
+Every consumer (the ``--json`` NDJSON stream, ``steward stdio``, the terminal renderer,
+later the store and SSE) reads the same events. On the wire an event is::
+
+    {"seq": 3, "run_id": "...", "session_id": null, "ts": 1700000000.123,
+     "type": "tool_result", "data": {...the event's own fields...}}
+
+Names follow seed 001 where they fit (``thinking``, ``text``, ``tool_use``,
+``tool_result``, ``error``, ``done``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(slots=True, kw_only=True)
+class Event:
+    """Envelope shared by every event; ``seq`` is gap-free within a run, from 1."""
+
+    type: ClassVar[str] = "event"
+    seq: int = 0
+    run_id: str = ""
+    session_id: str | None = None
+    ts: float = 0.0
+
+    def data(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _data_fields(type(self))}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "run_id": self.run_id,
+            "session_id": self.session_id,
+            "ts": round(self.ts, 6),
+            "type": self.type,
+            "data": self.data(),
+        }
+
+
+_ENVELOPE = frozenset({"seq", "run_id", "session_id", "ts"})
+_FIELDS: dict[type[Event], tuple[str, ...]] = {}
+
+
+def _data_fields(cls: type[Event]) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(cls) if f.name not in _ENVELOPE)
+        _FIELDS[cls] = names
+    return names
+
+
+@dataclass(slots=True)
+class RunStart(Event):
+    type: ClassVar[str] = "run_start"
+    goal: str
+    model: str
+    workspace: str
+    max_steps: int
+
+
+@dataclass(slots=True)
+class StepStart(Event):
+    """A model call begins (seed 001's ``iteration``)."""
+
+    type: ClassVar[str] = "step"
+    step: int
+    max_steps: int
+
+
+@dataclass(slots=True)
+class ThinkingEvent(Event):
+    type: ClassVar[str] = "thinking"
+    text: str
+    partial: bool = False
+
+
+@dataclass(slots=True)
+class TextEvent(Event):
+    type: ClassVar[str] = "text"
+    text: str
+    partial: bool = False
+
+
+@dataclass(slots=True)
+class PhaseEvent(Event):
+    type: ClassVar[str] = "phase"
+    step: int
+    phase: str
+    summary: str
+
+
+@dataclass(slots=True)
+class PlanEvent(Event):
+    type: ClassVar[str] = "plan"
+    version: int
+    goal: str
+    sub_tasks: list[dict[str, Any]]
+    current: int | None
+
+
+@dataclass(slots=True)
+class KeyFactEvent(Event):
+    type: ClassVar[str] = "key_fact"
+    fact: str
+    source_step: int
+    source_tool: str | None = None
+
+
+@dataclass(slots=True)
+class ToolUse(Event):
+    type: ClassVar[str] = "tool_use"
+    step: int
+    call_id: str
+    tool: str
+    input: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ToolResultEvent(Event):
+    type: ClassVar[str] = "tool_result"
+    step: int
+    call_id: str
+    tool: str
+    status: str  # "completed" | "failed"
+    output: str
+    duration_ms: float
+    error_category: str | None = None
+
+
+@dataclass(slots=True)
+class SignalEvent(Event):
+    type: ClassVar[str] = "signal"
+    code: str
+    level: str  # "info" | "warning"
+    message: str
+
+
+@dataclass(slots=True)
+class ErrorEvent(Event):
+    type: ClassVar[str] = "error"
+    code: str
+    message: str
+    recoverable: bool
+
+
+@dataclass(slots=True)
+class WaitingEvent(Event):
+    type: ClassVar[str] = "waiting"
+    kind: str  # "question" (later also "approval")
+    id: str
+    question: str
+
+
+@dataclass(slots=True)
+class DoneEvent(Event):
+    type: ClassVar[str] = "done"
+    status: str  # "done" | "failed" | "cancelled"
+    end_status: str | None  # "solved" | "partial" | "stuck" when status is "done"
+    message: str
+    steps: int
+    tool_calls: int
+    usage: dict[str, int]
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        RunStart,
+        StepStart,
+        ThinkingEvent,
+        TextEvent,
+        PhaseEvent,
+        PlanEvent,
+        KeyFactEvent,
+        ToolUse,
+        ToolResultEvent,
+        SignalEvent,
+        ErrorEvent,
+        WaitingEvent,
+        DoneEvent,
+    )
+}
+
+
+def encode_event(event: Event) -> str:
+    """The one JSON encoding of an event (a single line, no trailing newline)."""
+    return json.dumps(event.to_dict(), ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def decode_event(payload: str | dict[str, Any]) -> Event:
+    """Rebuild a typed event from its JSON encoding."""
+    raw = json.loads(payload) if isinstance(payload, str) else payload
+    cls = EVENT_TYPES.get(raw.get("type", ""))
+    if cls is None:
+        raise ValueError(f"unknown event type {raw.get('type')!r}")
+    return cls(
+        **raw.get("data", {}),
+        seq=raw.get("seq", 0),
+        run_id=raw.get("run_id", ""),
+        session_id=raw.get("session_id"),
+        ts=raw.get("ts", 0.0),
+    )

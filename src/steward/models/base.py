@@ -1,0 +1,183 @@
+"""Provider-neutral messages and the ``Model`` interface every provider implements.
+
+A provider turns a ``ModelRequest`` into a stream of ``TextDelta`` / ``ThinkingDelta``
+items followed by exactly one ``ModelResponse`` (the whole assembled reply with usage).
+Nothing here knows about tools' implementations or the loop.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# --- messages ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCall:
+    """A call the model asked for.
+
+    ``arguments_error`` is set (and ``arguments`` empty) when the provider delivered
+    arguments that are not a JSON object; the loop reports it back to the model.
+    """
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+    arguments_error: str | None = None
+
+    def arguments_json(self) -> str:
+        return json.dumps(self.arguments, separators=(",", ":"), ensure_ascii=False)
+
+
+def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
+    """Parse streamed tool-call arguments; return ``(arguments, error)``."""
+    if not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return {}, f"arguments are not valid JSON ({exc.msg} at position {exc.pos}): {raw[:200]}"
+    if not isinstance(value, dict):
+        return {}, f"arguments must be a JSON object, got {type(value).__name__}: {raw[:200]}"
+    return value, None
+
+
+@dataclass(slots=True, frozen=True)
+class Thinking:
+    """Reasoning text; ``signature`` is the provider's opaque token that must travel back."""
+
+    text: str
+    signature: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class SystemMessage:
+    content: str
+    role: str = field(default="system", init=False)
+
+
+@dataclass(slots=True, frozen=True)
+class UserMessage:
+    content: str
+    role: str = field(default="user", init=False)
+
+
+@dataclass(slots=True, frozen=True)
+class AssistantMessage:
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    thinking: tuple[Thinking, ...] = ()
+    role: str = field(default="assistant", init=False)
+
+
+@dataclass(slots=True, frozen=True)
+class ToolResultMessage:
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    role: str = field(default="tool", init=False)
+
+
+Message = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage
+
+
+# --- requests and responses ---------------------------------------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class ToolSpec:
+    """What the model is told about a tool: name, description and JSON schema of arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(slots=True, frozen=True)
+class ModelRequest:
+    """One call to a model. ``system`` is sent as the provider's system prompt."""
+
+    system: str
+    messages: Sequence[Message]
+    tools: Sequence[ToolSpec] = ()
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+@dataclass(slots=True)
+class Usage:
+    """Provider-reported token usage (the truth; local estimates are only for budgeting)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    requests: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_write_tokens += other.cache_write_tokens
+        self.requests += other.requests
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "requests": self.requests,
+        }
+
+
+@dataclass(slots=True, frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(slots=True, frozen=True)
+class ThinkingDelta:
+    text: str
+
+
+@dataclass(slots=True, frozen=True)
+class ModelResponse:
+    message: AssistantMessage
+    usage: Usage
+    model: str = ""
+    stop_reason: str = ""
+
+
+StreamItem = TextDelta | ThinkingDelta | ModelResponse
+
+
+class Model(ABC):
+    """A language model behind one provider.
+
+    Implement ``stream``; it must yield zero or more deltas and then exactly one
+    ``ModelResponse``. Raise ``ModelError`` (with a message naming the fix) for failures
+    that the provider's own bounded retries could not overcome.
+    """
+
+    #: ``provider:model`` as the user wrote it, for events and messages.
+    name: str = "model"
+
+    @abstractmethod
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        """Stream one reply."""
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Return the whole reply (collects ``stream``)."""
+        async for item in self.stream(request):
+            if isinstance(item, ModelResponse):
+                return item
+        raise RuntimeError(f"{self.name}: stream ended without a response")
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release connections; called once the model is no longer used."""

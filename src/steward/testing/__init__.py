@@ -1,0 +1,4 @@
+"""Fakes that ship with Steward for tests.
+
+A loopback server speaking the OpenAI and Anthropic wire formats.
+"""

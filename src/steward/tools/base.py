@@ -1,0 +1,359 @@
+"""Tools as typed functions, and toolsets that group and wrap them.
+
+``@tool`` turns a function into a ``Tool``: the JSON schema of its arguments comes from the
+signature and the docstring through pydantic's public API, and a call with bad arguments
+returns a ``ToolResult`` the model can act on instead of raising.
+
+A ``Toolset`` offers tools (``get_tools``) and runs them (``call_tool``). Cross-cutting
+behaviour (prefixes, filters, approval) is a ``WrapperToolset``, never a branch in the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from steward.errors import ConfigError, ToolError
+from steward.models.base import ToolSpec
+
+
+@dataclass(slots=True)
+class ToolSettings:
+    """Limits the built-in tools apply; the loop fills them from the configuration."""
+
+    bash_timeout_s: float = 120.0
+    output_cap_chars: int = 30_000
+    read_cap_chars: int = 50_000
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What a tool may know about the run that called it."""
+
+    workspace: Path
+    run_id: str = ""
+    step: int = 0
+    settings: ToolSettings = field(default_factory=ToolSettings)
+
+
+@dataclass(slots=True, frozen=True)
+class ToolResult:
+    """The outcome of one tool call, as the model will read it."""
+
+    content: str
+    is_error: bool = False
+
+
+# --- @tool ------------------------------------------------------------------------------
+
+_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
+_ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+
+
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into (description, {arg: description})."""
+    if not doc:
+        return "", {}
+    lines = inspect.cleandoc(doc).splitlines()
+    description: list[str] = []
+    args: dict[str, str] = {}
+    current: str | None = None
+    in_args = False
+    for line in lines:
+        if _ARGS_HEADER.match(line):
+            in_args = True
+            continue
+        if in_args:
+            if line and not line[0].isspace() and line.rstrip().endswith(":"):
+                in_args = False  # another section (Returns:, Raises:) starts
+                continue
+            match = _ARG_LINE.match(line)
+            if match and (not line.startswith("        ") or current is None):
+                current = match.group(1).lstrip("*")
+                args[current] = match.group(3).strip()
+            elif current is not None and line.strip():
+                args[current] = f"{args[current]} {line.strip()}".strip()
+            continue
+        description.append(line)
+    return "\n".join(description).strip(), args
+
+
+def _strip_titles(schema: Any) -> Any:
+    """Remove pydantic's generated ``title`` keywords; they cost tokens and say nothing."""
+    if isinstance(schema, dict):
+        out: dict[str, Any] = {}
+        for key, value in schema.items():
+            if key == "title" and isinstance(value, str):
+                continue
+            if key in ("properties", "$defs") and isinstance(value, dict):
+                out[key] = {name: _strip_titles(sub) for name, sub in value.items()}
+            else:
+                out[key] = _strip_titles(value)
+        return out
+    if isinstance(schema, list):
+        return [_strip_titles(item) for item in schema]
+    return schema
+
+
+def format_validation_error(tool_name: str, exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in err["loc"]) or "(arguments)"
+        got = err.get("input")
+        shown = "" if err["type"] == "missing" else f" (got {json.dumps(got, default=str)[:80]})"
+        problems.append(f"{where}: {err['msg']}{shown}")
+    return (
+        f"Invalid arguments for {tool_name}: " + "; ".join(problems) + ". Fix the arguments and call again."
+    )
+
+
+class Tool:
+    """A typed function the model can call."""
+
+    __slots__ = ("_args_model", "_context_param", "_fields", "_is_async", "function", "spec")
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        self.function = function
+        self._is_async = inspect.iscoroutinefunction(function)
+        hints = get_type_hints(function)
+        doc_description, arg_docs = _parse_docstring(function.__doc__)
+        fields: dict[str, Any] = {}
+        self._context_param: str | None = None
+        for param in inspect.signature(function).parameters.values():
+            annotation = hints.get(param.name, Any)
+            if annotation is ToolContext:
+                self._context_param = param.name
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"@tool {function.__name__}: *args and **kwargs are not supported")
+            default = ... if param.default is param.empty else param.default
+            fields[param.name] = (annotation, Field(default, description=arg_docs.get(param.name)))
+        self._fields = tuple(fields)
+        tool_name = name or function.__name__
+        self._args_model: type[BaseModel] = create_model(
+            f"{tool_name}_arguments",
+            __config__=ConfigDict(extra="forbid"),
+            **fields,
+        )
+        schema = _strip_titles(self._args_model.model_json_schema())
+        schema.pop("additionalProperties", None)
+        self.spec = ToolSpec(
+            name=tool_name,
+            description=description or doc_description or tool_name,
+            parameters=schema,
+        )
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    async def call(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        """Validate ``arguments`` and run the function; failures become error results."""
+        try:
+            parsed = self._args_model.model_validate(arguments)
+        except ValidationError as exc:
+            return ToolResult(format_validation_error(self.name, exc), is_error=True)
+        kwargs = {name: getattr(parsed, name) for name in self._fields}
+        if self._context_param is not None:
+            kwargs[self._context_param] = ctx
+        try:
+            value = self.function(**kwargs)
+            if self._is_async:
+                value = await value
+        except ToolError as exc:
+            return ToolResult(str(exc), is_error=True)
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # a tool bug must not end the run: the model sees it
+            return ToolResult(f"{self.name} failed: {type(exc).__name__}: {exc}", is_error=True)
+        return value if isinstance(value, ToolResult) else ToolResult(_to_text(value))
+
+
+def _to_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+
+
+@overload
+def tool(function: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a typed function a tool: ``@tool`` or ``@tool(name=..., description=...)``.
+
+    A parameter annotated ``ToolContext`` receives the run's context and is not shown to
+    the model. Raise ``ToolError`` to return a message to the model as a failed result.
+    """
+    if function is not None:
+        return Tool(function, name=name, description=description)
+
+    def decorate(fn: Callable[..., Any]) -> Tool:
+        return Tool(fn, name=name, description=description)
+
+    return decorate
+
+
+# --- toolsets ---------------------------------------------------------------------------
+
+
+class Toolset(ABC):
+    """A group of tools: what they are (``get_tools``) and how to run one (``call_tool``)."""
+
+    @abstractmethod
+    async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        """The tools offered now (may change between calls, e.g. an MCP server's list)."""
+
+    @abstractmethod
+    async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        """Run one tool; failures are returned as error results, not raised."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release what the toolset holds (processes, connections)."""
+
+
+def unknown_tool(name: str, available: Iterable[str]) -> ToolResult:
+    names = ", ".join(sorted(available)) or "(none)"
+    return ToolResult(f"Unknown tool {name!r}. Available tools: {names}.", is_error=True)
+
+
+class FunctionToolset(Toolset):
+    """Tools defined in Python with ``@tool`` (plain functions are wrapped on the way in)."""
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for item in tools:
+            self.add(item if isinstance(item, Tool) else Tool(item))
+
+    def add(self, item: Tool) -> None:
+        if item.name in self._tools:
+            raise ConfigError(
+                f"Two tools are named {item.name!r}; give one another name with @tool(name=...)."
+            )
+        self._tools[item.name] = item
+        self._specs = tuple(t.spec for t in self._tools.values())
+
+    async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        return self._specs if self._tools else ()
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        found = self._tools.get(name)
+        if found is None:
+            return unknown_tool(name, self._tools)
+        return await found.call(arguments, ctx)
+
+
+class CombinedToolset(Toolset):
+    """Several toolsets offered as one; a name defined twice is an error, never shadowed."""
+
+    def __init__(self, toolsets: Iterable[Toolset]) -> None:
+        self.toolsets = tuple(toolsets)
+        self._owner: dict[str, Toolset] = {}
+
+    async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        specs: list[ToolSpec] = []
+        owner: dict[str, Toolset] = {}
+        for toolset in self.toolsets:
+            for spec in await toolset.get_tools(ctx):
+                if spec.name in owner:
+                    raise ConfigError(
+                        f"Tool {spec.name!r} is offered by two toolsets; rename or prefix one of them."
+                    )
+                owner[spec.name] = toolset
+                specs.append(spec)
+        self._owner = owner
+        return specs
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        if not self._owner:
+            await self.get_tools(ctx)
+        toolset = self._owner.get(name)
+        if toolset is None:
+            return unknown_tool(name, self._owner)
+        return await toolset.call_tool(name, arguments, ctx)
+
+    async def aclose(self) -> None:
+        for toolset in self.toolsets:
+            await toolset.aclose()
+
+
+class WrapperToolset(Toolset):
+    """Delegates everything to ``wrapped``; subclasses override what they change."""
+
+    def __init__(self, wrapped: Toolset) -> None:
+        self.wrapped = wrapped
+
+    async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        return await self.wrapped.get_tools(ctx)
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        return await self.wrapped.call_tool(name, arguments, ctx)
+
+    async def aclose(self) -> None:
+        await self.wrapped.aclose()
+
+
+class PrefixedToolset(WrapperToolset):
+    """Offers the wrapped tools as ``PREFIX__name`` (how MCP servers' tools are named)."""
+
+    def __init__(self, wrapped: Toolset, prefix: str) -> None:
+        super().__init__(wrapped)
+        self.prefix = f"{prefix}__"
+
+    async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        return [
+            ToolSpec(self.prefix + s.name, s.description, s.parameters)
+            for s in await self.wrapped.get_tools(ctx)
+        ]
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        if not name.startswith(self.prefix):
+            return unknown_tool(name, [])
+        return await self.wrapped.call_tool(name.removeprefix(self.prefix), arguments, ctx)
+
+
+class FilteredToolset(WrapperToolset):
+    """Offers only the tools ``allowed`` accepts (a persona's allowlist, a write switch)."""
+
+    def __init__(self, wrapped: Toolset, allowed: Callable[[str], bool]) -> None:
+        super().__init__(wrapped)
+        self.allowed = allowed
+
+    async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        return [s for s in await self.wrapped.get_tools(ctx) if self.allowed(s.name)]
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        if not self.allowed(name):
+            return ToolResult(f"Tool {name!r} is not available to this agent.", is_error=True)
+        return await self.wrapped.call_tool(name, arguments, ctx)
+
+
