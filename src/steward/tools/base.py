@@ -18,12 +18,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints, overload
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
 from steward.errors import ConfigError, ToolError
 from steward.models.base import ToolSpec
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
 
 
 @dataclass(slots=True)
@@ -43,6 +44,8 @@ class ToolContext:
     run_id: str = ""
     step: int = 0
     settings: ToolSettings = field(default_factory=ToolSettings)
+    #: Full output of an earlier tool call of this run by call id (elided outputs live here).
+    recall: Callable[[str], str | None] | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -119,7 +122,7 @@ def format_validation_error(tool_name: str, exc: ValidationError) -> str:
 class Tool:
     """A typed function the model can call."""
 
-    __slots__ = ("_args_model", "_context_param", "_fields", "_is_async", "function", "spec")
+    __slots__ = ("_args_model", "_context_param", "_fields", "_invalid", "_is_async", "function", "spec")
 
     def __init__(
         self,
@@ -128,6 +131,10 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
     ) -> None:
+        # pydantic is imported here, not at module level, so `import steward` stays fast.
+        from pydantic import ConfigDict, Field, ValidationError, create_model
+
+        self._invalid = ValidationError
         self.function = function
         self._is_async = inspect.iscoroutinefunction(function)
         hints = get_type_hints(function)
@@ -166,7 +173,7 @@ class Tool:
         """Validate ``arguments`` and run the function; failures become error results."""
         try:
             parsed = self._args_model.model_validate(arguments)
-        except ValidationError as exc:
+        except self._invalid as exc:
             return ToolResult(format_validation_error(self.name, exc), is_error=True)
         kwargs = {name: getattr(parsed, name) for name in self._fields}
         if self._context_param is not None:
@@ -190,8 +197,6 @@ def _to_text(value: Any) -> str:
     if value is None:
         return ""
     return json.dumps(value, ensure_ascii=False, default=str)
-
-
 
 
 @overload
@@ -278,19 +283,28 @@ class CombinedToolset(Toolset):
     def __init__(self, toolsets: Iterable[Toolset]) -> None:
         self.toolsets = tuple(toolsets)
         self._owner: dict[str, Toolset] = {}
+        self._parts: list[Sequence[ToolSpec]] = []
+        self._specs: Sequence[ToolSpec] = ()
 
     async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        parts = [await toolset.get_tools(ctx) for toolset in self.toolsets]
+        if (
+            self._owner
+            and len(parts) == len(self._parts)
+            and all(a is b for a, b in zip(parts, self._parts, strict=True))
+        ):
+            return self._specs  # nothing changed: keep the same list (cheap, and cache-friendly)
         specs: list[ToolSpec] = []
         owner: dict[str, Toolset] = {}
-        for toolset in self.toolsets:
-            for spec in await toolset.get_tools(ctx):
+        for toolset, offered in zip(self.toolsets, parts, strict=True):
+            for spec in offered:
                 if spec.name in owner:
                     raise ConfigError(
                         f"Tool {spec.name!r} is offered by two toolsets; rename or prefix one of them."
                     )
                 owner[spec.name] = toolset
                 specs.append(spec)
-        self._owner = owner
+        self._owner, self._parts, self._specs = owner, parts, specs
         return specs
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
@@ -355,5 +369,3 @@ class FilteredToolset(WrapperToolset):
         if not self.allowed(name):
             return ToolResult(f"Tool {name!r} is not available to this agent.", is_error=True)
         return await self.wrapped.call_tool(name, arguments, ctx)
-
-

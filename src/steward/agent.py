@@ -1,0 +1,259 @@
+"""The public face of the runtime: ``Agent``, ``Run`` and ``RunResult``.
+
+An ``Agent`` is a definition (persona, model, tools, limits); it holds no run state, so one
+agent serves many concurrent runs. Each ``run``/``run_stream`` creates a ``Run`` holding
+that run's state; a run that waits for a human is answered through ``Run.answer``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from steward.config import Config, Limits
+from steward.context import BudgetSettings, ContextBuilder
+from steward.errors import ConfigError
+from steward.events import Event, RunStart
+from steward.loop import Loop, LoopSettings, Pending, RunState
+from steward.models.base import Model, Usage
+from steward.phases import PHASE_GUIDE, EndStatus
+from steward.signals import LoopCounters
+from steward.tools.base import CombinedToolset, FunctionToolset, Tool, ToolContext, Toolset, ToolSettings
+from steward.tools.recall import recall_toolset
+from steward.working_memory import WorkingMemory
+
+
+@dataclass(slots=True)
+class RunResult:
+    """Where a run stands after ``run``/``answer`` returned."""
+
+    run: Run
+    status: str  # done | waiting | failed | cancelled
+    end_status: EndStatus | None
+    output: str
+    steps: int
+    usage: Usage
+    pending: Pending | None = None
+
+    @property
+    def waiting(self) -> bool:
+        return self.status == "waiting"
+
+    @property
+    def solved(self) -> bool:
+        return self.status == "done" and self.end_status == "solved"
+
+    @property
+    def question(self) -> str | None:
+        return self.pending.question if self.pending else None
+
+
+class Run:
+    """One execution of the loop for one goal. Not started until streamed or awaited."""
+
+    def __init__(self, loop: Loop, *, model_name: str, max_steps: int) -> None:
+        self._loop = loop
+        self._model_name = model_name
+        self._max_steps = max_steps
+        self._started = False
+
+    @property
+    def id(self) -> str:
+        return self._loop.state.run_id
+
+    @property
+    def state(self) -> RunState:
+        return self._loop.state
+
+    @property
+    def status(self) -> str:
+        return self._loop.state.status
+
+    @property
+    def pending(self) -> Pending | None:
+        return self._loop.state.pending
+
+    async def stream(self) -> AsyncIterator[Event]:
+        """Run until done, failed or waiting, yielding every event."""
+        st = self._loop.state
+        if st.status != "running":
+            raise RuntimeError(f"run {st.run_id} is {st.status}; answer it or start a new run")
+        if not self._started:
+            self._started = True
+            yield self._loop.emit(
+                RunStart(
+                    goal=st.goal,
+                    model=self._model_name,
+                    workspace=str(st.workspace),
+                    max_steps=self._max_steps,
+                )
+            )
+        try:
+            async for event in self._loop.run():
+                yield event
+        except asyncio.CancelledError:
+            st.status = "cancelled"
+            raise
+
+    async def result(self) -> RunResult:
+        """Run to the end (or the next pause) and return where it stands."""
+        async for _ in self.stream():
+            pass
+        return self.snapshot()
+
+    def snapshot(self) -> RunResult:
+        st = self._loop.state
+        return RunResult(self, st.status, st.end_status, st.output, st.counters.step, st.usage, st.pending)
+
+    def answer_stream(self, text: str) -> AsyncIterator[Event]:
+        """Answer the pending question and continue, yielding events."""
+        self._loop.answer(text)
+        return self.stream()
+
+    async def answer(self, text: str) -> RunResult:
+        """Answer the pending question and run on; returns the new result."""
+        self._loop.answer(text)
+        return await self.result()
+
+
+def _static_prompt(name: str, instructions: str) -> str:
+    parts = [
+        f"You are {name}, an autonomous agent working in a workspace directory on the user's machine. "
+        "Tool paths are relative to the workspace.",
+    ]
+    if instructions.strip():
+        parts.append(instructions.strip())
+    parts.append(PHASE_GUIDE)
+    return "\n\n".join(parts)
+
+
+class Agent:
+    """A persona with a model, tools and limits. Constructing it does no I/O."""
+
+    def __init__(
+        self,
+        model: str | Model | None = None,
+        *,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        toolsets: Sequence[Toolset] = (),
+        instructions: str = "",
+        name: str = "Steward",
+        builtin_tools: bool = True,
+        limits: Limits | None = None,
+        config: Config | None = None,
+    ) -> None:
+        self.config = config or Config()
+        self.model_spec = model if model is not None else self.config.model
+        self._model: Model | None = model if isinstance(model, Model) else None
+        self.name = name
+        self.instructions = "\n\n".join(p for p in (self.config.instructions, instructions) if p.strip())
+        self.limits = limits or self.config.limits
+        self._user_tools = list(tools)
+        self._toolsets = list(toolsets)
+        self._builtin_tools = builtin_tools
+        self._toolset: Toolset | None = None
+        self._static = _static_prompt(name, self.instructions)
+
+    @property
+    def model(self) -> Model:
+        """The model, resolved from its ``provider:model`` string on first use."""
+        if self._model is None:
+            if not self.model_spec:
+                raise ConfigError(
+                    "No model configured. Set STEWARD_MODEL=openai:gpt-4o-mini (or pass --model, or set "
+                    "model in steward.toml), or run `steward demo` to see a scripted run."
+                )
+            from steward.models.registry import resolve_model
+
+            spec = str(self.model_spec)
+            provider = spec.split(":", 1)[0]
+            settings = self.config.models.get(provider)
+            self._model = resolve_model(
+                spec,
+                base_url=settings.base_url if settings else None,
+                api_key=_key_from_env(settings.api_key_env) if settings and settings.api_key_env else None,
+                timeout=settings.timeout_s if settings else None,
+                max_retries=settings.max_retries if settings else None,
+            )
+        return self._model
+
+    def toolset(self) -> Toolset:
+        if self._toolset is None:
+            parts: list[Toolset] = []
+            if self._builtin_tools:
+                from steward.tools.builtin import builtin_toolset
+
+                parts.append(builtin_toolset())
+            if self._user_tools:
+                parts.append(FunctionToolset(self._user_tools))
+            parts.extend(self._toolsets)
+            parts.append(recall_toolset())
+            self._toolset = CombinedToolset(parts)
+        return self._toolset
+
+    def start(self, goal: str, *, workspace: str | Path = ".", run_id: str | None = None) -> Run:
+        """Create a run for ``goal`` (nothing happens until it is streamed or awaited)."""
+        if not goal.strip():
+            raise ConfigError(
+                'The goal is empty. Say what the agent should do, e.g. steward run "fix the tests".'
+            )
+        ws = Path(workspace).resolve()
+        if not ws.is_dir():
+            raise ConfigError(
+                f"Workspace '{workspace}' is not a directory. Pass --workspace DIR or cd into it."
+            )
+        model = self.model
+        lim = self.limits
+        rid = run_id or uuid.uuid4().hex[:12]
+        memory = WorkingMemory(rid)
+        state = RunState(rid, goal, ws, memory, counters=LoopCounters(max_steps=lim.max_steps))
+        state.transcript.add_user(goal)
+        settings = ToolSettings(
+            bash_timeout_s=lim.bash_timeout_s,
+            output_cap_chars=lim.output_cap_chars,
+            read_cap_chars=lim.read_cap_chars,
+        )
+        ctx = ToolContext(workspace=ws, run_id=rid, settings=settings, recall=_recaller(memory))
+        budget = BudgetSettings(lim.request_token_budget, lim.observation_share, lim.keep_recent_observations)
+        loop = Loop(
+            model=model,
+            toolset=self.toolset(),
+            static_prompt=self._static,
+            state=state,
+            context=ContextBuilder(budget),
+            tool_context=ctx,
+            settings=LoopSettings(
+                max_steps=lim.max_steps,
+                repeat_warning=lim.repeat_warning,
+                repeat_stop=lim.repeat_stop,
+                tool_timeout_s=lim.tool_timeout_s,
+            ),
+        )
+        return Run(loop, model_name=model.name, max_steps=lim.max_steps)
+
+    async def run(self, goal: str, *, workspace: str | Path = ".") -> RunResult:
+        return await self.start(goal, workspace=workspace).result()
+
+    def run_sync(self, goal: str, *, workspace: str | Path = ".") -> RunResult:
+        return asyncio.run(self.run(goal, workspace=workspace))
+
+    def run_stream(self, goal: str, *, workspace: str | Path = ".") -> AsyncIterator[Event]:
+        return self.start(goal, workspace=workspace).stream()
+
+
+def _recaller(memory: WorkingMemory) -> Callable[[str], str | None]:
+    def recall(call_id: str) -> str | None:
+        step = memory.find_output(call_id)
+        return step.tool_output if step else None
+
+    return recall
+
+
+def _key_from_env(name: str) -> str | None:
+    import os
+
+    return os.environ.get(name)

@@ -1,0 +1,222 @@
+"""``steward``: the command line.
+
+Exit codes: 0 solved, 1 partial, stuck or failed, 2 usage or configuration error,
+130 interrupted. A user's mistake is one line naming the fix, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from steward.agent import Agent, Run
+    from steward.config import Config
+
+app = typer.Typer(
+    name="steward",
+    help="Steward: autonomous, tool-using agents that plan, act, verify and report.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+EXIT_OK, EXIT_NOT_SOLVED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+NO_MODEL = (
+    "No model configured. Set STEWARD_MODEL=openai:gpt-4o-mini (or pass --model, or put "
+    'model = "anthropic:claude-sonnet-4-5" in steward.toml), or run `steward demo` to see a scripted run.'
+)
+
+Workspace = Annotated[
+    Path, typer.Option("--workspace", "-w", help="Directory the agent works in (default: current directory).")
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", "-m", help="provider:model, e.g. openai:gpt-4o-mini, anthropic:..., ollama:..."),
+]
+MaxSteps = Annotated[int | None, typer.Option("--max-steps", min=1, help="Most model calls for this run.")]
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    typer.echo(f"steward: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _load(workspace: Path, model: str | None, max_steps: int | None) -> Config:
+    from steward.config import load_config
+
+    overrides: dict[str, Any] = {}
+    if model:
+        overrides["model"] = model
+    if max_steps:
+        overrides["limits"] = {"max_steps": max_steps}
+    return load_config(workspace, overrides=overrides)
+
+
+def _exit_code(status: str, end_status: str | None) -> int:
+    return EXIT_OK if status == "done" and end_status == "solved" else EXIT_NOT_SOLVED
+
+
+async def _drive(run: Run, *, json_lines: bool, quiet: bool) -> int:
+    """Stream a run to the terminal; answer its questions from the user when we can."""
+    from steward.cli.render import TerminalRenderer
+    from steward.events import encode_event
+
+    renderer = TerminalRenderer(quiet=quiet)
+    events = run.stream()
+    for _ in range(1000):  # a run may ask many questions, but not without bound
+        async for event in events:
+            if json_lines:
+                sys.stdout.write(encode_event(event) + "\n")
+                sys.stdout.flush()
+            else:
+                renderer.show(event)
+        if run.status != "waiting" or run.pending is None:
+            break
+        answer = await _ask(run.pending.question, json_lines=json_lines)
+        if answer is None:
+            typer.echo(
+                "steward: the agent is waiting for an answer and standard input is closed; run "
+                "interactively, pipe the answer in, or use `steward stdio`.",
+                err=True,
+            )
+            return EXIT_NOT_SOLVED
+        events = run.answer_stream(answer)
+    return _exit_code(run.status, run.state.end_status)
+
+
+async def _ask(question: str, *, json_lines: bool) -> str | None:
+    if sys.stdin.isatty() and not json_lines:
+        prompt = "answer> "
+        typer.echo(prompt, err=True, nl=False)
+    line = await asyncio.to_thread(sys.stdin.readline)
+    return line.rstrip("\n") if line else None
+
+
+def _script_leftover_warning(agent: Agent) -> None:
+    from steward.models.scripted import ScriptedModel
+
+    model = agent.model
+    if isinstance(model, ScriptedModel) and model.unconsumed:
+        typer.echo(
+            f"steward: warning: {model.unconsumed} of {len(model.replies)} scripted replies were never used.",
+            err=True,
+        )
+
+
+@app.command()
+def run(
+    goal: Annotated[str, typer.Argument(help="What the agent should achieve.")],
+    workspace: Workspace = Path(),
+    model: ModelOpt = None,
+    max_steps: MaxSteps = None,
+    json_lines: Annotated[bool, typer.Option("--json", help="Print the event stream as NDJSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")] = False,
+) -> None:
+    """Run an agent on GOAL in the workspace and show its progress live."""
+    from steward.agent import Agent
+
+    config = _load(workspace, model, max_steps)
+    if not config.model:
+        raise _fail(NO_MODEL)
+    agent = Agent(config.model, config=config)
+    started = agent.start(goal, workspace=workspace)
+    code = _run_async(_drive(started, json_lines=json_lines, quiet=quiet), agent)
+    _script_leftover_warning(agent)
+    raise typer.Exit(code)
+
+
+def _run_async(coro: Any, agent: Agent) -> int:
+    async def main() -> int:
+        try:
+            result: int = await coro
+            return result
+        finally:
+            await agent.model.aclose()
+
+    try:
+        return asyncio.run(main())
+    except KeyboardInterrupt:
+        typer.echo("\nsteward: interrupted; the run was cancelled.", err=True)
+        return EXIT_INTERRUPTED
+
+
+@app.command()
+def stdio(
+    workspace: Workspace = Path(),
+    model: ModelOpt = None,
+    max_steps: MaxSteps = None,
+) -> None:
+    """Serve NDJSON: one request per line on stdin, events as NDJSON on stdout.
+
+    A request is {"prompt": "...", "workspace": "...", "model": "...", "max_steps": N};
+    answer a waiting run with {"run_id": "...", "answer": "..."}. Runs until stdin closes.
+    """
+    from steward.cli.stdio import serve
+
+    try:
+        asyncio.run(serve(sys.stdin, sys.stdout, workspace=workspace, model=model, max_steps=max_steps))
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+@app.command()
+def demo(
+    json_lines: Annotated[bool, typer.Option("--json", help="Print the event stream as NDJSON.")] = False,
+    keep: Annotated[bool, typer.Option(help="Keep the demo workspace and print where it is.")] = True,
+) -> None:
+    """Watch a scripted agent fix a failing test in a sample project (real tools, no model key)."""
+    from steward.agent import Agent
+    from steward.demo import DEMO_GOAL, demo_model, prepare_workspace
+
+    workspace = prepare_workspace()
+    agent = Agent(demo_model())
+    code = _run_async(
+        _drive(agent.start(DEMO_GOAL, workspace=workspace), json_lines=json_lines, quiet=False), agent
+    )
+    if not json_lines:
+        typer.echo(
+            "\nThat was a scripted model driving real tools in "
+            + (f"{workspace}." if keep else "a temporary copy of the sample project.")
+            + "\nTo run Steward with a real model:\n"
+            '  export OPENAI_API_KEY=...    then  steward run --model openai:gpt-4o-mini "GOAL"\n'
+            '  export ANTHROPIC_API_KEY=... then  steward run --model anthropic:claude-sonnet-4-5 "GOAL"\n'
+            '  a local Ollama server        then  steward run --model ollama:llama3.1 "GOAL"\n'
+            'or set STEWARD_MODEL, or model = "..." in steward.toml.',
+            err=True,
+        )
+    if not keep:
+        import shutil
+
+        shutil.rmtree(workspace, ignore_errors=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def version() -> None:
+    """Print Steward's version."""
+    from steward import __version__
+
+    typer.echo(__version__)
+
+
+def main() -> None:
+    """Entry point: turns Steward's own errors into one line and a usage exit code."""
+    from steward.errors import ConfigError, ModelError, StewardError
+
+    try:
+        app()
+    except ConfigError as exc:
+        typer.echo(f"steward: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except ModelError as exc:
+        typer.echo(f"steward: {exc}", err=True)
+        sys.exit(EXIT_NOT_SOLVED)
+    except StewardError as exc:
+        typer.echo(f"steward: {exc}", err=True)
+        sys.exit(EXIT_NOT_SOLVED)

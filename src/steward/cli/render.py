@@ -1,0 +1,131 @@
+"""Live, readable progress in a terminal: one more consumer of the event stream.
+
+Progress goes to stderr; the final answer goes to stdout, so ``steward run ... > answer.txt``
+keeps just the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from steward.events import (
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    KeyFactEvent,
+    PhaseEvent,
+    PlanEvent,
+    RunStart,
+    SignalEvent,
+    TextEvent,
+    ThinkingEvent,
+    ToolResultEvent,
+    ToolUse,
+    WaitingEvent,
+)
+
+_PHASE_STYLE = {
+    "plan": "bold blue",
+    "reason": "magenta",
+    "act": "bold cyan",
+    "verify": "green",
+    "reflect": "yellow",
+    "feedback": "bold yellow",
+    "end": "bold green",
+}
+_MARK = {"done": "[green]✓[/]", "failed": "[red]✗[/]", "in_progress": "[cyan]→[/]", "pending": "○"}
+
+
+def _short(value: Any, limit: int = 100) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _tool_label(tool: str, arguments: dict[str, Any]) -> str:
+    if tool == "bash" and "command" in arguments:
+        return f"$ {_short(arguments['command'], 120)}"
+    if "path" in arguments and len(arguments) <= 2:
+        return f"{tool} {arguments['path']}"
+    return f"{tool} {_short(arguments)}"
+
+
+class TerminalRenderer:
+    """Prints events as they come; ``quiet`` prints only the final answer."""
+
+    def __init__(
+        self, *, quiet: bool = False, err: Console | None = None, out: Console | None = None
+    ) -> None:
+        self.quiet = quiet
+        self.err = err or Console(stderr=True, highlight=False)
+        self.out = out or Console(highlight=False, soft_wrap=True)
+        self._streamed_text = False
+
+    def show(self, event: Event) -> None:  # noqa: C901, PLR0912 - one branch per event type reads best
+        if self.quiet:
+            if isinstance(event, DoneEvent):
+                self._final(event, quiet=True)
+            elif isinstance(event, WaitingEvent):
+                self.err.print(f"[bold yellow]?[/] {escape(event.question)}")
+            return
+        e = self.err
+        match event:
+            case RunStart():
+                e.print(f"[bold]steward[/] · {escape(event.model)} · {escape(event.workspace)}")
+                e.print(f"[dim]goal:[/] {escape(event.goal)}")
+            case PhaseEvent():
+                style = _PHASE_STYLE.get(event.phase, "")
+                e.print(
+                    f"[dim]{event.step:>3}[/] [{style}]{event.phase.upper():<8}[/] {escape(event.summary)}"
+                )
+            case PlanEvent():
+                e.print(f"    [bold]plan v{event.version}[/]: {escape(event.goal)}")
+                for task in event.sub_tasks:
+                    mark = "[cyan]→[/]" if task["id"] == event.current else _MARK.get(task["status"], "○")
+                    e.print(f"      {mark} {task['id']}. {escape(task['title'])}")
+            case ToolUse():
+                e.print(f"    [cyan]▸[/] {escape(_tool_label(event.tool, event.input))}")
+            case ToolResultEvent():
+                ok = event.status == "completed"
+                mark = "[green]✓[/]" if ok else "[red]✗[/]"
+                first = _short(event.output.strip().splitlines()[-1] if event.output.strip() else "", 90)
+                e.print(f"      {mark} [dim]{event.duration_ms:,.0f} ms[/]  {escape(first)}")
+            case KeyFactEvent():
+                e.print(f"      [dim]• fact:[/] {escape(event.fact)}")
+            case SignalEvent():
+                e.print(f"    [yellow]{escape(event.message)}[/]")
+            case ErrorEvent():
+                style = "yellow" if event.recoverable else "bold red"
+                e.print(f"    [{style}]error:[/] {escape(_short(event.message, 300))}")
+            case ThinkingEvent() if not event.partial:
+                e.print(f"    [dim italic]{escape(_short(event.text, 160))}[/]")
+            case TextEvent() if event.partial:
+                self._streamed_text = True
+                e.print(escape(event.text), end="")
+            case TextEvent():
+                if self._streamed_text:
+                    e.print()
+                    self._streamed_text = False
+            case WaitingEvent():
+                e.print(f"[bold yellow]? the agent asks:[/] {escape(event.question)}")
+            case DoneEvent():
+                self._final(event, quiet=False)
+            case _:
+                pass
+
+    def _final(self, event: DoneEvent, *, quiet: bool) -> None:
+        if not quiet:
+            status = event.end_status or event.status
+            color = {"solved": "green", "partial": "yellow"}.get(status, "red")
+            usage = event.usage
+            tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+            self.err.print(
+                f"[bold {color}]■ {status}[/] · {event.steps} steps · {event.tool_calls} tool calls"
+                + (f" · {tokens:,} tokens" if tokens else "")
+            )
+        if event.message:
+            self.out.print(escape(event.message))

@@ -1,0 +1,183 @@
+"""Typed, layered configuration.
+
+Layers merge in a fixed order, later wins: built-in defaults < user file
+(``$XDG_CONFIG_HOME/steward/config.toml``, else ``~/.config/steward/config.toml``) < project
+file (``steward.toml`` at the workspace root) < the file named by ``STEWARD_CONFIG`` <
+environment (``STEWARD_MODEL``) < command-line flags. A wrong key or value is a
+``ConfigError`` naming the file, the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from steward.errors import ConfigError
+
+# Plain dataclasses keep `import steward` fast; pydantic validates them only when a
+# configuration is loaded. Bounds live in field metadata and are checked the same way.
+
+
+_FORBID_EXTRA: Any = {"extra": "forbid"}  # a pydantic ConfigDict, without importing pydantic
+
+
+def _f(default: Any, doc: str, **bounds: float) -> Any:
+    return field(default=default, metadata={"doc": doc, **bounds})
+
+
+@dataclass(slots=True)
+class ProviderSettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    base_url: str | None = _f(None, "Server URL, for OpenAI-compatible servers (vLLM, llama.cpp, LM Studio).")
+    api_key_env: str | None = _f(None, "Environment variable holding the API key (default: the usual one).")
+    timeout_s: float = _f(120.0, "Seconds before a model request times out.", gt=0)
+    max_retries: int = _f(3, "Retries with backoff on rate limits, server errors and timeouts.", ge=0, le=10)
+
+
+@dataclass(slots=True)
+class Limits:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    max_steps: int = _f(50, "Model calls a run may make before it ends as partial or stuck.", ge=1, le=10_000)
+    request_token_budget: int = _f(32_000, "Most input tokens one model request may carry.", ge=2_000)
+    observation_share: float = _f(
+        0.2, "Share of the request budget for full tool outputs; older ones are elided.", gt=0, le=1
+    )
+    keep_recent_observations: int = _f(3, "The newest tool outputs always sent verbatim.", ge=1, le=50)
+    repeat_warning: int = _f(3, "Identical consecutive actions before the repeated-action signal.", ge=2)
+    repeat_stop: int = _f(6, "Identical consecutive actions that end the run as stuck.", ge=2)
+    tool_timeout_s: float = _f(600.0, "Upper bound for any one tool call, in seconds.", gt=0)
+    bash_timeout_s: float = _f(120.0, "Default timeout of a bash command, in seconds.", gt=0)
+    output_cap_chars: int = _f(30_000, "Command output kept (head and tail) before truncation.", ge=1_000)
+    read_cap_chars: int = _f(50_000, "Largest file excerpt read_file returns at once.", ge=1_000)
+
+
+PROVIDERS = ("anthropic", "ollama", "openai")
+
+
+@dataclass(slots=True)
+class Config:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    model: str | None = _f(None, "provider:model, e.g. openai:gpt-4o-mini or scripted:FILE.")
+    instructions: str = _f("", "Extra instructions added to the agent's system prompt.")
+    models: dict[str, ProviderSettings] = field(
+        default_factory=dict,
+        metadata={"doc": "Per-provider settings: [models.openai], [models.anthropic]..."},
+    )
+    limits: Limits = field(default_factory=Limits, metadata={"doc": "Limits of a run."})
+
+
+_SECTIONS: dict[str, type[Any]] = {"": Config, "limits": Limits, "models": ProviderSettings}
+
+
+def user_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "steward" / "config.toml"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}. Fix the file or remove it.") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror}.") from None
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _allowed(loc: list[str]) -> str:
+    section = _SECTIONS["models" if loc and loc[0] == "models" else (loc[0] if len(loc) > 1 else "")]
+    return ", ".join(f.name for f in fields(section))
+
+
+def _check_bounds(obj: Any, where: str, source: str) -> None:
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if is_dataclass(value):
+            _check_bounds(value, f"{where}{f.name}.", source)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if is_dataclass(item):
+                    _check_bounds(item, f"{where}{f.name}.{key}.", source)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            for name, ok in (("ge", value.__ge__), ("gt", value.__gt__), ("le", value.__le__)):
+                if name in f.metadata and not ok(f.metadata[name]):
+                    word = {"ge": "at least", "gt": "more than", "le": "at most"}[name]
+                    raise ConfigError(
+                        f"{source}: '{where}{f.name}' must be {word} {f.metadata[name]} (got {value!r})"
+                    )
+
+
+def _validate(data: Mapping[str, Any], source: str) -> Config:
+    from pydantic import TypeAdapter, ValidationError
+
+    unknown_providers = set(data.get("models") or {}) - set(PROVIDERS)
+    if unknown_providers:
+        raise ConfigError(
+            f"{source}: unknown provider section(s) {sorted(unknown_providers)} under [models]; "
+            f"allowed: {', '.join(PROVIDERS)}"
+        )
+    try:
+        config = TypeAdapter(Config).validate_python(dict(data))
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            loc = [str(p) for p in err["loc"]]
+            key = ".".join(loc)
+            if err["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+                problems.append(f"unknown key '{key}' (allowed here: {_allowed(loc)})")
+            else:
+                problems.append(f"'{key}': {err['msg']} (got {err.get('input')!r})")
+        raise ConfigError(f"{source}: " + "; ".join(problems)) from None
+    _check_bounds(config, "", source)
+    return config
+
+
+def load_config(
+    workspace: Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    user_file: Path | None = None,
+) -> Config:
+    """Merge every layer for ``workspace`` and validate the result."""
+    env = os.environ if environ is None else environ
+    layers: list[tuple[str, dict[str, Any]]] = []
+    candidates = [user_file or user_config_path()]
+    if workspace is not None:
+        candidates.append(workspace / "steward.toml")
+    if env.get("STEWARD_CONFIG"):
+        explicit = Path(env["STEWARD_CONFIG"])
+        if not explicit.is_file():
+            raise ConfigError(f"STEWARD_CONFIG names '{explicit}', which is not a file. Fix or unset it.")
+        candidates.append(explicit)
+    for path in candidates:
+        if path.is_file():
+            data = _read_toml(path)
+            layers.append((str(path), data))
+    if env.get("STEWARD_MODEL"):
+        layers.append(("STEWARD_MODEL", {"model": env["STEWARD_MODEL"]}))
+    if overrides:
+        layers.append(("command line", dict(overrides)))
+    merged: dict[str, Any] = {}
+    for source, data in layers:
+        # Each layer is checked on its own so the error names the file that holds the mistake.
+        _validate(data, source)
+        merged = _merge(merged, data)
+    return _validate(merged, "configuration")

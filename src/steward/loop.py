@@ -1,0 +1,474 @@
+"""The agent loop: one step at a time, each ending in one of a closed set of outcomes.
+
+A step builds the request (static prompt + working-memory view + budgeted transcript),
+streams the model's reply, routes every tool call (an ``agent_step`` phase, a direct tool
+call, or ``recall_output``), records what happened, and updates the loop signals.
+Streaming adapters, rendering and transports live elsewhere: they consume the events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, assert_never
+
+from steward import signals as sig
+from steward.context import ContextBuilder, Transcript
+from steward.errors import ConfigError, ModelError
+from steward.events import (
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    KeyFactEvent,
+    PhaseEvent,
+    PlanEvent,
+    SignalEvent,
+    StepStart,
+    TextEvent,
+    ThinkingEvent,
+    ToolResultEvent,
+    ToolUse,
+    WaitingEvent,
+)
+from steward.models.base import (
+    AssistantMessage,
+    Model,
+    ModelResponse,
+    TextDelta,
+    ThinkingDelta,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+)
+from steward.phases import AGENT_STEP, AGENT_STEP_SPEC, AgentStep, EndStatus, StepInputError, parse_agent_step
+from steward.tools.base import ToolContext, ToolResult, Toolset
+from steward.working_memory import ErrorEntry, Fact, Step, WorkingMemory, compact_json, plan_event_payload
+
+# --- outcomes -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class Continue:
+    """Go on with the next call in this reply, or the next step."""
+
+
+@dataclass(slots=True, frozen=True)
+class Finish:
+    end_status: EndStatus
+    message: str
+
+
+@dataclass(slots=True, frozen=True)
+class Pause:
+    pending: Pending
+
+
+@dataclass(slots=True, frozen=True)
+class Fail:
+    code: str
+    message: str
+
+
+Outcome = Continue | Finish | Pause | Fail
+CONTINUE = Continue()
+
+
+@dataclass(slots=True, frozen=True)
+class Pending:
+    """Something only a human can answer; the run waits for it (seed 000's feedback phase)."""
+
+    id: str
+    kind: str
+    question: str
+    call_id: str
+
+
+@dataclass(slots=True)
+class LoopSettings:
+    max_steps: int = 50
+    repeat_warning: int = 3
+    repeat_stop: int = 6
+    tool_timeout_s: float = 600.0
+    max_empty_replies: int = 3
+
+
+@dataclass(slots=True)
+class RunState:
+    """Everything one run knows; the events are a log of how it got here."""
+
+    run_id: str
+    goal: str
+    workspace: Path
+    memory: WorkingMemory
+    transcript: Transcript = field(default_factory=Transcript)
+    counters: sig.LoopCounters = field(default_factory=sig.LoopCounters)
+    usage: Usage = field(default_factory=Usage)
+    status: str = "running"  # running | waiting | done | failed | cancelled
+    end_status: EndStatus | None = None
+    output: str = ""
+    pending: Pending | None = None
+    seq: int = 0
+    session_id: str | None = None
+    raised: frozenset[str] = frozenset()
+    empty_replies: int = 0
+
+
+class Loop:
+    """Runs the steps of one run until it finishes, fails or waits for a human."""
+
+    def __init__(
+        self,
+        *,
+        model: Model,
+        toolset: Toolset,
+        static_prompt: str,
+        state: RunState,
+        context: ContextBuilder,
+        tool_context: ToolContext,
+        settings: LoopSettings,
+    ) -> None:
+        self.model = model
+        self.toolset = toolset
+        self.static_prompt = static_prompt
+        self.state = state
+        self.context = context
+        self.ctx = tool_context
+        self.settings = settings
+
+    def emit(self, event: Event) -> Event:
+        st = self.state
+        st.seq += 1
+        event.seq, event.run_id, event.session_id, event.ts = st.seq, st.run_id, st.session_id, time.time()
+        return event
+
+    async def run(self) -> AsyncIterator[Event]:
+        """Step until the run ends or pauses; the last event is ``done`` or ``waiting``."""
+        while True:
+            outcome: Outcome = CONTINUE
+            async for item in self._step():
+                if isinstance(item, Event):
+                    yield item
+                else:
+                    outcome = item
+            match outcome:
+                case Continue():
+                    continue
+                case Finish(end_status=status, message=message):
+                    yield self._finish("done", status, message)
+                    return
+                case Pause(pending=pending):
+                    self.state.status, self.state.pending = "waiting", pending
+                    yield self.emit(WaitingEvent(kind=pending.kind, id=pending.id, question=pending.question))
+                    return
+                case Fail(code=code, message=message):
+                    yield self.emit(ErrorEvent(code=code, message=message, recoverable=False))
+                    yield self._finish("failed", None, message)
+                    return
+                case _:
+                    assert_never(outcome)
+
+    def _finish(self, status: str, end_status: EndStatus | None, message: str) -> Event:
+        st = self.state
+        st.status, st.end_status, st.output = status, end_status, message
+        return self.emit(
+            DoneEvent(
+                status=status,
+                end_status=end_status,
+                message=message,
+                steps=st.counters.step,
+                tool_calls=st.counters.tool_calls,
+                usage=st.usage.as_dict(),
+            )
+        )
+
+    # --- one step -------------------------------------------------------------------
+
+    async def _step(self) -> AsyncIterator[Event | Outcome]:
+        st, c = self.state, self.state.counters
+        if c.step >= c.max_steps:
+            yield _limit_outcome(st)
+            return
+        c.step += 1
+        self.ctx.step = c.step
+        yield self.emit(StepStart(step=c.step, max_steps=c.max_steps))
+        tools = [*await self.toolset.get_tools(self.ctx), AGENT_STEP_SPEC]
+        signal_text = sig.render(sig.compute(c, repeat_threshold=self.settings.repeat_warning))
+        try:
+            built = self.context.build(self.static_prompt, st.memory, signal_text, st.transcript, tools)
+        except ConfigError as exc:
+            yield Fail("context_budget", str(exc))
+            return
+        response: ModelResponse | None = None
+        try:
+            async for piece in self.model.stream(built.request):
+                match piece:
+                    case TextDelta(text=text):
+                        yield self.emit(TextEvent(text=text, partial=True))
+                    case ThinkingDelta(text=text):
+                        yield self.emit(ThinkingEvent(text=text, partial=True))
+                    case ModelResponse():
+                        response = piece
+        except ModelError as exc:
+            yield Fail("model_error", str(exc))
+            return
+        if response is None:
+            yield Fail("model_error", f"{self.model.name}: the reply ended without a response")
+            return
+        st.usage.add(response.usage)
+        self.context.calibrate(built.chars, response.usage.input_tokens)
+        message = response.message
+        st.transcript.add_assistant(message)
+        for event in _full_text_events(message):
+            yield self.emit(event)
+        async for item in self._route_reply(message):
+            yield item
+
+    async def _route_reply(self, message: AssistantMessage) -> AsyncIterator[Event | Outcome]:
+        st = self.state
+        if not message.tool_calls:
+            if message.text.strip():
+                yield Finish("solved", message.text.strip())
+                return
+            st.empty_replies += 1
+            if st.empty_replies >= self.settings.max_empty_replies:
+                yield Fail(
+                    "empty_reply", f"{self.model.name} returned {st.empty_replies} empty replies in a row"
+                )
+                return
+            st.transcript.add_user("Your reply was empty. Continue with agent_step, call a tool, or answer.")
+            yield CONTINUE
+            return
+        st.empty_replies = 0
+        outcome: Outcome = CONTINUE
+        for n, call in enumerate(message.tool_calls):
+            async for item in self._route_call(call):
+                if isinstance(item, Event):
+                    yield item
+                else:
+                    outcome = item
+            if not isinstance(outcome, Continue):
+                for skipped in message.tool_calls[n + 1 :]:
+                    self._reply(
+                        skipped, "Not run: an earlier call in the same reply ended or paused the run."
+                    )
+                break
+        async for item in self._after_step(outcome):
+            yield item
+
+    async def _after_step(self, outcome: Outcome) -> AsyncIterator[Event | Outcome]:
+        st, c = self.state, self.state.counters
+        current = sig.compute(c, repeat_threshold=self.settings.repeat_warning)
+        warnings = {s.code: s for s in current if s.level == "warning"}
+        for code in warnings.keys() - st.raised:
+            s = warnings[code]
+            yield self.emit(SignalEvent(code=s.code, level=s.level, message=s.message))
+        st.raised = frozenset(warnings)
+        if isinstance(outcome, Continue) and c.consecutive_repeats >= self.settings.repeat_stop:
+            outcome = Finish(
+                "stuck",
+                f"Stopped: the same action ({c.last_action}) was repeated {c.consecutive_repeats} times "
+                "without progress. " + _progress_report(st),
+            )
+        yield outcome
+
+    # --- routing one call -----------------------------------------------------------------
+
+    async def _route_call(self, call: ToolCall) -> AsyncIterator[Event | Outcome]:
+        if call.arguments_error is not None:
+            async for item in self._bad_call(
+                call, f"Invalid arguments for {call.name}: {call.arguments_error}"
+            ):
+                yield item
+            return
+        if call.name != AGENT_STEP:
+            summary = f"Execute {call.name}"
+            async for item in self._act(
+                call, call.name, dict(call.arguments), f"Direct tool call: {call.name}", summary
+            ):
+                yield item
+            return
+        try:
+            step = parse_agent_step(call.arguments)
+        except StepInputError as exc:
+            async for item in self._bad_call(
+                call, f"Invalid agent_step: {exc}. Fix it and call agent_step again."
+            ):
+                yield item
+            return
+        async for item in self._route_phase(call, step):
+            yield item
+
+    async def _route_phase(self, call: ToolCall, step: AgentStep) -> AsyncIterator[Event | Outcome]:
+        st, mem, n = self.state, self.state.memory, self.state.counters.step
+        yield self.emit(PhaseEvent(step=n, phase=step.phase, summary=step.summary or step.end_message))
+        match step.phase:
+            case "act":
+                assert step.action is not None
+                if step.action.tool_name == AGENT_STEP:
+                    self._reply(
+                        call, "action.tool_name cannot be agent_step; name the tool to run.", error=True
+                    )
+                    yield CONTINUE
+                    return
+                action = step.action
+                async for item in self._act(
+                    call, action.tool_name, action.tool_input, step.thinking, step.summary
+                ):
+                    yield item
+            case "feedback":
+                mem.add_step(Step(n, "feedback", step.thinking, step.feedback_message))
+                st.counters.record_non_act("feedback")
+                yield Pause(Pending(f"q-{st.run_id}-{n}", "question", step.feedback_message, call.id))
+            case "end":
+                assert step.end_status is not None
+                mem.add_step(Step(n, "end", step.thinking, step.end_message))
+                self._reply(call, compact_json({"acknowledged": True, "end_status": step.end_status}))
+                yield Finish(step.end_status, step.end_message)
+            case "plan" | "reason" | "verify" | "reflect":
+                ack, events = self._record_phase(step, n)
+                for event in events:
+                    yield self.emit(event)
+                mem.add_step(Step(n, step.phase, step.thinking, step.summary))
+                st.counters.record_non_act(step.phase)
+                self._reply(call, compact_json(ack))
+                yield CONTINUE
+            case _:
+                assert_never(step.phase)
+
+    def _record_phase(self, step: AgentStep, n: int) -> tuple[dict[str, Any], list[Event]]:
+        """Apply a phase that only updates working memory; return its ack and events."""
+        mem = self.state.memory
+        match step.phase:
+            case "plan":
+                assert step.plan is not None
+                plan = mem.set_plan(step.plan.goal, step.plan.sub_tasks)
+                ack = {
+                    "acknowledged": True,
+                    "plan_version": plan.version,
+                    "current_sub_task": plan.current_sub_task,
+                }
+                return ack, [PlanEvent(**plan_event_payload(plan))]
+            case "verify":
+                ack = self._verify(step, n)
+                added = mem.facts[len(mem.facts) - len(step.key_facts) :] if step.key_facts else []
+                events: list[Event] = [KeyFactEvent(f.fact, f.source_step, f.source_tool) for f in added]
+                if step.sub_task_outcome and mem.plan is not None:
+                    events.append(PlanEvent(**plan_event_payload(mem.plan)))
+                return ack, events
+            case "reflect":
+                error = mem.last_unresolved_error()
+                if error is not None:
+                    mem.resolve_error(error.step, step.summary)
+                return {"acknowledged": True, "resolved_error_step": error.step if error else None}, []
+            case _:
+                return {"acknowledged": True, "step": n}, []
+
+    def _verify(self, step: AgentStep, n: int) -> dict[str, Any]:
+        mem = self.state.memory
+        if step.key_facts:
+            last_tool = next((s.tool_name for s in reversed(mem.steps) if s.tool_name), None)
+            mem.add_key_facts(Fact(f, n, last_tool) for f in step.key_facts)
+        current = mem.plan.current_sub_task if mem.plan else None
+        if step.sub_task_outcome and current is not None:
+            mem.update_sub_task_status(current, step.sub_task_outcome)
+            if step.sub_task_outcome == "done":
+                current = mem.advance_to_next_sub_task()
+        return {
+            "acknowledged": True,
+            "facts_recorded": len(step.key_facts),
+            "sub_task_outcome": step.sub_task_outcome,
+            "current_sub_task": current,
+        }
+
+    async def _act(
+        self, call: ToolCall, tool: str, arguments: dict[str, Any], thinking: str, summary: str
+    ) -> AsyncIterator[Event | Outcome]:
+        st, n = self.state, self.state.counters.step
+        yield self.emit(ToolUse(step=n, call_id=call.id, tool=tool, input=arguments))
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.settings.tool_timeout_s):
+                result = await self.toolset.call_tool(tool, arguments, self.ctx)
+        except TimeoutError:
+            result = ToolResult(f"{tool} timed out after {self.settings.tool_timeout_s:g} s", is_error=True)
+        duration = (time.perf_counter() - started) * 1000
+        category = sig.categorize_error(result.content) if result.is_error else None
+        st.memory.add_step(
+            Step(n, "act", thinking, summary, tool, arguments, result.content,
+                 "failed" if result.is_error else "success", duration, call.id)
+        )  # fmt: skip
+        if result.is_error:
+            st.memory.add_error(ErrorEntry(n, result.content, tool, category or "runtime"))
+        st.counters.record_act(f"{tool} {compact_json(arguments)}", result.is_error, category)
+        self._reply(call, result.content, error=result.is_error, observation=True)
+        yield self.emit(
+            ToolResultEvent(
+                step=n,
+                call_id=call.id,
+                tool=tool,
+                status="failed" if result.is_error else "completed",
+                output=result.content,
+                duration_ms=round(duration, 3),
+                error_category=category,
+            )
+        )
+        yield CONTINUE
+
+    async def _bad_call(self, call: ToolCall, message: str) -> AsyncIterator[Event | Outcome]:
+        st, n = self.state, self.state.counters.step
+        st.memory.add_error(ErrorEntry(n, message, call.name, "invalid_input"))
+        st.counters.record_act(f"{call.name} {compact_json(dict(call.arguments))}", True, "invalid_input")
+        self._reply(call, message, error=True)
+        yield self.emit(ErrorEvent(code="invalid_tool_call", message=message, recoverable=True))
+        yield CONTINUE
+
+    def _reply(self, call: ToolCall, content: str, *, error: bool = False, observation: bool = False) -> None:
+        result = ToolResultMessage(call.id, call.name, content, error)
+        self.state.transcript.add_tool_result(result, observation=observation)
+
+    def answer(self, text: str) -> None:
+        """Resume a paused run: the human's answer becomes the result of the feedback step."""
+        st = self.state
+        if st.status != "waiting" or st.pending is None:
+            raise RuntimeError(f"run {st.run_id} is {st.status}, not waiting for an answer")
+        pending, st.pending, st.status = st.pending, None, "running"
+        content = json.dumps({"user_answer": text}, ensure_ascii=False)
+        st.transcript.add_tool_result(
+            ToolResultMessage(pending.call_id, AGENT_STEP, content), observation=False
+        )
+
+
+def _full_text_events(message: AssistantMessage) -> list[Event]:
+    events: list[Event] = [ThinkingEvent(text=t.text) for t in message.thinking if t.text]
+    if message.text:
+        events.append(TextEvent(text=message.text))
+    return events
+
+
+def _limit_outcome(st: RunState) -> Finish:
+    c = st.counters
+    progressed = (c.tool_calls - c.failed_tool_calls) > 0 or (
+        st.memory.plan is not None and any(t.status == "done" for t in st.memory.plan.sub_tasks)
+    )
+    return Finish(
+        "partial" if progressed else "stuck",
+        f"Stopped at the step limit ({c.max_steps} steps). " + _progress_report(st),
+    )
+
+
+def _progress_report(st: RunState) -> str:
+    plan, c = st.memory.plan, st.counters
+    if plan is not None:
+        done = [f"{t.id} {t.title}" for t in plan.sub_tasks if t.status == "done"]
+        open_ = [f"{t.id} {t.title}" for t in plan.sub_tasks if t.status != "done"]
+        return f"Done: {'; '.join(done) or 'nothing'}. Not done: {'; '.join(open_) or 'nothing'}."
+    last = next((s.summary for s in reversed(st.memory.steps) if s.summary), "")
+    unresolved = sum(1 for e in st.memory.errors if not e.resolved)
+    return (
+        f"Made {c.tool_calls} tool calls ({c.failed_tool_calls} failed, {unresolved} errors unresolved). "
+        f"Last step: {last or '(none)'}. The goal was not confirmed as reached: {st.goal}"
+    )
