@@ -135,6 +135,12 @@ class ScriptedModel(Model):
     def from_file(cls, path: str | Path) -> ScriptedModel:
         return cls(load_script(path), name=f"scripted:{path}", source=str(path))
 
+    @classmethod
+    def from_data(cls, replies: Sequence[Mapping[str, Any]], *, source: str = "the script") -> ScriptedModel:
+        """Build from reply mappings written in Python (the same keys as in a script file)."""
+        parsed = [_reply_from_mapping(raw, f"{source}, reply {n}") for n, raw in enumerate(replies, start=1)]
+        return cls(parsed, source=source)
+
     @property
     def unconsumed(self) -> int:
         return len(self.replies) - self.used
