@@ -87,7 +87,23 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
                 args[current] = f"{args[current]} {line.strip()}".strip()
             continue
         description.append(line)
-    return "\n".join(description).strip(), args
+    return _unwrap("\n".join(description).strip()), args
+
+
+def _unwrap(text: str) -> str:
+    """Join hard-wrapped lines inside paragraphs; keep blank lines and list items."""
+    paragraphs = []
+    for block in text.split("\n\n"):
+        lines = block.splitlines()
+        out: list[str] = []
+        for line in lines:
+            stripped = line.strip()
+            if out and stripped and not stripped.startswith(("-", "*", "|")) and not line.startswith("    "):
+                out[-1] = f"{out[-1]} {stripped}"
+            else:
+                out.append(line.rstrip())
+        paragraphs.append("\n".join(out))
+    return "\n\n".join(paragraphs)
 
 
 def _strip_titles(schema: Any) -> Any:
@@ -137,7 +153,7 @@ class Tool:
         self._invalid = ValidationError
         self.function = function
         self._is_async = inspect.iscoroutinefunction(function)
-        hints = get_type_hints(function)
+        hints = get_type_hints(function, include_extras=True)
         doc_description, arg_docs = _parse_docstring(function.__doc__)
         fields: dict[str, Any] = {}
         self._context_param: str | None = None
@@ -179,9 +195,11 @@ class Tool:
         if self._context_param is not None:
             kwargs[self._context_param] = ctx
         try:
-            value = self.function(**kwargs)
             if self._is_async:
-                value = await value
+                value = await self.function(**kwargs)
+            else:
+                # Plain functions may block (file I/O, CPU); keep the event loop free.
+                value = await asyncio.to_thread(self.function, **kwargs)
         except ToolError as exc:
             return ToolResult(str(exc), is_error=True)
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
