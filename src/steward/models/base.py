@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from contextlib import aclosing
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +77,9 @@ class AssistantMessage:
 
 @dataclass(slots=True, frozen=True)
 class ToolResultMessage:
+    """A tool's output. Not every wire format carries ``is_error`` (Chat Completions does
+    not), so the content itself must say what failed; Steward's tools and loop do."""
+
     call_id: str
     name: str
     content: str
@@ -111,7 +115,11 @@ class ModelRequest:
 
 @dataclass(slots=True)
 class Usage:
-    """Provider-reported token usage (the truth; local estimates are only for budgeting)."""
+    """Provider-reported token usage (the truth; local estimates are only for budgeting).
+
+    ``input_tokens`` is the whole prompt, cached parts included (OpenAI's ``prompt_tokens``;
+    Anthropic's input + cache read + cache write); the cache fields are parts of that total.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -174,9 +182,10 @@ class Model(ABC):
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Return the whole reply (collects ``stream``)."""
-        async for item in self.stream(request):
-            if isinstance(item, ModelResponse):
-                return item
+        async with aclosing(self.stream(request)) as items:
+            async for item in items:
+                if isinstance(item, ModelResponse):
+                    return item
         raise RuntimeError(f"{self.name}: stream ended without a response")
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default

@@ -1,0 +1,134 @@
+"""Fixtures for provider tests: a clean environment, a loopback fake server, closed models."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from steward.models.anthropic_messages import AnthropicModel
+from steward.models.base import Model, ModelRequest, ModelResponse, TextDelta, ThinkingDelta
+from steward.models.openai_chat import OpenAIChatModel
+from steward.testing.fake_llm import FakeLLMServer
+
+_PROVIDER_ENV = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_ADMIN_KEY",
+    "OPENAI_ORG_ID",
+    "OPENAI_PROJECT_ID",
+    "OPENAI_CUSTOM_HEADERS",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_PROFILE",
+    "ANTHROPIC_CONFIG_DIR",
+    "ANTHROPIC_CUSTOM_HEADERS",
+    "ANTHROPIC_FEDERATION_RULE_ID",
+    "ANTHROPIC_ORGANIZATION_ID",
+    "ANTHROPIC_IDENTITY_TOKEN",
+    "ANTHROPIC_IDENTITY_TOKEN_FILE",
+    "OLLAMA_BASE_URL",
+    "OLLAMA_HOST",
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean_provider_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Keys, base URLs and credential profiles of the developer's shell must not leak in."""
+    for name in _PROVIDER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the anthropic SDK looks for profiles under ~/.config
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as fake:
+        yield fake
+    leftover = [
+        t.name for t in threading.enumerate() if "FakeLLMServer" in t.name or "process_request" in t.name
+    ]
+    assert not leftover, f"FakeLLMServer left threads running: {leftover}"
+
+
+@pytest.fixture
+async def closing() -> AsyncIterator[Callable[[Model], Any]]:
+    """Register models to be closed after the test (their HTTP clients hold sockets)."""
+    models: list[Model] = []
+
+    def register(model: Model) -> Any:
+        models.append(model)
+        return model
+
+    yield register
+    for model in models:
+        await model.aclose()
+
+
+@pytest.fixture
+def make_openai(server: FakeLLMServer, closing: Callable[[Model], Any]) -> Callable[..., OpenAIChatModel]:
+    def make(**options: Any) -> OpenAIChatModel:
+        options = {
+            "base_url": server.openai_base_url,
+            "api_key": "sk-test",
+            "timeout": 5.0,
+            "max_retries": 0,
+        } | options
+        model: OpenAIChatModel = closing(OpenAIChatModel(options.pop("model", "gpt-test"), **options))
+        return model
+
+    return make
+
+
+@pytest.fixture
+def make_anthropic(server: FakeLLMServer, closing: Callable[[Model], Any]) -> Callable[..., AnthropicModel]:
+    def make(**options: Any) -> AnthropicModel:
+        options = {
+            "base_url": server.anthropic_base_url,
+            "api_key": "sk-ant-test",
+            "timeout": 5.0,
+            "max_retries": 0,
+        } | options
+        model: AnthropicModel = closing(AnthropicModel(options.pop("model", "claude-test"), **options))
+        return model
+
+    return make
+
+
+@dataclass
+class Streamed:
+    """One streamed reply: its deltas in order and the final response."""
+
+    deltas: list[TextDelta | ThinkingDelta]
+    response: ModelResponse
+
+    @property
+    def text(self) -> str:
+        return "".join(d.text for d in self.deltas if isinstance(d, TextDelta))
+
+    @property
+    def thinking(self) -> str:
+        return "".join(d.text for d in self.deltas if isinstance(d, ThinkingDelta))
+
+
+async def _collect(model: Model, request: ModelRequest) -> Streamed:
+    deltas: list[TextDelta | ThinkingDelta] = []
+    responses: list[ModelResponse] = []
+    async for item in model.stream(request):
+        assert not responses, "nothing may follow the ModelResponse"
+        if isinstance(item, ModelResponse):
+            responses.append(item)
+        else:
+            deltas.append(item)
+    assert len(responses) == 1, "a stream ends with exactly one ModelResponse"
+    return Streamed(deltas, responses[0])
+
+
+@pytest.fixture
+def collect() -> Callable[[Model, ModelRequest], Awaitable[Streamed]]:
+    """Stream a request to the end and check the stream's shape."""
+    return _collect
