@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from contextlib import aclosing
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,10 +181,16 @@ class Model(ABC):
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Return the whole reply (collects ``stream``)."""
-        async with aclosing(self.stream(request)) as items:
+        items = self.stream(request)
+        try:
             async for item in items:
                 if isinstance(item, ModelResponse):
                     return item
+        finally:
+            # Close the generator now (and with it any HTTP stream), not at garbage collection.
+            close = getattr(items, "aclose", None)
+            if close is not None:
+                await close()
         raise RuntimeError(f"{self.name}: stream ended without a response")
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
