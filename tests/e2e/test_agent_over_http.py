@@ -101,7 +101,7 @@ async def test_malformed_tool_arguments_go_back_to_the_model(server: FakeLLMServ
     error = next(e for e in events if e.type == "error")
     assert error.recoverable and "not valid JSON" in error.message
     second = server.requests[1].body
-    assert "not valid JSON" in [m for m in second["messages"] if m["role"] == "tool"][0]["content"]
+    assert "not valid JSON" in next(m for m in second["messages"] if m["role"] == "tool")["content"]
 
 
 async def test_rejected_key_mid_run_fails_the_run_with_the_fix(
