@@ -8,6 +8,7 @@ model can fix.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -20,6 +21,7 @@ Phase = Literal["plan", "reason", "act", "verify", "reflect", "feedback", "end"]
 EndStatus = Literal["solved", "partial", "stuck"]
 PHASES: tuple[str, ...] = get_args(Phase)
 END_STATUSES: tuple[str, ...] = get_args(EndStatus)
+_PHASE_BY_NAME: dict[str, Phase] = {p: p for p in get_args(Phase)}
 
 PHASE_GUIDE = """\
 How to work: call the agent_step tool once per step with a phase.
@@ -141,26 +143,31 @@ def _text(raw: Mapping[str, Any], key: str) -> str:
     return value
 
 
+def _object(value: Any) -> Any:
+    # Weaker models often send a nested object as a JSON string; accept it when it parses.
+    if isinstance(value, str) and value.strip().startswith(("{", "[")):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
 def parse_agent_step(raw: Mapping[str, Any]) -> AgentStep:
     """Check an agent_step call; raise ``StepInputError`` with a fixable message."""
-    phase = raw.get("phase")
-    if phase not in PHASES:
-        raise StepInputError(f"phase must be one of {', '.join(PHASES)}; got {phase!r}")
+    given = raw.get("phase")
+    phase = _PHASE_BY_NAME.get(given.strip().lower()) if isinstance(given, str) else None
+    if phase is None:
+        raise StepInputError(f"phase must be one of {', '.join(PHASES)}; got {given!r}")
     summary = _text(raw, "summary")
     step = AgentStep(phase=phase, thinking=_text(raw, "thinking"), summary=summary)
     match phase:
         case "plan":
-            return _with(step, plan=_parse_plan(raw.get("plan")))
+            return _with(step, plan=_parse_plan(_object(raw.get("plan"))))
         case "act":
-            return _with(step, action=_parse_action(raw.get("action")))
+            return _with(step, action=_parse_action(_object(raw.get("action"))))
         case "verify":
-            facts = raw.get("key_facts") or []
-            if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
-                raise StepInputError("key_facts must be a list of strings")
-            outcome = raw.get("sub_task_outcome")
-            if outcome not in (None, "done", "failed"):
-                raise StepInputError("sub_task_outcome must be 'done' or 'failed'")
-            return _with(step, key_facts=tuple(f for f in facts if f.strip()), sub_task_outcome=outcome)
+            return _parse_verify(step, raw)
         case "feedback":
             question = _text(raw, "feedback_message").strip() or summary.strip()
             if not question:
@@ -178,6 +185,16 @@ def parse_agent_step(raw: Mapping[str, Any]) -> AgentStep:
             return step
 
 
+def _parse_verify(step: AgentStep, raw: Mapping[str, Any]) -> AgentStep:
+    facts = _object(raw.get("key_facts")) or []
+    if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
+        raise StepInputError("key_facts must be a list of strings")
+    outcome = raw.get("sub_task_outcome")
+    if outcome not in (None, "done", "failed"):
+        raise StepInputError("sub_task_outcome must be 'done' or 'failed'")
+    return _with(step, key_facts=tuple(f for f in facts if f.strip()), sub_task_outcome=outcome)
+
+
 def _with(step: AgentStep, **changes: Any) -> AgentStep:
     fields = {name: getattr(step, name) for name in AgentStep.__slots__}
     fields.update(changes)
@@ -187,7 +204,7 @@ def _with(step: AgentStep, **changes: Any) -> AgentStep:
 def _parse_action(raw: Any) -> ActionInput:
     if not isinstance(raw, Mapping) or not isinstance(raw.get("tool_name"), str) or not raw["tool_name"]:
         raise StepInputError("phase 'act' needs action: {tool_name: ..., tool_input: {...}}")
-    tool_input = raw.get("tool_input")
+    tool_input = _object(raw.get("tool_input"))
     if tool_input is None:
         tool_input = {}
     if not isinstance(tool_input, Mapping):

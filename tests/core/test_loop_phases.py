@@ -167,3 +167,13 @@ async def test_event_sequence_is_gap_free_and_typed(script: Any) -> None:
     assert [e.seq for e in out.events] == list(range(1, len(out.events) + 1))
     assert out.types()[0] == "run_start"
     assert {e.run_id for e in out.events} == {out.result.run.id}
+
+
+async def test_lenient_phase_case_and_json_string_objects(script: Any) -> None:
+    act = {
+        "phase": "ACT",
+        "summary": "s",
+        "action": json.dumps({"tool_name": "lookup", "tool_input": {"key": "a"}}),
+    }
+    out = await script([{"agent_step": act}, END])
+    assert out.of("tool_result")[0].output == "value of a"

@@ -127,5 +127,7 @@ class TerminalRenderer:
                 f"[bold {color}]■ {status}[/] · {event.steps} steps · {event.tool_calls} tool calls"
                 + (f" · {tokens:,} tokens" if tokens else "")
             )
-        if event.message:
+        if event.status == "failed":
+            self.err.print(f"[bold red]run failed:[/] {escape(event.message)}")
+        elif event.message:
             self.out.print(escape(event.message))

@@ -22,7 +22,7 @@ from steward.config import load_config
 from steward.errors import StewardError
 from steward.events import ErrorEvent, Event, encode_event
 
-_REQUEST_KEYS = {"prompt", "workspace", "model", "max_steps", "run_id", "answer", "id"}
+_REQUEST_KEYS = {"prompt", "workspace", "model", "max_steps", "run_id", "answer"}
 MAX_WAITING_RUNS = 100
 
 
