@@ -221,7 +221,9 @@ class Loop:
         st.usage.add(response.usage)
         self.context.calibrate(built.chars, response.usage.input_tokens)
         message = response.message
-        st.transcript.add_assistant(message)
+        if message.text or message.tool_calls:
+            # An empty turn would be rejected by some providers when sent back.
+            st.transcript.add_assistant(message)
         for event in _full_text_events(message):
             yield self.emit(event)
         async for item in self._route_reply(message):

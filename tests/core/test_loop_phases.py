@@ -177,3 +177,21 @@ async def test_lenient_phase_case_and_json_string_objects(script: Any) -> None:
     }
     out = await script([{"agent_step": act}, END])
     assert out.of("tool_result")[0].output == "value of a"
+
+
+async def test_an_empty_reply_is_nudged_not_sent_back(workspace: Any) -> None:
+    from steward import Agent, FunctionModel
+    from steward.models.base import AssistantMessage, UserMessage
+
+    replies = iter([AssistantMessage(), AssistantMessage(text="Done.")])
+    seen: list[Any] = []
+
+    def reply(request: Any) -> AssistantMessage:
+        seen.append(request)
+        return next(replies)
+
+    result = await Agent(FunctionModel(reply), builtin_tools=False).run("goal", workspace=workspace)
+    assert result.solved and result.output == "Done."
+    second = seen[1].messages
+    assert not any(isinstance(m, AssistantMessage) for m in second)
+    assert isinstance(second[-1], UserMessage) and "reply was empty" in second[-1].content

@@ -1,0 +1,47 @@
+"""Ctrl-C cancels the run: exit 130, and no process the agent started is left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
+
+
+def test_sigint_cancels_the_run_and_kills_its_processes(tmp_path: Path) -> None:
+    command = "sleep 60 & echo $! > bg.pid; sleep 60"
+    script = tmp_path / "s.yaml"
+    script.write_text(yaml.safe_dump([{"tool": "bash", "args": {"command": command}}]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEWARD_")}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "cfg")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "steward", "run", "wait", "--model", f"scripted:{script}"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    pid_file = tmp_path / "bg.pid"
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    background = int(pid_file.read_text())
+    assert alive(background)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    deadline = time.monotonic() + 5
+    while alive(background) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(background)
