@@ -223,12 +223,35 @@ def _render_errors(errors: Sequence[ErrorEntry]) -> str:
     lines = ["[Errors]"]
     for e in errors:
         where = f"[step {e.step}] {e.tool_name}: " if e.tool_name else f"[step {e.step}] "
-        first_line = e.error_message.strip().splitlines()[0] if e.error_message.strip() else "(no message)"
+        first_line = error_summary(e.error_message)
         if e.resolved:
             lines.append(f"  ✓ {where}{first_line} ({e.category}) → resolved: {e.resolution_summary}")
         else:
             lines.append(f"  ✗ {where}{first_line} ({e.category}) — unresolved")
     return "\n".join(lines)
+
+
+def error_summary(message: str, limit: int = 200) -> str:
+    """One line for the error register; the full text is in the transcript.
+
+    Command output usually ends with its verdict (``FAILED (errors=1)``, ``exit code: 1``),
+    so the closing lines say more than the first one.
+    """
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if not lines:
+        return "(no message)"
+    summary = lines[0]
+    if len(lines) > 1 and lines[-1].startswith("exit code"):
+        verdict = next(
+            (
+                line
+                for line in reversed(lines[:-1])
+                if any(w in line.lower() for w in ("error", "fail", "denied"))
+            ),
+            None,
+        )
+        summary = f"{verdict} · {lines[-1]}" if verdict else lines[-1]
+    return summary if len(summary) <= limit else summary[: limit - 1] + "…"
 
 
 def plan_event_payload(plan: Plan) -> dict[str, Any]:

@@ -145,3 +145,12 @@ def test_folded_steps_keep_a_summary_line() -> None:
     assert "[Steps 1-8] 8 older entries folded (8 tool calls, 1 failed)" in view
     assert "[Step 3]" not in view
     assert "[Step 9] ACT: step 9" in view
+
+
+def test_error_register_summarises_command_output_by_its_verdict() -> None:
+    from steward.working_memory import error_summary
+
+    output = "test_a ... ok\ntest_b ... FAIL\n\nFAILED (failures=1)\nexit code: 1"
+    assert error_summary(output) == "FAILED (failures=1) · exit code: 1"
+    assert error_summary("File 'a.py' not found.\nUse list_dir") == "File 'a.py' not found."
+    assert error_summary("x" * 500).endswith("…")
