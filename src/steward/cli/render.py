@@ -49,7 +49,7 @@ def _short(value: Any, limit: int = 100) -> str:
 def _tool_label(tool: str, arguments: dict[str, Any]) -> str:
     if tool == "bash" and "command" in arguments:
         return f"$ {_short(arguments['command'], 120)}"
-    if "path" in arguments and len(arguments) <= 2:
+    if isinstance(arguments.get("path"), str):
         return f"{tool} {arguments['path']}"
     return f"{tool} {_short(arguments)}"
 
@@ -64,6 +64,8 @@ class TerminalRenderer:
         self.err = err or Console(stderr=True, highlight=False)
         self.out = out or Console(highlight=False, soft_wrap=True)
         self._streamed_text = False
+        self._plan: dict[int, str] = {}
+        self._plan_version = 0
 
     def show(self, event: Event) -> None:  # noqa: C901, PLR0912 - one branch per event type reads best
         if self.quiet:
@@ -83,16 +85,15 @@ class TerminalRenderer:
                     f"[dim]{event.step:>3}[/] [{style}]{event.phase.upper():<8}[/] {escape(event.summary)}"
                 )
             case PlanEvent():
-                e.print(f"    [bold]plan v{event.version}[/]: {escape(event.goal)}")
-                for task in event.sub_tasks:
-                    mark = "[cyan]→[/]" if task["id"] == event.current else _MARK.get(task["status"], "○")
-                    e.print(f"      {mark} {task['id']}. {escape(task['title'])}")
+                self._show_plan(event)
             case ToolUse():
                 e.print(f"    [cyan]▸[/] {escape(_tool_label(event.tool, event.input))}")
             case ToolResultEvent():
                 ok = event.status == "completed"
                 mark = "[green]✓[/]" if ok else "[red]✗[/]"
-                first = _short(event.output.strip().splitlines()[-1] if event.output.strip() else "", 90)
+                lines = event.output.strip().splitlines() or [""]
+                # A command's verdict is at its end (exit code); other tools lead with it.
+                first = _short(lines[-1] if event.tool == "bash" else lines[0], 90)
                 e.print(f"      {mark} [dim]{event.duration_ms:,.0f} ms[/]  {escape(first)}")
             case KeyFactEvent():
                 e.print(f"      [dim]• fact:[/] {escape(event.fact)}")
@@ -116,6 +117,21 @@ class TerminalRenderer:
                 self._final(event, quiet=False)
             case _:
                 pass
+
+    def _show_plan(self, event: PlanEvent) -> None:
+        state = {t["id"]: "current" if t["id"] == event.current else t["status"] for t in event.sub_tasks}
+        if event.version != self._plan_version:
+            self.err.print(f"    [bold]plan v{event.version}[/]: {escape(event.goal)}")
+            for task in event.sub_tasks:
+                mark = "[cyan]→[/]" if state[task["id"]] == "current" else _MARK.get(task["status"], "○")
+                self.err.print(f"      {mark} {task['id']}. {escape(task['title'])}")
+        else:
+            titles = {t["id"]: t["title"] for t in event.sub_tasks}
+            changed = [i for i, status in state.items() if self._plan.get(i) != status]
+            for i in changed:
+                mark = "[cyan]→[/]" if state[i] == "current" else _MARK.get(state[i], "○")
+                self.err.print(f"      {mark} {i}. {escape(titles[i])}")
+        self._plan, self._plan_version = state, event.version
 
     def _final(self, event: DoneEvent, *, quiet: bool) -> None:
         if not quiet:
