@@ -37,6 +37,7 @@ from steward.events import (
 from steward.models.base import (
     AssistantMessage,
     Model,
+    ModelRequest,
     ModelResponse,
     TextDelta,
     ThinkingDelta,
@@ -195,26 +196,21 @@ class Loop:
         c.step += 1
         self.ctx.step = c.step
         yield self.emit(StepStart(step=c.step, max_steps=c.max_steps))
-        tools = [*await self.toolset.get_tools(self.ctx), AGENT_STEP_SPEC]
         signal_text = sig.render(sig.compute(c, repeat_threshold=self.settings.repeat_warning))
         try:
+            tools = [*await self.toolset.get_tools(self.ctx), AGENT_STEP_SPEC]
             built = self.context.build(self.static_prompt, st.memory, signal_text, st.transcript, tools)
         except ConfigError as exc:
-            yield Fail("context_budget", str(exc))
+            yield Fail("config_error", str(exc))
             return
         response: ModelResponse | None = None
-        try:
-            async for piece in self.model.stream(built.request):
-                match piece:
-                    case TextDelta(text=text):
-                        yield self.emit(TextEvent(text=text, partial=True))
-                    case ThinkingDelta(text=text):
-                        yield self.emit(ThinkingEvent(text=text, partial=True))
-                    case ModelResponse():
-                        response = piece
-        except ModelError as exc:
-            yield Fail("model_error", str(exc))
-            return
+        async for piece in self._call_model(built.request):
+            if isinstance(piece, ModelResponse):
+                response = piece
+            else:
+                yield piece
+                if isinstance(piece, Fail):
+                    return
         if response is None:
             yield Fail("model_error", f"{self.model.name}: the reply ended without a response")
             return
@@ -228,6 +224,22 @@ class Loop:
             yield self.emit(event)
         async for item in self._route_reply(message):
             yield item
+
+    async def _call_model(self, request: ModelRequest) -> AsyncIterator[Event | ModelResponse | Fail]:
+        """Stream one reply: deltas become partial events; failures become ``Fail``."""
+        try:
+            async for piece in self.model.stream(request):
+                match piece:
+                    case TextDelta(text=text):
+                        yield self.emit(TextEvent(text=text, partial=True))
+                    case ThinkingDelta(text=text):
+                        yield self.emit(ThinkingEvent(text=text, partial=True))
+                    case ModelResponse():
+                        yield piece
+        except ModelError as exc:
+            yield Fail("model_error", str(exc))
+        except Exception as exc:  # a provider bug must end this run cleanly, not the process
+            yield Fail("model_error", f"{self.model.name} failed unexpectedly: {type(exc).__name__}: {exc}")
 
     async def _route_reply(self, message: AssistantMessage) -> AsyncIterator[Event | Outcome]:
         st = self.state

@@ -195,3 +195,14 @@ async def test_an_empty_reply_is_nudged_not_sent_back(workspace: Any) -> None:
     second = seen[1].messages
     assert not any(isinstance(m, AssistantMessage) for m in second)
     assert isinstance(second[-1], UserMessage) and "reply was empty" in second[-1].content
+
+
+async def test_a_provider_bug_fails_the_run_instead_of_raising(workspace: Any) -> None:
+    from steward import Agent, FunctionModel
+
+    def broken(request: Any) -> Any:
+        raise KeyError("choices")
+
+    result = await Agent(FunctionModel(broken), builtin_tools=False).run("goal", workspace=workspace)
+    assert result.status == "failed"
+    assert "failed unexpectedly: KeyError" in result.output

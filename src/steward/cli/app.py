@@ -7,6 +7,7 @@ Exit codes: 0 solved, 1 partial, stuck or failed, 2 usage or configuration error
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -219,4 +220,13 @@ def main() -> None:
         sys.exit(EXIT_NOT_SOLVED)
     except StewardError as exc:
         typer.echo(f"steward: {exc}", err=True)
+        sys.exit(EXIT_NOT_SOLVED)
+    except Exception as exc:
+        if os.environ.get("STEWARD_DEBUG"):
+            raise
+        typer.echo(
+            f"steward: internal error: {type(exc).__name__}: {exc}. This is a bug in Steward; "
+            "run again with STEWARD_DEBUG=1 to see the traceback, and please report it.",
+            err=True,
+        )
         sys.exit(EXIT_NOT_SOLVED)
