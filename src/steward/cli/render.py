@@ -21,6 +21,7 @@ from steward.events import (
     PlanEvent,
     RunStart,
     SignalEvent,
+    StepStart,
     TextEvent,
     ThinkingEvent,
     ToolResultEvent,
@@ -64,6 +65,7 @@ class TerminalRenderer:
         self.err = err or Console(stderr=True, highlight=False)
         self.out = out or Console(highlight=False, soft_wrap=True)
         self._streamed_text = False
+        self._streamed = ""
         self._plan: dict[int, str] = {}
         self._plan_version = 0
 
@@ -106,11 +108,14 @@ class TerminalRenderer:
                 e.print(f"    [dim italic]{escape(_short(event.text, 160))}[/]")
             case TextEvent() if event.partial:
                 self._streamed_text = True
+                self._streamed += event.text
                 e.print(escape(event.text), end="")
             case TextEvent():
                 if self._streamed_text:
                     e.print()
                     self._streamed_text = False
+            case StepStart():
+                self._streamed = ""
             case WaitingEvent():
                 e.print(f"[bold yellow]? the agent asks:[/] {escape(event.question)}")
             case DoneEvent():
@@ -144,6 +149,13 @@ class TerminalRenderer:
                 + (f" · {tokens:,} tokens" if tokens else "")
             )
         if event.status == "failed":
-            self.err.print(f"[bold red]run failed:[/] {escape(event.message)}")
-        elif event.message:
+            if quiet:  # otherwise the error event was shown already
+                self.err.print(f"[bold red]run failed:[/] {escape(event.message)}")
+        elif event.message and not self._already_on_screen(event.message):
             self.out.print(escape(event.message))
+
+    def _already_on_screen(self, message: str) -> bool:
+        # A streamed final answer was shown live; print it again only when stdout is not the
+        # terminal (redirected to a file or a pipe), where it is the only copy.
+        same_screen = self.out.is_terminal and self.err.is_terminal
+        return same_screen and self._streamed.strip() == message.strip()

@@ -166,7 +166,8 @@ class AnthropicModel(Model):
         label = self.provider
         reason = f" ({' '.join(str(exc).split())})" if exc is not None else ""
         return ModelError(
-            f"{label}: no API key{reason}. Set ANTHROPIC_API_KEY (or api_key in [models.{label}]).",
+            f"{label}: no API key{reason}. Set ANTHROPIC_API_KEY "
+            f"(or api_key_env in [models.{label}] naming another variable).",
             provider=label,
         )
 
@@ -217,7 +218,8 @@ class AnthropicModel(Model):
         if status == 401:
             message = (
                 f"{label}: the API key was rejected (401). "
-                f"Set ANTHROPIC_API_KEY to a valid key (or api_key in [models.{label}])."
+                f"Set ANTHROPIC_API_KEY to a valid key "
+                f"(or api_key_env in [models.{label}] naming another variable)."
             )
         elif status == 404:
             message = (

@@ -148,7 +148,8 @@ class OpenAIChatModel(Model):
             return PLACEHOLDER_API_KEY
         label = self.provider
         raise ModelError(
-            f"{label}: no API key. Set {self._api_key_env} (or api_key in [models.{label}]), "
+            f"{label}: no API key. Set {self._api_key_env} "
+            f"(or api_key_env in [models.{label}] naming another variable), "
             f"or set base_url to a local OpenAI-compatible server.",
             provider=label,
         )
@@ -183,7 +184,8 @@ class OpenAIChatModel(Model):
         if status == 401:
             message = (
                 f"{label}: the API key was rejected (401). "
-                f"Set {self._api_key_env} to a valid key (or api_key in [models.{label}])."
+                f"Set {self._api_key_env} to a valid key "
+                f"(or api_key_env in [models.{label}] naming another variable)."
             )
         elif status == 403:
             message = (
