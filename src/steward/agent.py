@@ -8,13 +8,14 @@ that run's state; a run that waits for a human is answered through ``Run.answer`
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from steward.config import Config, Limits
+from steward.config import Config, Limits, ProviderSettings
 from steward.context import BudgetSettings, ContextBuilder
 from steward.errors import ConfigError
 from steward.events import Event, RunStart
@@ -170,14 +171,14 @@ class Agent:
             from steward.models.registry import resolve_model
 
             spec = str(self.model_spec)
-            provider = spec.split(":", 1)[0]
-            settings = self.config.models.get(provider)
+            # The defaults of a provider section (timeout, retries) apply even without one.
+            settings = self.config.models.get(spec.split(":", 1)[0]) or ProviderSettings()
             self._model = resolve_model(
                 spec,
-                base_url=settings.base_url if settings else None,
-                api_key=_key_from_env(settings.api_key_env) if settings and settings.api_key_env else None,
-                timeout=settings.timeout_s if settings else None,
-                max_retries=settings.max_retries if settings else None,
+                base_url=settings.base_url,
+                api_key=os.environ.get(settings.api_key_env) if settings.api_key_env else None,
+                timeout=settings.timeout_s,
+                max_retries=settings.max_retries,
             )
         return self._model
 
@@ -251,9 +252,3 @@ def _recaller(memory: WorkingMemory) -> Callable[[str], str | None]:
         return step.tool_output if step else None
 
     return recall
-
-
-def _key_from_env(name: str) -> str | None:
-    import os
-
-    return os.environ.get(name)

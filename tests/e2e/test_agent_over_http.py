@@ -156,3 +156,17 @@ def test_missing_openai_key_names_the_variable(workspace: Path) -> None:
     proc = steward_cli(workspace, "run", "x", "-m", "openai:gpt-4o-mini")
     assert proc.returncode == 1
     assert "OPENAI_API_KEY" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_provider_settings_come_from_steward_toml(server: FakeLLMServer, workspace: Path) -> None:
+    server.add(FakeReply(text="configured."))
+    (workspace / "steward.toml").write_text(
+        f'model = "openai:from-config"\n[models.openai]\nbase_url = "{server.openai_base_url}"\n'
+        'api_key_env = "MY_SERVER_KEY"\nmax_retries = 0\n'
+    )
+    proc = steward_cli(workspace, "run", "hello", MY_SERVER_KEY="secret-123")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "configured."
+    request = server.requests[0]
+    assert request.body["model"] == "from-config"
+    assert request.headers.get("authorization") == "Bearer secret-123"
