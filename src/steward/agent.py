@@ -173,10 +173,20 @@ class Agent:
             spec = str(self.model_spec)
             # The defaults of a provider section (timeout, retries) apply even without one.
             settings = self.config.models.get(spec.split(":", 1)[0]) or ProviderSettings()
+            api_key = None
+            if settings.api_key_env:
+                # Never fall back to the provider's usual variable: that key may belong to
+                # another server than the configured base_url.
+                api_key = os.environ.get(settings.api_key_env)
+                if not api_key:
+                    raise ConfigError(
+                        f"api_key_env names {settings.api_key_env}, which is not set. "
+                        f"Export {settings.api_key_env}=<key>, or remove api_key_env from the config."
+                    )
             self._model = resolve_model(
                 spec,
                 base_url=settings.base_url,
-                api_key=os.environ.get(settings.api_key_env) if settings.api_key_env else None,
+                api_key=api_key,
                 timeout=settings.timeout_s,
                 max_retries=settings.max_retries,
             )
@@ -232,6 +242,8 @@ class Agent:
                 repeat_warning=lim.repeat_warning,
                 repeat_stop=lim.repeat_stop,
                 tool_timeout_s=lim.tool_timeout_s,
+                model_retries=lim.model_retries,
+                model_retry_backoff_s=lim.model_retry_backoff_s,
             ),
         )
         return Run(loop, model_name=model.name, max_steps=lim.max_steps)

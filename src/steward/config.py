@@ -51,6 +51,8 @@ class Limits:
     keep_recent_observations: int = _f(3, "The newest tool outputs always sent verbatim.", ge=1, le=50)
     repeat_warning: int = _f(3, "Identical consecutive actions before the repeated-action signal.", ge=2)
     repeat_stop: int = _f(6, "Identical consecutive actions that end the run as stuck.", ge=2)
+    model_retries: int = _f(2, "Extra tries after a retryable failure inside a stream.", ge=0, le=10)
+    model_retry_backoff_s: float = _f(2.0, "First wait before such a retry; doubles each time.", ge=0)
     tool_timeout_s: float = _f(600.0, "Upper bound for any one tool call, in seconds.", gt=0)
     bash_timeout_s: float = _f(120.0, "Default timeout of a bash command, in seconds.", gt=0)
     output_cap_chars: int = _f(30_000, "Command output kept (head and tail) before truncation.", ge=1_000)

@@ -95,6 +95,10 @@ class LoopSettings:
     repeat_stop: int = 6
     tool_timeout_s: float = 600.0
     max_empty_replies: int = 3
+    model_retries: int = 2
+    """Extra attempts after a retryable model failure the provider's own retries did not cover
+    (an error inside an already-started stream, a stalled stream)."""
+    model_retry_backoff_s: float = 2.0
 
 
 @dataclass(slots=True)
@@ -116,6 +120,7 @@ class RunState:
     session_id: str | None = None
     raised: frozenset[str] = frozenset()
     empty_replies: int = 0
+    call_ids: set[str] = field(default_factory=set)
 
 
 class Loop:
@@ -203,6 +208,9 @@ class Loop:
         except ConfigError as exc:
             yield Fail("config_error", str(exc))
             return
+        except Exception as exc:  # a broken toolset (e.g. a crashed server) ends the run cleanly
+            yield Fail("toolset_error", f"listing tools failed: {type(exc).__name__}: {exc}")
+            return
         response: ModelResponse | None = None
         async for piece in self._call_model(built.request):
             if isinstance(piece, ModelResponse):
@@ -216,7 +224,7 @@ class Loop:
             return
         st.usage.add(response.usage)
         self.context.calibrate(built.chars, response.usage.input_tokens)
-        message = response.message
+        message = _with_unique_ids(response.message, st.call_ids, c.step)
         if message.text or message.tool_calls:
             # An empty turn would be rejected by some providers when sent back.
             st.transcript.add_assistant(message)
@@ -226,20 +234,38 @@ class Loop:
             yield item
 
     async def _call_model(self, request: ModelRequest) -> AsyncIterator[Event | ModelResponse | Fail]:
-        """Stream one reply: deltas become partial events; failures become ``Fail``."""
-        try:
-            async for piece in self.model.stream(request):
-                match piece:
-                    case TextDelta(text=text):
-                        yield self.emit(TextEvent(text=text, partial=True))
-                    case ThinkingDelta(text=text):
-                        yield self.emit(ThinkingEvent(text=text, partial=True))
-                    case ModelResponse():
-                        yield piece
-        except ModelError as exc:
-            yield Fail("model_error", str(exc))
-        except Exception as exc:  # a provider bug must end this run cleanly, not the process
-            yield Fail("model_error", f"{self.model.name} failed unexpectedly: {type(exc).__name__}: {exc}")
+        """Stream one reply: deltas become partial events; failures become ``Fail``.
+
+        A retryable failure (rate limit, overload, a stream broken or stalled midway) is tried
+        again a bounded number of times, with backoff; consumers see an ``error`` event with
+        ``recoverable: true`` for each retry.
+        """
+        attempts = self.settings.model_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                async for piece in self.model.stream(request):
+                    match piece:
+                        case TextDelta(text=text):
+                            yield self.emit(TextEvent(text=text, partial=True))
+                        case ThinkingDelta(text=text):
+                            yield self.emit(ThinkingEvent(text=text, partial=True))
+                        case ModelResponse():
+                            yield piece
+            except ModelError as exc:
+                if not exc.retryable or attempt == attempts:
+                    yield Fail("model_error", str(exc))
+                    return
+                delay = self.settings.model_retry_backoff_s * 2 ** (attempt - 1)
+                message = f"{exc} (attempt {attempt} of {attempts}; retrying in {delay:g} s)"
+                yield self.emit(ErrorEvent(code="model_retry", message=message, recoverable=True))
+                await asyncio.sleep(delay)
+            except Exception as exc:  # a provider bug must end this run cleanly, not the process
+                yield Fail(
+                    "model_error", f"{self.model.name} failed unexpectedly: {type(exc).__name__}: {exc}"
+                )
+                return
+            else:
+                return
 
     async def _route_reply(self, message: AssistantMessage) -> AsyncIterator[Event | Outcome]:
         st = self.state
@@ -409,6 +435,8 @@ class Loop:
                 result = await self.toolset.call_tool(tool, arguments, self.ctx)
         except TimeoutError:
             result = ToolResult(f"{tool} timed out after {self.settings.tool_timeout_s:g} s", is_error=True)
+        except Exception as exc:  # a broken toolset is the model's problem to route around, not a crash
+            result = ToolResult(f"{tool} failed: {type(exc).__name__}: {exc}", is_error=True)
         duration = (time.perf_counter() - started) * 1000
         category = sig.categorize_error(result.content) if result.is_error else None
         st.memory.add_step(
@@ -435,7 +463,11 @@ class Loop:
     async def _bad_call(self, call: ToolCall, message: str) -> AsyncIterator[Event | Outcome]:
         st, n = self.state, self.state.counters.step
         st.memory.add_error(ErrorEntry(n, message, call.name, "invalid_input"))
-        st.counters.record_act(f"{call.name} {compact_json(dict(call.arguments))}", True, "invalid_input")
+        if call.name == AGENT_STEP:  # a malformed step is not an action: no tool ran
+            st.counters.record_non_act("invalid")
+            st.counters.errors_by_category["invalid_input"] += 1
+        else:
+            st.counters.record_act(f"{call.name} {compact_json(dict(call.arguments))}", True, "invalid_input")
         self._reply(call, message, error=True)
         yield self.emit(ErrorEvent(code="invalid_tool_call", message=message, recoverable=True))
         yield CONTINUE
@@ -450,10 +482,33 @@ class Loop:
         if st.status != "waiting" or st.pending is None:
             raise RuntimeError(f"run {st.run_id} is {st.status}, not waiting for an answer")
         pending, st.pending, st.status = st.pending, None, "running"
+        # The answer also becomes a key fact, so it survives any trimming of the transcript.
+        st.memory.add_key_facts(
+            [Fact(f"User answered {pending.question!r}: {text}", st.counters.step, "user")]
+        )
         content = json.dumps({"user_answer": text}, ensure_ascii=False)
         st.transcript.add_tool_result(
             ToolResultMessage(pending.call_id, AGENT_STEP, content), observation=False
         )
+
+
+def _with_unique_ids(message: AssistantMessage, seen: set[str], step: int) -> AssistantMessage:
+    """Give every call an id unique in the run (some servers send none, or repeat them)."""
+    calls = []
+    changed = False
+    for n, given in enumerate(message.tool_calls, start=1):
+        call = given
+        if not call.id or call.id in seen:
+            call_id = f"call_{step}_{n}"
+            while call_id in seen:
+                call_id += "x"
+            call = ToolCall(call_id, given.name, given.arguments, given.arguments_error)
+            changed = True
+        seen.add(call.id)
+        calls.append(call)
+    if not changed:
+        return message
+    return AssistantMessage(text=message.text, tool_calls=tuple(calls), thinking=message.thinking)
 
 
 def _full_text_events(message: AssistantMessage) -> list[Event]:

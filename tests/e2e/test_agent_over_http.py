@@ -170,3 +170,28 @@ def test_provider_settings_come_from_steward_toml(server: FakeLLMServer, workspa
     request = server.requests[0]
     assert request.body["model"] == "from-config"
     assert request.headers.get("authorization") == "Bearer secret-123"
+
+
+async def test_a_stream_broken_midway_is_retried_with_backoff(server: FakeLLMServer, workspace: Path) -> None:
+    server.add(FakeReply(text="partial", stream_error="overloaded_error"), FakeReply(text="Recovered."))
+    model = AnthropicModel("claude-test", base_url=server.anthropic_base_url, api_key="k", max_retries=0)
+    agent = Agent(model, limits=Limits(model_retries=2, model_retry_backoff_s=0.01))
+    run = agent.start("hello", workspace=workspace)
+    events = [e async for e in run.stream()]
+    await model.aclose()
+    assert run.status == "done" and run.snapshot().output == "Recovered."
+    retry = next(e for e in events if e.type == "error")
+    assert retry.code == "model_retry" and retry.recoverable
+    assert len(server.requests) == 2
+
+
+async def test_retries_are_bounded(server: FakeLLMServer, workspace: Path) -> None:
+    server.add(*[FakeReply(text="x", stream_error="overloaded_error") for _ in range(3)])
+    model = AnthropicModel("claude-test", base_url=server.anthropic_base_url, api_key="k", max_retries=0)
+    agent = Agent(model, limits=Limits(model_retries=2, model_retry_backoff_s=0.01))
+    run = agent.start("hello", workspace=workspace)
+    events = [e async for e in run.stream()]
+    await model.aclose()
+    assert run.status == "failed"
+    assert [e.code for e in events if e.type == "error"] == ["model_retry", "model_retry", "model_error"]
+    assert len(server.requests) == 3
