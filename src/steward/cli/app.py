@@ -99,15 +99,9 @@ async def _ask(question: str, *, json_lines: bool) -> str | None:
     return line.rstrip("\n") if line else None
 
 
-def _script_leftover_warning(agent: Agent) -> None:
-    from steward.models.scripted import ScriptedModel
-
-    model = agent.model
-    if isinstance(model, ScriptedModel) and model.unconsumed:
-        typer.echo(
-            f"steward: warning: {model.unconsumed} of {len(model.replies)} scripted replies were never used.",
-            err=True,
-        )
+def _warnings(agent: Agent) -> None:
+    for warning in agent.warnings():
+        typer.echo(f"steward: warning: {warning}", err=True)
 
 
 @app.command()
@@ -128,7 +122,8 @@ def run(
     agent = Agent(config.model, config=config)
     started = agent.start(goal, workspace=workspace)
     code = _run_async(_drive(started, json_lines=json_lines, quiet=quiet), agent)
-    _script_leftover_warning(agent)
+    if code != EXIT_INTERRUPTED:
+        _warnings(agent)
     raise typer.Exit(code)
 
 
@@ -138,7 +133,7 @@ def _run_async(coro: Any, agent: Agent) -> int:
             result: int = await coro
             return result
         finally:
-            await agent.model.aclose()
+            await agent.aclose()
 
     try:
         return asyncio.run(main())

@@ -1,29 +1,63 @@
 """``steward stdio``: NDJSON requests on stdin, NDJSON events on stdout (seeds 001 and 002).
 
-Requests, one JSON object per line, handled in order:
+Requests, one JSON object per line:
 
-    {"prompt": "fix the tests", "workspace": "path", "model": "openai:...", "max_steps": 20}
-    {"run_id": "<id of a waiting run>", "answer": "text"}
+    {"prompt": "fix the tests", "run_id": "my-1", "workspace": "path", "model": "openai:...",
+     "max_steps": 20}                                  start a run (only "prompt" is required)
+    {"run_id": "my-1", "answer": "text"}               answer a run that is waiting
 
-Every event of every run is written as one line in the shared event encoding. A line that
-cannot be understood gets an ``error`` event (``recoverable: true``) and the server goes
-on; it stops when stdin closes.
+Runs proceed concurrently (a waiting run can be answered while another works); every event
+carries its ``run_id``, which the client may choose so it can match events to requests. A
+request that cannot be served gets an ``error`` event (``recoverable: true``) carrying the
+request's ``run_id`` when it had one, and the server goes on. It stops when stdin closes and
+the runs it started have finished or are waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
 from steward.agent import Agent, Run
-from steward.config import load_config
+from steward.config import Config, load_config
 from steward.errors import StewardError
 from steward.events import ErrorEvent, Event, encode_event
 
-_REQUEST_KEYS = {"prompt", "workspace", "model", "max_steps", "run_id", "answer"}
-MAX_WAITING_RUNS = 100
+_KEYS = {"prompt", "workspace", "model", "max_steps", "run_id", "answer"}
+_RUN_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+MAX_CONCURRENT_RUNS = 8
+MAX_KNOWN_RUNS = 1000
+
+
+class BadRequestError(Exception):
+    """A request the client must fix; the message says how."""
+
+
+def _field(request: dict[str, Any], key: str, kind: type, what: str) -> Any:
+    value = request.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise BadRequestError(f'"{key}" must be {what}, got {json.dumps(value)[:60]}')
+    return value
+
+
+def _check_request(request: Any) -> str:
+    """Check the envelope of a request; return its run_id (may be empty)."""
+    if not isinstance(request, dict):
+        raise BadRequestError('a request must be a JSON object such as {"prompt": "..."}')
+    run_id: str = _field(request, "run_id", str, "a string") or ""
+    if run_id and not _RUN_ID.match(run_id):
+        raise BadRequestError('"run_id" must be 1-64 letters, digits or _ . : -')
+    unknown = set(request) - _KEYS
+    if unknown:
+        raise BadRequestError(f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_KEYS)}")
+    return run_id
 
 
 class StdioServer:
@@ -32,8 +66,10 @@ class StdioServer:
         self.workspace = workspace
         self.model = model
         self.max_steps = max_steps
-        self.waiting: dict[str, Run] = {}
+        self.runs: dict[str, Run] = {}
         self.agents: list[Agent] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.slots = asyncio.Semaphore(MAX_CONCURRENT_RUNS)
 
     def write(self, event: Event) -> None:
         self.out.write(encode_event(event) + "\n")
@@ -43,82 +79,100 @@ class StdioServer:
         self.write(ErrorEvent(code=code, message=message, recoverable=True, run_id=run_id))
 
     async def handle(self, line: str) -> None:
+        run_id = ""
         try:
             request = json.loads(line)
+            run_id = _check_request(request)
+            if "answer" in request:
+                self._answer(request, run_id)
+            else:
+                self._start(request, run_id)
         except json.JSONDecodeError as exc:
             self.error(
                 "bad_request", f"not valid JSON ({exc.msg} at column {exc.colno}); send one object per line"
             )
-            return
-        if not isinstance(request, dict):
-            self.error("bad_request", 'a request must be a JSON object such as {"prompt": "..."}')
-            return
-        unknown = set(request) - _REQUEST_KEYS
-        if unknown:
-            self.error("bad_request", f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_REQUEST_KEYS)}")
-            return
-        try:
-            if "answer" in request:
-                await self._answer(request)
-            elif isinstance(request.get("prompt"), str) and request["prompt"].strip():
-                await self._start(request)
-            else:
-                self.error("bad_request", 'send {"prompt": "..."} or {"run_id": "...", "answer": "..."}')
+        except BadRequestError as exc:
+            self.error("bad_request", str(exc), run_id)
         except StewardError as exc:
-            self.error("config_error", str(exc))
+            self.error("config_error", str(exc), run_id)
+        except OSError as exc:
+            self.error("config_error", f"{exc.strerror or exc}: {exc.filename or ''}".strip(": "), run_id)
 
-    async def _start(self, request: dict[str, Any]) -> None:
-        workspace = Path(request.get("workspace") or self.workspace)
+    def _start(self, request: dict[str, Any], run_id: str) -> None:
+        prompt = _field(request, "prompt", str, "a non-empty string")
+        if not prompt or not prompt.strip():
+            raise BadRequestError(
+                'send {"prompt": "..."} to start a run, or {"run_id": "...", "answer": "..."}'
+            )
+        if run_id in self.runs:
+            raise BadRequestError(f"run_id {run_id!r} is already in use; choose another or leave it out")
+        workspace = Path(_field(request, "workspace", str, "a directory path") or self.workspace)
+        max_steps = _field(request, "max_steps", int, "a whole number of at least 1")
+        if max_steps is not None and max_steps < 1:
+            raise BadRequestError('"max_steps" must be at least 1')
         overrides: dict[str, Any] = {}
-        if request.get("model") or self.model:
-            overrides["model"] = request.get("model") or self.model
-        max_steps = request.get("max_steps") or self.max_steps
-        if max_steps is not None:
-            overrides["limits"] = {"max_steps": max_steps}
+        model = _field(request, "model", str, "a provider:model string") or self.model
+        if model:
+            overrides["model"] = model
+        if (max_steps or self.max_steps) is not None:
+            overrides["limits"] = {"max_steps": max_steps or self.max_steps}
         config = load_config(workspace, overrides=overrides)
         if not config.model:
-            self.error("no_model", 'No model configured: pass --model, set STEWARD_MODEL, or send "model".')
-            return
-        agent = self._agent(config.model, config)
-        await self._drive(agent.start(request["prompt"], workspace=workspace))
+            raise BadRequestError('no model configured: pass --model, set STEWARD_MODEL, or send "model"')
+        run = self._agent(config).start(prompt, workspace=workspace, run_id=run_id or None)
+        self._remember(run)
+        self._spawn(run.stream())
 
-    def _agent(self, model: str, config: Any) -> Agent:
-        # One agent per distinct model and configuration: a scripted model keeps its place
-        # in the script across requests, and SDK clients are reused.
+    def _answer(self, request: dict[str, Any], run_id: str) -> None:
+        text = _field(request, "answer", str, "a string")
+        if text is None or not run_id:
+            raise BadRequestError('answer with {"run_id": "<id of the waiting run>", "answer": "..."}')
+        run = self.runs.get(run_id)
+        if run is None:
+            self.error(
+                "unknown_run", f"no run {run_id!r} is known here; answer the run_id of a waiting event"
+            )
+            return
+        if run.status != "waiting":
+            raise BadRequestError(f"run {run_id!r} is {run.status}, not waiting for an answer")
+        self._spawn(run.answer_stream(text))
+
+    def _agent(self, config: Config) -> Agent:
+        # One agent per configuration: a scripted model keeps its place across requests, and
+        # provider clients are reused.
         for agent in self.agents:
-            if agent.model_spec == model and agent.config == config:
+            if agent.config == config:
                 return agent
-        agent = Agent(model, config=config)
+        agent = Agent(config.model, config=config)
         self.agents.append(agent)
         return agent
 
-    async def _answer(self, request: dict[str, Any]) -> None:
-        run = self.waiting.pop(str(request.get("run_id")), None)
-        if run is None:
-            self.error("unknown_run", f"no run {request.get('run_id')!r} is waiting for an answer")
-            return
-        if not isinstance(request["answer"], str):
-            self.waiting[run.id] = run
-            self.error("bad_request", "answer must be a string", run.id)
-            return
-        await self._drive_events(run, run.answer_stream(request["answer"]))
+    def _remember(self, run: Run) -> None:
+        if len(self.runs) >= MAX_KNOWN_RUNS:
+            for old in [rid for rid, r in self.runs.items() if r.status in ("done", "failed")][:100]:
+                del self.runs[old]
+        self.runs[run.id] = run
 
-    async def _drive(self, run: Run) -> None:
-        await self._drive_events(run, run.stream())
+    def _spawn(self, events: AsyncIterator[Event]) -> None:
+        task = asyncio.create_task(self._drive(events))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
-    async def _drive_events(self, run: Run, events: Any) -> None:
-        async for event in events:
-            self.write(event)
-        if run.status == "waiting":
-            if len(self.waiting) >= MAX_WAITING_RUNS:
-                oldest = next(iter(self.waiting))
-                del self.waiting[oldest]
-                self.error("dropped", f"run {oldest} was dropped: too many runs waiting", oldest)
-            self.waiting[run.id] = run
+    async def _drive(self, events: AsyncIterator[Event]) -> None:
+        async with self.slots:
+            try:
+                async for event in events:
+                    self.write(event)
+            except Exception as exc:  # one broken run must not take the server down
+                self.error("internal_error", f"{type(exc).__name__}: {exc}")
 
     async def close(self) -> None:
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
         for agent in self.agents:
-            await agent.model.aclose()
+            await agent.aclose()
+            for warning in agent.warnings():
+                sys.stderr.write(f"steward: warning: {warning}\n")
 
 
 async def serve(
@@ -126,7 +180,7 @@ async def serve(
 ) -> None:
     server = StdioServer(stdout, workspace=workspace, model=model, max_steps=max_steps)
     try:
-        while True:
+        while True:  # until stdin closes
             line = await asyncio.to_thread(stdin.readline)
             if not line:
                 break

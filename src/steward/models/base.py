@@ -195,3 +195,7 @@ class Model(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections; called once the model is no longer used."""
+
+    def warnings(self) -> list[str]:
+        """What the user should hear once the model is no longer used (e.g. unused script)."""
+        return []

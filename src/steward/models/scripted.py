@@ -145,6 +145,13 @@ class ScriptedModel(Model):
     def unconsumed(self) -> int:
         return len(self.replies) - self.used
 
+    def warnings(self) -> list[str]:
+        if not self.unconsumed:
+            return []
+        return [
+            f"{self.unconsumed} of {len(self.replies)} scripted replies in {self.source} were never used."
+        ]
+
     def assert_consumed(self) -> None:
         """Raise ``ScriptError`` if some replies were never used."""
         if self.unconsumed:
