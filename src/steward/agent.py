@@ -100,6 +100,10 @@ class Run:
             st.status = "cancelled"
             raise
 
+    def cancelled(self) -> Event:
+        """Mark the run cancelled (its task was cancelled) and return the closing event."""
+        return self._loop.cancel()
+
     async def result(self) -> RunResult:
         """Run to the end (or the next pause) and return where it stands."""
         async for _ in self.stream():
@@ -223,10 +227,15 @@ class Agent:
             raise ConfigError(
                 'The goal is empty. Say what the agent should do, e.g. steward run "fix the tests".'
             )
-        ws = Path(workspace).resolve()
-        if not ws.is_dir():
+        try:
+            ws = Path(workspace).resolve()
+            usable = ws.is_dir() and os.access(ws, os.R_OK | os.X_OK)
+        except OSError:
+            usable = False
+        if not usable:
             raise ConfigError(
-                f"Workspace '{workspace}' is not a directory. Pass --workspace DIR or cd into it."
+                f"Workspace '{workspace}' is not a directory this user can read. "
+                "Pass --workspace DIR or cd into one."
             )
         model = self.model
         lim = self.limits

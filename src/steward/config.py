@@ -87,10 +87,22 @@ def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}. Fix the file or remove it.") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML (UTF-8): {exc}. Fix the file or remove it.") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc.strerror}.") from None
+        raise ConfigError(
+            f"{path}: cannot be read ({exc.strerror}). Fix its permissions or remove it."
+        ) from None
+
+
+def _exists(path: Path, *, optional: bool) -> bool:
+    """``path.is_file()``, but a directory we may not look into is an error only if it matters."""
+    try:
+        return path.is_file()
+    except OSError as exc:
+        if optional:  # e.g. a HOME whose ~/.config this user cannot read: no user file then
+            return False
+        raise ConfigError(f"{path}: cannot be checked ({exc.strerror}). Fix its permissions.") from None
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -166,11 +178,11 @@ def load_config(
         candidates.append(workspace / "steward.toml")
     if env.get("STEWARD_CONFIG"):
         explicit = Path(env["STEWARD_CONFIG"])
-        if not explicit.is_file():
+        if not _exists(explicit, optional=False):
             raise ConfigError(f"STEWARD_CONFIG names '{explicit}', which is not a file. Fix or unset it.")
         candidates.append(explicit)
-    for path in candidates:
-        if path.is_file():
+    for n, path in enumerate(candidates):
+        if _exists(path, optional=n == 0):
             data = _read_toml(path)
             layers.append((str(path), data))
     if env.get("STEWARD_MODEL"):

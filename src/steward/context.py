@@ -129,7 +129,7 @@ def _cut(result: ToolResultMessage, keep: int) -> ToolResultMessage:
 @dataclass(slots=True)
 class BudgetSettings:
     request_tokens: int = 32_000
-    observation_share: float = 0.25
+    observation_share: float = 0.2
     keep_recent: int = 3
 
 

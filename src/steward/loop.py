@@ -177,6 +177,10 @@ class Loop:
                 case _:
                     assert_never(outcome)
 
+    def cancel(self) -> Event:
+        """Mark the run cancelled and return its closing ``done`` event."""
+        return self._finish("cancelled", None, "Cancelled before it finished.")
+
     def _finish(self, status: str, end_status: EndStatus | None, message: str) -> Event:
         st = self.state
         st.status, st.end_status, st.output = status, end_status, message
@@ -191,6 +195,13 @@ class Loop:
             )
         )
 
+    def _signals(self) -> list[sig.Signal]:
+        return sig.compute(
+            self.state.counters,
+            repeat_threshold=self.settings.repeat_warning,
+            failed_sub_task=self.state.memory.failed_current_sub_task(),
+        )
+
     # --- one step -------------------------------------------------------------------
 
     async def _step(self) -> AsyncIterator[Event | Outcome]:
@@ -201,7 +212,7 @@ class Loop:
         c.step += 1
         self.ctx.step = c.step
         yield self.emit(StepStart(step=c.step, max_steps=c.max_steps))
-        signal_text = sig.render(sig.compute(c, repeat_threshold=self.settings.repeat_warning))
+        signal_text = sig.render(self._signals())
         try:
             tools = [*await self.toolset.get_tools(self.ctx), AGENT_STEP_SPEC]
             built = self.context.build(self.static_prompt, st.memory, signal_text, st.transcript, tools)
@@ -301,7 +312,7 @@ class Loop:
 
     async def _after_step(self, outcome: Outcome) -> AsyncIterator[Event | Outcome]:
         st, c = self.state, self.state.counters
-        current = sig.compute(c, repeat_threshold=self.settings.repeat_warning)
+        current = self._signals()
         warnings = {s.code: s for s in current if s.level == "warning"}
         for code in warnings.keys() - st.raised:
             s = warnings[code]

@@ -72,7 +72,9 @@ class LoopCounters:
             self.same_action_failures = 0
 
 
-def compute(counters: LoopCounters, *, repeat_threshold: int = 3) -> list[Signal]:
+def compute(
+    counters: LoopCounters, *, repeat_threshold: int = 3, failed_sub_task: int | None = None
+) -> list[Signal]:
     """The signals for the next model call, info first."""
     c = counters
     signals = [Signal("steps_used", "info", f"ℹ {c.step} of {c.max_steps} steps used")]
@@ -101,6 +103,15 @@ def compute(counters: LoopCounters, *, repeat_threshold: int = 3) -> list[Signal
         )
     if c.consecutive_non_act >= 3:
         signals.append(Signal("no_action", "warning", "⚠ 3 steps without action. Act, reflect, or ask."))
+    if failed_sub_task is not None:
+        signals.append(
+            Signal(
+                "sub_task_failed",
+                "warning",
+                f"⚠ Sub-task {failed_sub_task} failed; what depends on it cannot start. Reflect, then retry "
+                "it another way or re-plan.",
+            )
+        )
     if c.errors_by_category["permission"] >= 2:
         signals.append(
             Signal(

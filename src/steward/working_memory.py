@@ -135,6 +135,13 @@ class WorkingMemory:
                 entry.resolved = True
                 entry.resolution_summary = resolution_summary
 
+    def failed_current_sub_task(self) -> int | None:
+        plan = self.plan
+        if plan is None or plan.current_sub_task is None:
+            return None
+        task = plan.get(plan.current_sub_task)
+        return task.id if task is not None and task.status == "failed" else None
+
     def last_unresolved_error(self) -> ErrorEntry | None:
         return next((e for e in reversed(self.errors) if not e.resolved), None)
 
@@ -180,9 +187,9 @@ def _render_plan(plan: Plan) -> str:
     for task in plan.sub_tasks:
         label = f"Sub-task {task.id}: {task.title}"
         current = task.id == plan.current_sub_task
-        mark = "→" if current else _MARK[task.status]
+        mark = "→" if current and task.status != "failed" else _MARK[task.status]
         if current:
-            suffix = "← CURRENT"
+            suffix = "← CURRENT (failed)" if task.status == "failed" else "← CURRENT"
         elif task.status == "pending" and task.depends_on:
             suffix = "(needs: " + ", ".join(str(d) for d in task.depends_on) + ")"
         elif task.status == "failed":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -45,3 +46,22 @@ def test_sigint_cancels_the_run_and_kills_its_processes(tmp_path: Path) -> None:
     while alive(background) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(background)
+
+
+def test_sigint_under_json_ends_the_stream_with_a_cancelled_event(tmp_path: Path) -> None:
+    script = tmp_path / "s.yaml"
+    script.write_text(yaml.safe_dump([{"tool": "bash", "args": {"command": "touch started; sleep 60"}}]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEWARD_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "steward", "run", "wait", "--json", "--model", f"scripted:{script}"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 130, stderr
+    last = json.loads(stdout.splitlines()[-1])
+    assert last["type"] == "done" and last["data"]["status"] == "cancelled"
+    assert "never used" not in stderr

@@ -89,7 +89,7 @@ def test_missing_workspace_is_a_usage_error(cli: Any, tmp_path: Path) -> None:
     script = write_script(tmp_path / "s.yaml", [end()])
     proc = cli("run", "goal", "-w", str(tmp_path / "nope"), "--model", f"scripted:{script}")
     assert proc.returncode == 2
-    assert "is not a directory" in proc.stderr and "Traceback" not in proc.stderr
+    assert "is not a directory this user can read" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_bad_config_file_is_one_line_naming_the_key(cli: Any, tmp_path: Path) -> None:

@@ -109,7 +109,7 @@ def test_bad_fields_get_error_events_and_the_server_goes_on(cli: Any, tmp_path: 
     assert len(errors) == 7 and all(e["recoverable"] for e in errors)
     assert '"workspace" must be a directory path' in errors[0]["message"]
     assert '"max_steps" must be at least 1' in errors[2]["message"]
-    assert "is not a directory" in errors[5]["message"]
+    assert "is not a directory this user can read" in errors[5]["message"]
     assert "names no provider" in errors[6]["message"] or "Unknown model provider" in errors[6]["message"]
     done = [e for e in events if e["type"] == "done"]
     assert len(done) == 1 and done[0]["run_id"] == "mine-1"

@@ -206,3 +206,11 @@ async def test_a_provider_bug_fails_the_run_instead_of_raising(workspace: Any) -
     result = await Agent(FunctionModel(broken), builtin_tools=False).run("goal", workspace=workspace)
     assert result.status == "failed"
     assert "failed unexpectedly: KeyError" in result.output
+
+
+async def test_a_failed_sub_task_shows_and_raises_a_signal(script: Any) -> None:
+    out = await script([PLAN, step("verify", "a is broken", sub_task_outcome="failed"), END])
+    view = out.requests[2].system
+    assert "✗ Sub-task 1: a" in view and "← CURRENT (failed)" in view
+    assert "⚠ Sub-task 1 failed" in view
+    assert "sub_task_failed" in [s.code for s in out.of("signal")]

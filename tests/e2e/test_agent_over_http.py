@@ -154,7 +154,7 @@ def test_unreachable_server_is_one_line_naming_the_url(workspace: Path) -> None:
 
 def test_missing_openai_key_names_the_variable(workspace: Path) -> None:
     proc = steward_cli(workspace, "run", "x", "-m", "openai:gpt-4o-mini")
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a configuration problem, found before the run starts
     assert "OPENAI_API_KEY" in proc.stderr and "Traceback" not in proc.stderr
 
 

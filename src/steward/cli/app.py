@@ -17,6 +17,7 @@ import typer
 if TYPE_CHECKING:
     from steward.agent import Agent, Run
     from steward.config import Config
+    from steward.events import Event
 
 app = typer.Typer(
     name="steward",
@@ -27,6 +28,25 @@ app = typer.Typer(
 )
 
 EXIT_OK, EXIT_NOT_SOLVED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from steward import __version__
+
+        typer.echo(f"steward {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Steward: autonomous, tool-using agents that plan, act, verify and report."""
+
 
 NO_MODEL = (
     "No model configured. Set STEWARD_MODEL=openai:gpt-4o-mini (or pass --model, or put "
@@ -69,14 +89,22 @@ async def _drive(run: Run, *, json_lines: bool, quiet: bool) -> int:
     from steward.events import encode_event
 
     renderer = TerminalRenderer(quiet=quiet)
+
+    def show(event: Event) -> None:
+        if json_lines:
+            sys.stdout.write(encode_event(event) + "\n")
+            sys.stdout.flush()
+        else:
+            renderer.show(event)
+
     events = run.stream()
     for _ in range(1000):  # a run may ask many questions, but not without bound
-        async for event in events:
-            if json_lines:
-                sys.stdout.write(encode_event(event) + "\n")
-                sys.stdout.flush()
-            else:
-                renderer.show(event)
+        try:
+            async for event in events:
+                show(event)
+        except asyncio.CancelledError:
+            show(run.cancelled())  # consumers of the stream see how it ended
+            raise
         if run.status != "waiting" or run.pending is None:
             break
         answer = await _ask(run.pending.question, json_lines=json_lines)
@@ -106,7 +134,7 @@ def _warnings(agent: Agent) -> None:
 
 @app.command()
 def run(
-    goal: Annotated[str, typer.Argument(help="What the agent should achieve.")],
+    goal: Annotated[str, typer.Argument(help="What the agent should achieve.", metavar="GOAL")],
     workspace: Workspace = Path(),
     model: ModelOpt = None,
     max_steps: MaxSteps = None,
@@ -115,12 +143,17 @@ def run(
 ) -> None:
     """Run an agent on GOAL in the workspace and show its progress live."""
     from steward.agent import Agent
+    from steward.errors import ModelError
 
     config = _load(workspace, model, max_steps)
     if not config.model:
         raise _fail(NO_MODEL)
     agent = Agent(config.model, config=config)
-    started = agent.start(goal, workspace=workspace)
+    try:
+        started = agent.start(goal, workspace=workspace)
+        agent.model.check()
+    except ModelError as exc:  # before the run starts, a model problem is a configuration problem
+        raise _fail(str(exc)) from None
     code = _run_async(_drive(started, json_lines=json_lines, quiet=quiet), agent)
     if code != EXIT_INTERRUPTED:
         _warnings(agent)

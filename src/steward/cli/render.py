@@ -55,6 +55,10 @@ def _tool_label(tool: str, arguments: dict[str, Any]) -> str:
     return f"{tool} {_short(arguments)}"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 class TerminalRenderer:
     """Prints events as they come; ``quiet`` prints only the final answer."""
 
@@ -62,7 +66,8 @@ class TerminalRenderer:
         self, *, quiet: bool = False, err: Console | None = None, out: Console | None = None
     ) -> None:
         self.quiet = quiet
-        self.err = err or Console(stderr=True, highlight=False)
+        # soft_wrap: a one-line message stays one line in pipes and CI logs.
+        self.err = err or Console(stderr=True, highlight=False, soft_wrap=True)
         self.out = out or Console(highlight=False, soft_wrap=True)
         self._streamed_text = False
         self._streamed = ""
@@ -77,6 +82,9 @@ class TerminalRenderer:
                 self.err.print(f"[bold yellow]?[/] {escape(event.question)}")
             return
         e = self.err
+        if self._streamed_text and not (isinstance(event, TextEvent) and event.partial):
+            e.print()  # end the streamed line before anything else is shown
+            self._streamed_text = False
         match event:
             case RunStart():
                 e.print(f"[bold]steward[/] · {escape(event.model)} · {escape(event.workspace)}")
@@ -110,10 +118,6 @@ class TerminalRenderer:
                 self._streamed_text = True
                 self._streamed += event.text
                 e.print(escape(event.text), end="")
-            case TextEvent():
-                if self._streamed_text:
-                    e.print()
-                    self._streamed_text = False
             case StepStart():
                 self._streamed = ""
             case WaitingEvent():
@@ -124,7 +128,10 @@ class TerminalRenderer:
                 pass
 
     def _show_plan(self, event: PlanEvent) -> None:
-        state = {t["id"]: "current" if t["id"] == event.current else t["status"] for t in event.sub_tasks}
+        state = {
+            t["id"]: "current" if t["id"] == event.current and t["status"] != "failed" else t["status"]
+            for t in event.sub_tasks
+        }
         if event.version != self._plan_version:
             self.err.print(f"    [bold]plan v{event.version}[/]: {escape(event.goal)}")
             for task in event.sub_tasks:
@@ -145,8 +152,8 @@ class TerminalRenderer:
             usage = event.usage
             tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
             self.err.print(
-                f"[bold {color}]■ {status}[/] · {event.steps} steps · {event.tool_calls} tool calls"
-                + (f" · {tokens:,} tokens" if tokens else "")
+                f"[bold {color}]■ {status}[/] · {_count(event.steps, 'step')} · "
+                f"{_count(event.tool_calls, 'tool call')}" + (f" · {tokens:,} tokens" if tokens else "")
             )
         if event.status == "failed":
             if quiet:  # otherwise the error event was shown already

@@ -196,6 +196,9 @@ class Model(ABC):
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections; called once the model is no longer used."""
 
+    def check(self) -> None:  # noqa: B027 - optional hook
+        """Raise ``ModelError`` for a configuration that cannot work (no key), without I/O."""
+
     def warnings(self) -> list[str]:
         """What the user should hear once the model is no longer used (e.g. unused script)."""
         return []

@@ -140,6 +140,9 @@ class OpenAIChatModel(Model):
             )
         return self._client
 
+    def check(self) -> None:
+        self._resolve_api_key()
+
     def _resolve_api_key(self) -> str:
         key = self._api_key or os.environ.get(self._api_key_env)
         if key:

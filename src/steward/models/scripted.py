@@ -97,6 +97,8 @@ def load_script(path: str | Path) -> list[AssistantMessage]:
         ) from None
     except OSError as exc:
         raise ScriptError(f"scripted model: cannot read '{path}': {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ScriptError(f"scripted model: '{path}' is not UTF-8 text; save it as UTF-8") from None
     return parse_script(text, str(path), json_only=file.suffix.lower() == ".json")
 
 
