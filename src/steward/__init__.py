@@ -11,7 +11,7 @@ agent = Agent(model="openai:gpt-4o-mini", tools=[lookup_order])
 result = agent.run_sync("Where is order 42?", workspace=".")
 """
 
-from steward.agent import Agent, Run, RunResult
+from steward.agent import Agent, Run, RunResult, RunStream
 from steward.config import Config, Limits, load_config
 from steward.errors import ConfigError, ModelError, RunError, ScriptError, StewardError, ToolError
 from steward.events import Event, decode_event, encode_event
@@ -51,6 +51,7 @@ __all__ = [
     "Run",
     "RunError",
     "RunResult",
+    "RunStream",
     "ScriptError",
     "ScriptedModel",
     "StewardError",

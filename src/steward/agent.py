@@ -274,8 +274,20 @@ class Agent:
     def run_sync(self, goal: str, *, workspace: str | Path = ".") -> RunResult:
         return asyncio.run(self.run(goal, workspace=workspace))
 
-    def run_stream(self, goal: str, *, workspace: str | Path = ".") -> AsyncIterator[Event]:
-        return self.start(goal, workspace=workspace).stream()
+    def run_stream(self, goal: str, *, workspace: str | Path = ".") -> RunStream:
+        """The run's events as they happen; ``.run`` is the run, to answer it when it waits."""
+        return RunStream(self.start(goal, workspace=workspace))
+
+
+class RunStream:
+    """Async-iterable events of one run, with the ``Run`` at hand."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self._events = run.stream()
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events
 
 
 def _recaller(memory: WorkingMemory) -> Callable[[str], str | None]:

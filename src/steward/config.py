@@ -95,6 +95,15 @@ def _read_toml(path: Path) -> dict[str, Any]:
         ) from None
 
 
+def _anchor_script_path(data: dict[str, Any], base: Path) -> None:
+    # A script named in a config file is found next to that file, wherever steward runs.
+    model = data.get("model")
+    if isinstance(model, str) and model.startswith("scripted:"):
+        script = Path(model.removeprefix("scripted:"))
+        if not script.is_absolute():
+            data["model"] = f"scripted:{base / script}"
+
+
 def _exists(path: Path, *, optional: bool) -> bool:
     """``path.is_file()``, but a directory we may not look into is an error only if it matters."""
     try:
@@ -184,6 +193,7 @@ def load_config(
     for n, path in enumerate(candidates):
         if _exists(path, optional=n == 0):
             data = _read_toml(path)
+            _anchor_script_path(data, path.parent)
             layers.append((str(path), data))
     if env.get("STEWARD_MODEL"):
         layers.append(("STEWARD_MODEL", {"model": env["STEWARD_MODEL"]}))

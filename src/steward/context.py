@@ -209,10 +209,13 @@ class ContextBuilder:
         if total > budget:
             total = self._cut_newest(chosen, sizes, obs_index, total, budget) + 0
         if total > budget:
+            fixed_tokens = int((fixed + len(system)) / self.chars_per_token)
+            rest_tokens = int(sum(sizes) / self.chars_per_token)
             raise ConfigError(
-                f"The request budget of {s.request_tokens:,} tokens is too small for this agent's system "
-                f"prompt and tool schemas (~{int(total / self.chars_per_token):,} tokens). Raise "
-                "limits.request_token_budget in steward.toml."
+                f"The request budget of {s.request_tokens:,} tokens is too small: the system prompt and "
+                f"tool schemas take ~{fixed_tokens:,} tokens and the goal and conversation that cannot be "
+                f"left out ~{rest_tokens:,}. Raise limits.request_token_budget in steward.toml, or shorten "
+                "the goal."
             )
         request = ModelRequest(system=system, messages=[m for m in chosen if m is not None], tools=tools)
         return BuiltRequest(request, total, int(total / self.chars_per_token), elided, dropped)

@@ -174,9 +174,12 @@ def parse_agent_step(raw: Mapping[str, Any]) -> AgentStep:
                 raise StepInputError("phase 'feedback' needs feedback_message: the question for the user")
             return _with(step, feedback_message=question)
         case "end":
-            status = raw.get("end_status")
+            given = raw.get("end_status")
+            status = given.strip().lower() if isinstance(given, str) else given
             if status not in END_STATUSES:
-                raise StepInputError(f"phase 'end' needs end_status: one of {', '.join(END_STATUSES)}")
+                raise StepInputError(
+                    f"phase 'end' needs end_status: one of {', '.join(END_STATUSES)}; got {given!r}"
+                )
             message = _text(raw, "end_message").strip() or summary.strip()
             if not message:
                 raise StepInputError("phase 'end' needs end_message: the final report for the user")

@@ -81,3 +81,15 @@ def test_provider_settings(tmp_path: Path) -> None:
     config = load_config(tmp_path, environ={}, user_file=tmp_path / "none")
     assert config.models["openai"].base_url == "http://127.0.0.1:9/v1"
     assert config.models["openai"].max_retries == 1
+
+
+def test_a_script_named_in_a_config_file_is_found_next_to_it(tmp_path: Path) -> None:
+    (tmp_path / "steward.toml").write_text('model = "scripted:scripts/demo.yaml"\n')
+    config = load_config(tmp_path, environ={}, user_file=tmp_path / "none")
+    assert config.model == f"scripted:{tmp_path / 'scripts' / 'demo.yaml'}"
+
+
+def test_a_non_utf8_config_file_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "steward.toml").write_bytes(b'model = "\xff\xfe"\n')
+    with pytest.raises(ConfigError, match=r"steward.toml: not valid TOML \(UTF-8\)"):
+        load_config(tmp_path, environ={}, user_file=tmp_path / "none")

@@ -158,3 +158,12 @@ async def test_one_huge_output_is_cut_in_the_middle_to_fit(tmp_path: Path) -> No
         assert request_chars(request) <= 4_000 * DEFAULT_CHARS_PER_TOKEN
     cut = [m.content for m in results(trajectory.requests[-1]) if "chars cut to fit" in m.content]
     assert cut and cut[-1].startswith("<chunk ")
+
+
+async def test_a_goal_too_large_for_the_budget_is_named(tmp_path: Path) -> None:
+    agent = Agent(
+        FunctionModel(Trajectory(2)), builtin_tools=False, limits=Limits(request_token_budget=2_000)
+    )
+    result = await agent.run("x" * 20_000, workspace=tmp_path)
+    assert result.status == "failed"
+    assert "the goal and conversation" in result.output and "shorten the goal" in result.output

@@ -214,3 +214,23 @@ async def test_a_failed_sub_task_shows_and_raises_a_signal(script: Any) -> None:
     assert "✗ Sub-task 1: a" in view and "← CURRENT (failed)" in view
     assert "⚠ Sub-task 1 failed" in view
     assert "sub_task_failed" in [s.code for s in out.of("signal")]
+
+
+async def test_run_stream_hands_over_the_run_to_answer_it(workspace: Any) -> None:
+    from steward import Agent, ScriptedModel
+
+    model = ScriptedModel.from_data([step("feedback", "ask", feedback_message="Which?"), END])
+    stream = Agent(model, builtin_tools=False).run_stream("goal", workspace=workspace)
+    events = [e async for e in stream]
+    assert events[-1].type == "waiting"
+    result = await stream.run.answer("that one")
+    assert result.solved
+
+
+async def test_end_status_is_case_insensitive_and_errors_say_what_came(script: Any) -> None:
+    out = await script(
+        [step("end", end_status="DONE", end_message="x"), step("end", end_status="Solved", end_message="ok")]
+    )
+    assert out.result.solved
+    error = next(e for e in out.of("error"))
+    assert "got 'DONE'" in error.message

@@ -124,3 +124,47 @@ async def test_tool_context_cannot_be_passed_by_the_model(ctx: ToolContext) -> N
     result = await where.call({"name": "a.txt", "ctx": {"workspace": "/"}}, ctx)
     assert result.is_error
     assert "ctx" in result.content
+
+
+def test_programmer_sections_stay_out_of_the_description() -> None:
+    from steward.tools.base import Tool
+
+    def find(name: str) -> str:
+        """Find a thing by name.
+
+        Args:
+            name: What to find.
+
+        Returns:
+            The thing, described.
+
+        Raises:
+            KeyError: when missing.
+        """
+        return name
+
+    spec = Tool(find).spec
+    assert spec.description == "Find a thing by name."
+    assert spec.parameters["properties"]["name"]["description"] == "What to find."
+
+
+async def test_rich_return_values_become_json(tmp_path: Path) -> None:
+    import enum
+    from dataclasses import dataclass
+
+    from steward.tools.base import Tool, ToolContext
+
+    class Color(enum.Enum):
+        RED = "red"
+
+    @dataclass
+    class Point:
+        x: int
+        color: Color
+
+    def where() -> Point:
+        """Where it is."""
+        return Point(1, Color.RED)
+
+    result = await Tool(where).call({}, ToolContext(workspace=tmp_path))
+    assert result.content == '{"x": 1, "color": "red"}'

@@ -59,6 +59,8 @@ class ToolResult:
 # --- @tool ------------------------------------------------------------------------------
 
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
+# Sections that are for the programmer, not the model: they end the description.
+_OTHER_SECTION = re.compile(r"^(Returns?|Raises|Yields|Examples?|Notes?|See Also|Warnings?):\s*$")
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
 
 
@@ -71,14 +73,17 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     args: dict[str, str] = {}
     current: str | None = None
     in_args = False
+    skipping = False
     for line in lines:
         if _ARGS_HEADER.match(line):
-            in_args = True
+            in_args, skipping = True, False
+            continue
+        if _OTHER_SECTION.match(line):
+            in_args, skipping = False, True
+            continue
+        if skipping:
             continue
         if in_args:
-            if line and not line[0].isspace() and line.rstrip().endswith(":"):
-                in_args = False  # another section (Returns:, Raises:) starts
-                continue
             match = _ARG_LINE.match(line)
             if match and (not line.startswith("        ") or current is None):
                 current = match.group(1).lstrip("*")
@@ -123,6 +128,23 @@ def _strip_titles(schema: Any) -> Any:
     return schema
 
 
+def _parameter_hints(function: Callable[..., Any]) -> dict[str, Any]:
+    """Resolve the parameters' annotations; the return annotation is not needed (and may name a
+    type local to the caller, which cannot be resolved later)."""
+
+    class Parameters:
+        __annotations__ = {k: v for k, v in getattr(function, "__annotations__", {}).items() if k != "return"}
+
+    namespace = getattr(function, "__globals__", None)
+    try:
+        return get_type_hints(Parameters, globalns=namespace, include_extras=True)
+    except NameError as exc:
+        raise TypeError(
+            f"@tool {function.__name__}: cannot resolve a parameter annotation ({exc}); define the type at "
+            "module level or import it where the tool is defined."
+        ) from None
+
+
 def format_validation_error(tool_name: str, exc: ValidationError) -> str:
     problems = []
     for err in exc.errors(include_url=False):
@@ -153,7 +175,7 @@ class Tool:
         self._invalid = ValidationError
         self.function = function
         self._is_async = inspect.iscoroutinefunction(function)
-        hints = get_type_hints(function, include_extras=True)
+        hints = _parameter_hints(function)
         doc_description, arg_docs = _parse_docstring(function.__doc__)
         fields: dict[str, Any] = {}
         self._context_param: str | None = None
@@ -214,7 +236,10 @@ def _to_text(value: Any) -> str:
         return value
     if value is None:
         return ""
-    return json.dumps(value, ensure_ascii=False, default=str)
+    from pydantic_core import to_jsonable_python
+
+    # Models, dataclasses, enums, dates and paths become JSON, not their repr.
+    return json.dumps(to_jsonable_python(value, fallback=str), ensure_ascii=False)
 
 
 @overload
