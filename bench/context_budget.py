@@ -27,7 +27,7 @@ def chunk(i: int, size: int) -> str:
 
 
 def chars(request: ModelRequest) -> int:
-    total = len(request.system)
+    total = len(request.system) + len(request.context)
     for m in request.messages:
         if isinstance(m, AssistantMessage):
             total += len(m.text) + sum(len(c.arguments_json()) for c in m.tool_calls)
@@ -100,7 +100,9 @@ def main() -> None:
         ]
         newest_ok = all(o.startswith("[chunk ") and len(o) == size for o in outputs[-3:])
         has_all = (
-            "[PLAN v1]" in r.system and "chunks are ASCII" in r.system and "[step 2] read_chunk" in r.system
+            "[PLAN v1]" in r.context
+            and "chunks are ASCII" in r.context
+            and "[step 2] read_chunk" in r.context
         )
         complete += newest_ok and has_all
     total = sum(chars(r) for r in requests)

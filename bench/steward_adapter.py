@@ -30,7 +30,7 @@ LABEL = "Steward Agent"
 
 
 def _chars(request: ModelRequest) -> int:
-    total = len(request.system)
+    total = len(request.system) + len(request.context)
     for m in request.messages:
         if isinstance(m, AssistantMessage):
             total += len(m.text) + sum(len(c.arguments_json()) for c in m.tool_calls)

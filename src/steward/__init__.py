@@ -1,37 +1,60 @@
 """Steward: a self-hosted runtime for autonomous, tool-using LLM agents.
 
-from steward import Agent, tool
+    from steward import Agent, tool
 
-@tool
-def lookup_order(order_id: str) -> str:
-    \"\"\"Return the status of an order.\"\"\"
-    ...
+    @tool
+    def lookup_order(order_id: str) -> str:
+        \"\"\"Return the status of an order.\"\"\"
+        ...
 
-agent = Agent(model="openai:gpt-4o-mini", tools=[lookup_order])
-result = agent.run_sync("Where is order 42?", workspace=".")
+    agent = Agent(model="openai:gpt-4o-mini", tools=[lookup_order])
+    result = agent.run_sync("Where is order 42?", workspace=".")
+
+Names are loaded on first use (PEP 562), so `import steward` costs almost nothing.
 """
 
-from steward.agent import Agent, Run, RunResult, RunStream
-from steward.config import Config, Limits, load_config
-from steward.errors import ConfigError, ModelError, RunError, ScriptError, StewardError, ToolError
-from steward.events import Event, decode_event, encode_event
-from steward.models.base import Model, ModelRequest, ModelResponse, Usage
-from steward.models.scripted import FunctionModel, ScriptedModel
-from steward.tools.base import (
-    CombinedToolset,
-    FilteredToolset,
-    FunctionToolset,
-    PrefixedToolset,
-    Tool,
-    ToolContext,
-    ToolResult,
-    Toolset,
-    WrapperToolset,
-    tool,
-)
-from steward.working_memory import WorkingMemory
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_WHERE = {
+    "Agent": "steward.agent",
+    "CombinedToolset": "steward.tools.base",
+    "Config": "steward.config",
+    "ConfigError": "steward.errors",
+    "Event": "steward.events",
+    "FilteredToolset": "steward.tools.base",
+    "FunctionModel": "steward.models.scripted",
+    "FunctionToolset": "steward.tools.base",
+    "Limits": "steward.config",
+    "Model": "steward.models.base",
+    "ModelError": "steward.errors",
+    "ModelRequest": "steward.models.base",
+    "ModelResponse": "steward.models.base",
+    "PrefixedToolset": "steward.tools.base",
+    "Run": "steward.agent",
+    "RunError": "steward.errors",
+    "RunResult": "steward.agent",
+    "RunStream": "steward.agent",
+    "ScriptError": "steward.errors",
+    "ScriptedModel": "steward.models.scripted",
+    "StewardError": "steward.errors",
+    "Tool": "steward.tools.base",
+    "ToolContext": "steward.tools.base",
+    "ToolError": "steward.errors",
+    "ToolResult": "steward.tools.base",
+    "Toolset": "steward.tools.base",
+    "Usage": "steward.models.base",
+    "WorkingMemory": "steward.working_memory",
+    "WrapperToolset": "steward.tools.base",
+    "decode_event": "steward.events",
+    "encode_event": "steward.events",
+    "load_config": "steward.config",
+    "tool": "steward.tools.base",
+}
 
 __all__ = [
     "Agent",
@@ -68,3 +91,38 @@ __all__ = [
     "load_config",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'steward' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return [*globals(), *__all__]
+
+
+if TYPE_CHECKING:
+    from steward.agent import Agent, Run, RunResult, RunStream
+    from steward.config import Config, Limits, load_config
+    from steward.errors import ConfigError, ModelError, RunError, ScriptError, StewardError, ToolError
+    from steward.events import Event, decode_event, encode_event
+    from steward.models.base import Model, ModelRequest, ModelResponse, Usage
+    from steward.models.scripted import FunctionModel, ScriptedModel
+    from steward.tools.base import (
+        CombinedToolset,
+        FilteredToolset,
+        FunctionToolset,
+        PrefixedToolset,
+        Tool,
+        ToolContext,
+        ToolResult,
+        Toolset,
+        WrapperToolset,
+        tool,
+    )
+    from steward.working_memory import WorkingMemory

@@ -7,9 +7,7 @@ that run's state; a run that waits for a human is answered through ``Run.answer`
 
 from __future__ import annotations
 
-import asyncio
 import os
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,12 +91,15 @@ class Run:
                     max_steps=self._max_steps,
                 )
             )
+        finished = False
         try:
             async for event in self._loop.run():
                 yield event
-        except asyncio.CancelledError:
-            st.status = "cancelled"
-            raise
+            finished = True
+        finally:
+            # Cancelled, or abandoned by its consumer: either way this run will not go on.
+            if not finished and st.status == "running":
+                st.status = "cancelled"
 
     def cancelled(self) -> Event:
         """Mark the run cancelled (its task was cancelled) and return the closing event."""
@@ -239,7 +240,7 @@ class Agent:
             )
         model = self.model
         lim = self.limits
-        rid = run_id or uuid.uuid4().hex[:12]
+        rid = run_id or os.urandom(6).hex()
         memory = WorkingMemory(rid)
         state = RunState(rid, goal, ws, memory, counters=LoopCounters(max_steps=lim.max_steps))
         state.transcript.add_user(goal)
@@ -272,6 +273,8 @@ class Agent:
         return await self.start(goal, workspace=workspace).result()
 
     def run_sync(self, goal: str, *, workspace: str | Path = ".") -> RunResult:
+        import asyncio  # deferred like every asyncio use: `import steward` stays fast
+
         return asyncio.run(self.run(goal, workspace=workspace))
 
     def run_stream(self, goal: str, *, workspace: str | Path = ".") -> RunStream:

@@ -1,6 +1,7 @@
 """Building one model request within its token budget.
 
-The request is: the static prompt and the working-memory view in the system message, then
+The request is: the static prompt and the working-memory view in the system message (the view
+travels as the request's ``context``, so the static prompt stays one shared, cacheable string), then
 the transcript (goal, assistant turns, tool results). A tool output travels once, as its
 tool result; the view only points at it. When the request would exceed its budget:
 
@@ -192,24 +193,25 @@ class ContextBuilder:
                 if e.observation:
                     obs_index.append(i)
 
+        # The static prompt is one shared string; the view travels apart as the request's context.
+        fixed += len(static_prompt) + 2
         view = memory.render_view(signals, output=_reference) if memory.steps or memory.plan else ""
-        system = f"{static_prompt}\n\n{view}" if view else static_prompt
-        total = fixed + len(system) + sum(sizes)
+        total = fixed + len(view) + sum(sizes)
         elided = self._elide(entries, chosen, sizes, obs_index, total, budget)
-        total = fixed + len(system) + sum(sizes)
+        total = fixed + len(view) + sum(sizes)
 
         dropped = 0
         if total > budget:
             dropped, total = self._drop_turns(entries, chosen, sizes, total, budget)
         if total > budget and memory.steps:
-            system, total = self._fold_view(static_prompt, memory, signals, dropped, fixed, sizes, budget)
+            view, total = self._fold_view(memory, signals, dropped, fixed, sizes, budget)
         elif dropped:
-            system += _dropped_note(dropped)
+            view += _dropped_note(dropped)
             total += len(_dropped_note(dropped))
         if total > budget:
             total = self._cut_newest(chosen, sizes, obs_index, total, budget) + 0
         if total > budget:
-            fixed_tokens = int((fixed + len(system)) / self.chars_per_token)
+            fixed_tokens = int((fixed + len(view)) / self.chars_per_token)
             rest_tokens = int(sum(sizes) / self.chars_per_token)
             raise ConfigError(
                 f"The request budget of {s.request_tokens:,} tokens is too small: the system prompt and "
@@ -217,7 +219,9 @@ class ContextBuilder:
                 f"left out ~{rest_tokens:,}. Raise limits.request_token_budget in steward.toml, or shorten "
                 "the goal."
             )
-        request = ModelRequest(system=system, messages=[m for m in chosen if m is not None], tools=tools)
+        request = ModelRequest(
+            system=static_prompt, messages=[m for m in chosen if m is not None], tools=tools, context=view
+        )
         return BuiltRequest(request, total, int(total / self.chars_per_token), elided, dropped)
 
     def _elide(
@@ -275,26 +279,18 @@ class ContextBuilder:
         return len(dropped_turns), total
 
     def _fold_view(
-        self,
-        static_prompt: str,
-        memory: WorkingMemory,
-        signals: str,
-        dropped: int,
-        fixed: int,
-        sizes: list[int],
-        budget: int,
+        self, memory: WorkingMemory, signals: str, dropped: int, fixed: int, sizes: list[int], budget: int
     ) -> tuple[str, int]:
         note = _dropped_note(dropped) if dropped else ""
-        rest = fixed + sum(sizes) + len(note)
-        system = static_prompt
+        rest = fixed + sum(sizes)
+        view = ""
         first = 0
         for _ in range(32):  # halve the shown steps until the view fits (bounded)
             first = len(memory.steps) - max(1, (len(memory.steps) - first) // 2)
-            view = memory.render_view(signals, output=_reference, first_step_shown=first)
-            system = f"{static_prompt}\n\n{view}{note}"
-            if rest + len(system) <= budget or first >= len(memory.steps) - 1:
+            view = memory.render_view(signals, output=_reference, first_step_shown=first) + note
+            if rest + len(view) <= budget or first >= len(memory.steps) - 1:
                 break
-        return system, rest + len(system)
+        return view, rest + len(view)
 
     def _cut_newest(
         self, chosen: list[Message], sizes: list[int], obs_index: list[int], total: int, budget: int

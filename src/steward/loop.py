@@ -8,10 +8,10 @@ Streaming adapters, rendering and transports live elsewhere: they consume the ev
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
@@ -269,7 +269,7 @@ class Loop:
                 delay = self.settings.model_retry_backoff_s * 2 ** (attempt - 1)
                 message = f"{exc} (attempt {attempt} of {attempts}; retrying in {delay:g} s)"
                 yield self.emit(ErrorEvent(code="model_retry", message=message, recoverable=True))
-                await asyncio.sleep(delay)
+                await _sleep(delay)
             except Exception as exc:  # a provider bug must end this run cleanly, not the process
                 yield Fail(
                     "model_error", f"{self.model.name} failed unexpectedly: {type(exc).__name__}: {exc}"
@@ -442,7 +442,7 @@ class Loop:
         yield self.emit(ToolUse(step=n, call_id=call.id, tool=tool, input=arguments))
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(self.settings.tool_timeout_s):
+            async with _timeout(self.settings.tool_timeout_s):
                 result = await self.toolset.call_tool(tool, arguments, self.ctx)
         except TimeoutError:
             result = ToolResult(f"{tool} timed out after {self.settings.tool_timeout_s:g} s", is_error=True)
@@ -501,6 +501,19 @@ class Loop:
         st.transcript.add_tool_result(
             ToolResultMessage(pending.call_id, AGENT_STEP, content), observation=False
         )
+
+
+# asyncio is imported on first use, not with the module: `import steward` stays fast.
+async def _sleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)
+
+
+def _timeout(seconds: float) -> AbstractAsyncContextManager[object]:
+    import asyncio
+
+    return asyncio.timeout(seconds)
 
 
 def _with_unique_ids(message: AssistantMessage, seen: set[str], step: int) -> AssistantMessage:

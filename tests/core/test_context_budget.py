@@ -16,7 +16,7 @@ def chunk(i: int, size: int) -> str:
 
 
 def request_chars(request: ModelRequest) -> int:
-    total = len(request.system)
+    total = len(request.system_text)
     for m in request.messages:
         if isinstance(m, AssistantMessage):
             total += len(m.text) + sum(len(c.arguments_json()) + len(c.name) for c in m.tool_calls)
@@ -86,7 +86,7 @@ async def test_each_tool_output_is_sent_once_per_request(tmp_path: Path) -> None
     result = await make_agent(trajectory, 300, 32_000).run("read", workspace=tmp_path)
     assert result.solved
     for request in trajectory.requests:
-        blob = request.system + "".join(m.content for m in results(request))
+        blob = request.system_text + "".join(m.content for m in results(request))
         for i in range(2, 8):
             assert blob.count(f"<chunk {i}>") <= 1
 
@@ -100,9 +100,9 @@ async def test_long_run_stays_under_budget_and_keeps_plan_facts_errors_and_newes
     for request in trajectory.requests:
         assert request_chars(request) <= limit
     last = trajectory.requests[-1]
-    assert "[PLAN v1]  Goal: read all" in last.system
-    assert "• chunks start with a tag  [step 5]" in last.system
-    assert "chunk index must be positive" in last.system  # the error register
+    assert "[PLAN v1]  Goal: read all" in last.system_text
+    assert "• chunks start with a tag  [step 5]" in last.system_text
+    assert "chunk index must be positive" in last.system_text  # the error register
     outputs = [m.content for m in results(last)]
     for newest in outputs[-3:]:
         assert newest.startswith("<chunk ") and len(newest) > 4000

@@ -46,7 +46,7 @@ async def test_plan_phase_sets_plan_and_acknowledges(script: Any) -> None:
     assert plan_event.version == 1 and plan_event.current == 1
     ack = json.loads(tool_results(out.requests[1])[0].content)
     assert ack == {"acknowledged": True, "plan_version": 1, "current_sub_task": 1}
-    assert "[PLAN v1]  Goal: Look up a and b" in out.requests[1].system
+    assert "[PLAN v1]  Goal: Look up a and b" in out.requests[1].system_text
 
 
 async def test_act_phase_runs_the_tool_and_returns_its_output(script: Any) -> None:
@@ -63,7 +63,7 @@ async def test_act_phase_runs_the_tool_and_returns_its_output(script: Any) -> No
 async def test_direct_tool_call_is_an_act_step(script: Any) -> None:
     out = await script([{"tool": "lookup", "args": {"key": "b"}}, END])
     assert out.of("tool_result")[0].output == "value of b"
-    assert "[Step 1] ACT: Execute lookup" in out.requests[1].system
+    assert "[Step 1] ACT: Execute lookup" in out.requests[1].system_text
 
 
 async def test_verify_records_facts_and_advances_the_plan(script: Any) -> None:
@@ -78,7 +78,7 @@ async def test_verify_records_facts_and_advances_the_plan(script: Any) -> None:
     fact = out.of("key_fact")[0]
     assert (fact.fact, fact.source_step, fact.source_tool) == ("a has a value", 3, "lookup")
     assert out.of("plan")[-1].current == 2
-    view = out.requests[3].system
+    view = out.requests[3].system_text
     assert "✓ Sub-task 1: a" in view and "→ Sub-task 2: b" in view
     assert "• a has a value  [step 3]" in view
 
@@ -91,13 +91,13 @@ async def test_reflect_resolves_the_last_error(script: Any) -> None:
             END,
         ]
     )
-    assert "(not_found) — unresolved" in out.requests[1].system
-    assert "→ resolved: The key does not exist; use key a instead" in out.requests[2].system
+    assert "(not_found) — unresolved" in out.requests[1].system_text
+    assert "→ resolved: The key does not exist; use key a instead" in out.requests[2].system_text
 
 
 async def test_reason_phase_is_recorded_without_action(script: Any) -> None:
     out = await script([step("reason", "Think about order"), END])
-    assert "[Step 1] REASON: Think about order" in out.requests[1].system
+    assert "[Step 1] REASON: Think about order" in out.requests[1].system_text
     assert out.of("tool_use") == []
 
 
@@ -210,7 +210,7 @@ async def test_a_provider_bug_fails_the_run_instead_of_raising(workspace: Any) -
 
 async def test_a_failed_sub_task_shows_and_raises_a_signal(script: Any) -> None:
     out = await script([PLAN, step("verify", "a is broken", sub_task_outcome="failed"), END])
-    view = out.requests[2].system
+    view = out.requests[2].system_text
     assert "✗ Sub-task 1: a" in view and "← CURRENT (failed)" in view
     assert "⚠ Sub-task 1 failed" in view
     assert "sub_task_failed" in [s.code for s in out.of("signal")]

@@ -104,7 +104,7 @@ async def test_the_users_answer_is_kept_as_a_key_fact(tmp_path: Path) -> None:
     _ = [e async for e in run.stream()]
     result = await run.answer("the blue one")
     assert result.solved
-    assert "User answered 'Which?': the blue one" in seen[-1].system
+    assert "User answered 'Which?': the blue one" in seen[-1].system_text
 
 
 async def test_api_key_env_never_falls_back_to_the_usual_variable(tmp_path: Path, monkeypatch: Any) -> None:

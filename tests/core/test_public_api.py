@@ -8,8 +8,19 @@ from steward.events import EVENT_TYPES, DoneEvent, ToolResultEvent, decode_event
 
 def test_all_is_sorted_and_complete() -> None:
     assert steward.__all__ == sorted(steward.__all__)
+    assert set(steward.__all__) == set(steward._WHERE)
     for name in steward.__all__:
         assert hasattr(steward, name), name
+    assert set(steward.__all__) <= set(dir(steward))
+
+
+def test_import_steward_loads_nothing_heavy() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, steward; print(sorted(m for m in sys.modules if m.startswith(('steward.', 'pydantic', 'asyncio'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_every_event_type_round_trips_through_the_one_encoding() -> None:

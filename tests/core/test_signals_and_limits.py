@@ -71,7 +71,7 @@ async def test_identical_action_repeated_is_signalled_then_stops_the_run(script:
     out = await script([same] * 4, repeat_warning=3, repeat_stop=4)
     signal = out.of("signal")
     assert [s.code for s in signal] == ["repeated_action"]
-    assert "Identical action repeated 3 times" in out.requests[3].system
+    assert "Identical action repeated 3 times" in out.requests[3].system_text
     assert out.result.end_status == "stuck"
     assert "repeated 4 times" in out.result.output
 
@@ -105,8 +105,8 @@ async def test_step_limit_with_progress_ends_partial_and_says_what_is_left(scrip
 
 async def test_budget_low_warning_appears_near_the_limit(script: Any) -> None:
     out = await script([step("reason"), step("reason"), END], max_steps=4)
-    assert "⚠ Only 2 step(s) left." in out.requests[1].system
-    assert "⚠ Only 1 step(s) left." in out.requests[2].system
+    assert "⚠ Only 2 step(s) left." in out.requests[1].system_text
+    assert "⚠ Only 1 step(s) left." in out.requests[2].system_text
 
 
 async def test_script_running_out_fails_the_run_loudly(script: Any) -> None:

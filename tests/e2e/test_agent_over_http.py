@@ -79,7 +79,9 @@ async def test_anthropic_wire_format_drives_a_full_run(server: FakeLLMServer, wo
     assert result.solved and result.output == "notes.txt has 2 lines."
     assert any(e.type == "thinking" and e.text == "I should plan." and not e.partial for e in events)
     second = server.requests[1].body
-    assert "--- Agent Working Memory ---" in second["system"]
+    static, view = second["system"]
+    assert static["cache_control"] == {"type": "ephemeral"} and "agent_step" in static["text"]
+    assert view["text"].startswith("--- Agent Working Memory ---")
     assistant = next(m for m in second["messages"] if m["role"] == "assistant")
     kinds = [block["type"] for block in assistant["content"]]
     assert kinds[0] == "thinking" and assistant["content"][0]["signature"] == "sig-1"

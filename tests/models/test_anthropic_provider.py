@@ -111,7 +111,9 @@ async def test_system_prompt_goes_in_the_system_field(server, make_anthropic, co
     await collect(make_anthropic(), ask("hello", system="You are terse."))
     body = server.requests[0].body
     assert server.requests[0].path == "/v1/messages"
-    assert body["system"] == "You are terse."
+    assert body["system"] == [
+        {"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}
+    ]
     assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
 
 
@@ -119,7 +121,17 @@ async def test_later_system_messages_join_the_system_prompt(server, make_anthrop
     server.add(FakeReply(text="ok"))
     messages = [UserMessage("hello"), SystemMessage("Budget: 3 steps left.")]
     await collect(make_anthropic(), ModelRequest(system="Base.", messages=messages))
-    assert server.requests[0].body["system"] == "Base.\n\nBudget: 3 steps left."
+    assert [b["text"] for b in server.requests[0].body["system"]] == ["Base.\n\nBudget: 3 steps left."]
+
+
+async def test_static_prompt_is_cacheable_and_the_context_follows_it(server, make_anthropic, collect) -> None:
+    server.add(FakeReply(text="ok"))
+    request = ModelRequest(system="Static.", messages=[UserMessage("hi")], context="--- view ---")
+    await collect(make_anthropic(), request)
+    assert server.requests[0].body["system"] == [
+        {"type": "text", "text": "Static.", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "--- view ---"},
+    ]
 
 
 async def test_tools_are_sent_with_input_schema(server, make_anthropic, collect) -> None:

@@ -310,3 +310,11 @@ async def test_stream_stops_cleanly_when_the_consumer_stops_early(server, make_o
     first = await anext(stream)
     await stream.aclose()
     assert first == TextDelta("a ")
+
+
+async def test_static_prompt_and_context_form_one_system_message(server, make_openai, collect) -> None:
+    from steward.models.base import ModelRequest, UserMessage
+
+    server.add(FakeReply(text="ok"))
+    await collect(make_openai(), ModelRequest(system="Static.", messages=[UserMessage("hi")], context="view"))
+    assert server.requests[0].body["messages"][0] == {"role": "system", "content": "Static.\n\nview"}

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         RawContentBlockDeltaEvent,
         RawContentBlockStartEvent,
         RawMessageStreamEvent,
+        TextBlockParam,
         ToolParam,
     )
 
@@ -262,8 +263,8 @@ def _is_connect_error(exc: BaseException) -> bool:
 # --- request mapping ---------------------------------------------------------------------
 
 
-def _messages(request: ModelRequest) -> tuple[str, list[MessageParam]]:
-    """The system prompt and the alternating user/assistant turns the API requires."""
+def _messages(request: ModelRequest) -> tuple[list[TextBlockParam], list[MessageParam]]:
+    """The system blocks and the alternating user/assistant turns the API requires."""
     system = [request.system] if request.system else []
     turns: list[tuple[Literal["user", "assistant"], list[ContentBlockParam]]] = []
     for message in request.messages:
@@ -298,7 +299,20 @@ def _messages(request: ModelRequest) -> tuple[str, list[MessageParam]]:
             turns[-1][1].extend(blocks)
         else:
             turns.append((role, blocks))
-    return "\n\n".join(system), [_turn(role, blocks) for role, blocks in turns]
+    return _system_blocks("\n\n".join(system), request.context), [
+        _turn(role, blocks) for role, blocks in turns
+    ]
+
+
+def _system_blocks(static: str, context: str) -> list[TextBlockParam]:
+    # The static prompt is the same on every call: marking it lets the API cache the prefix
+    # (tools and static prompt) while the working-memory view after it changes each step.
+    blocks: list[TextBlockParam] = []
+    if static:
+        blocks.append({"type": "text", "text": static, "cache_control": {"type": "ephemeral"}})
+    if context:
+        blocks.append({"type": "text", "text": context})
+    return blocks
 
 
 def _turn(role: Literal["user", "assistant"], blocks: list[ContentBlockParam]) -> MessageParam:

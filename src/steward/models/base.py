@@ -103,13 +103,26 @@ class ToolSpec:
 
 @dataclass(slots=True, frozen=True)
 class ModelRequest:
-    """One call to a model. ``system`` is sent as the provider's system prompt."""
+    """One call to a model.
+
+    The system prompt is ``system`` followed by ``context``: ``system`` is the static part
+    (the same string on every call, which providers may mark cacheable), ``context`` the part
+    rebuilt for this call (the working-memory view).
+    """
 
     system: str
     messages: Sequence[Message]
     tools: Sequence[ToolSpec] = ()
     max_tokens: int | None = None
     temperature: float | None = None
+    context: str = ""
+
+    @property
+    def system_text(self) -> str:
+        """The whole system prompt as one text."""
+        if not self.context:
+            return self.system
+        return f"{self.system}\n\n{self.context}" if self.system else self.context
 
 
 @dataclass(slots=True)

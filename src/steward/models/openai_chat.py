@@ -240,8 +240,8 @@ def _is_connect_error(exc: BaseException) -> bool:
 
 def _messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
     out: list[ChatCompletionMessageParam] = []
-    if request.system:
-        out.append({"role": "system", "content": request.system})
+    if request.system or request.context:
+        out.append({"role": "system", "content": request.system_text})
     out.extend(_message(message) for message in request.messages)
     return out
 

@@ -46,7 +46,11 @@ _CALL_KEYS = frozenset({"name", "arguments", "id"})
 
 def _estimate_usage(request: ModelRequest, message: AssistantMessage) -> Usage:
     # No provider counts tokens for a script; a rough estimate keeps budgets meaningful.
-    sent = len(request.system) + sum(len(getattr(m, "content", "") or "") for m in request.messages)
+    sent = (
+        len(request.system)
+        + len(request.context)
+        + sum(len(getattr(m, "content", "") or "") for m in request.messages)
+    )
     out = len(message.text) + sum(len(c.arguments_json()) for c in message.tool_calls)
     return Usage(input_tokens=sent // 4, output_tokens=out // 4, requests=1)
 

@@ -10,8 +10,6 @@ behaviour (prefixes, filters, approval) is a ``WrapperToolset``, never a branch 
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 import re
 from abc import ABC, abstractmethod
@@ -68,6 +66,8 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     """Split a Google-style docstring into (description, {arg: description})."""
     if not doc:
         return "", {}
+    import inspect
+
     lines = inspect.cleandoc(doc).splitlines()
     description: list[str] = []
     args: dict[str, str] = {}
@@ -169,7 +169,9 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
     ) -> None:
-        # pydantic is imported here, not at module level, so `import steward` stays fast.
+        # pydantic and inspect are imported here, not at module level: `import steward` stays fast.
+        import inspect
+
         from pydantic import ConfigDict, Field, ValidationError, create_model
 
         self._invalid = ValidationError
@@ -221,11 +223,11 @@ class Tool:
                 value = await self.function(**kwargs)
             else:
                 # Plain functions may block (file I/O, CPU); keep the event loop free.
+                import asyncio
+
                 value = await asyncio.to_thread(self.function, **kwargs)
         except ToolError as exc:
             return ToolResult(str(exc), is_error=True)
-        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
-            raise
         except Exception as exc:  # a tool bug must not end the run: the model sees it
             return ToolResult(f"{self.name} failed: {type(exc).__name__}: {exc}", is_error=True)
         return value if isinstance(value, ToolResult) else ToolResult(_to_text(value))
