@@ -14,9 +14,10 @@ import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, Protocol, get_type_hints, overload
 
 from steward.errors import ConfigError, ToolError
 from steward.models.base import ToolSpec
@@ -34,6 +35,18 @@ class ToolSettings:
     read_cap_chars: int = 50_000
 
 
+class CommandSandbox(Protocol):
+    """Runs commands inside an OS sandbox (``steward.safety.sandbox`` implements it).
+
+    ``command`` yields the argv to execute instead of ``argv``; it raises ``ToolError`` naming
+    the fix when the sandbox cannot start. Leaving the context releases what it set up.
+    """
+
+    def command(
+        self, argv: Sequence[str], *, workspace: Path, network: bool, writable: bool
+    ) -> AbstractAsyncContextManager[list[str]]: ...
+
+
 @dataclass(slots=True)
 class ToolContext:
     """What a tool may know about the run that called it."""
@@ -44,6 +57,15 @@ class ToolContext:
     settings: ToolSettings = field(default_factory=ToolSettings)
     #: Full output of an earlier tool call of this run by call id (elided outputs live here).
     recall: Callable[[str], str | None] | None = None
+    #: Where command-running tools must run their commands; None runs them directly (only
+    #: when the user turned the sandbox off).
+    sandbox: CommandSandbox | None = None
+    #: Whether the current call may use the network (the policy decides per call).
+    allow_network: bool = False
+    #: Whether tools may change the workspace (the write switch).
+    writable: bool = True
+    #: Why a path may not be written (a protected path such as ``.git/hooks``), or None.
+    protected: Callable[[Path], str | None] | None = None
 
 
 @dataclass(slots=True, frozen=True)
