@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from steward.errors import ConfigError
 
@@ -59,6 +59,37 @@ class Limits:
     read_cap_chars: int = _f(50_000, "Largest file excerpt read_file returns at once.", ge=1_000)
 
 
+@dataclass(slots=True)
+class PolicySettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    mode: Literal["structured", "autonomous"] = _f(
+        "structured", "structured: asks are asked; autonomous: asks are approved (guard, deny rules stay)."
+    )
+    write: bool = _f(True, "false turns every write tool off; bash then sees the workspace read-only.")
+    allow: list[str] = field(default_factory=list, metadata={"doc": 'Rules such as "bash(git status*)".'})
+    ask: list[str] = field(default_factory=list, metadata={"doc": 'Rules such as "edit_file(src/**)".'})
+    deny: list[str] = field(default_factory=list, metadata={"doc": 'Rules such as "bash(rm *)".'})
+    approval_timeout_s: float = _f(600.0, "Seconds an approval waits before its default applies.", gt=0)
+    on_timeout: Literal["deny", "allow"] = _f("deny", "What an unanswered approval does at its deadline.")
+
+
+@dataclass(slots=True)
+class SandboxConfig:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    enabled: bool = _f(True, "Run bash and other command tools inside bubblewrap.")
+    readable: list[str] = field(default_factory=list, metadata={"doc": "Extra paths visible read-only."})
+    writable: list[str] = field(
+        default_factory=list, metadata={"doc": "Extra paths writable (besides the workspace)."}
+    )
+    env: list[str] = field(default_factory=list, metadata={"doc": "Extra environment variables passed in."})
+    cpu_s: int = _f(300, "CPU seconds per command.", ge=1)
+    memory_mb: int = _f(4096, "Address space per command, in MiB.", ge=64)
+    file_size_mb: int = _f(1024, "Largest file a command may write, in MiB.", ge=1)
+    max_processes: int = _f(256, "Processes per command.", ge=8)
+
+
 PROVIDERS = ("anthropic", "ollama", "openai")
 
 
@@ -73,9 +104,17 @@ class Config:
         metadata={"doc": "Per-provider settings: [models.openai], [models.anthropic]..."},
     )
     limits: Limits = field(default_factory=Limits, metadata={"doc": "Limits of a run."})
+    policy: PolicySettings = field(default_factory=PolicySettings, metadata={"doc": "Rules and modes."})
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig, metadata={"doc": "The OS sandbox."})
 
 
-_SECTIONS: dict[str, type[Any]] = {"": Config, "limits": Limits, "models": ProviderSettings}
+_SECTIONS: dict[str, type[Any]] = {
+    "": Config,
+    "limits": Limits,
+    "models": ProviderSettings,
+    "policy": PolicySettings,
+    "sandbox": SandboxConfig,
+}
 
 
 def user_config_path() -> Path:
@@ -119,6 +158,10 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in over.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
             out[key] = _merge(out[key], value)
+        elif isinstance(value, list) and isinstance(out.get(key), list):
+            # Lists add up across layers: rules from the user file, the project and the
+            # command line all apply.
+            out[key] = [*out[key], *(v for v in value if v not in out[key])]
         else:
             out[key] = value
     return out

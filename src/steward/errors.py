@@ -12,10 +12,13 @@ Errors have three audiences:
      ├── ModelError           a provider failed (bad key, unknown model, unreachable, exhausted retries)
      │    └── ScriptError     the scripted model's script is malformed, ran out or was left over
      ├── ToolError            raised inside a tool: the message goes back to the model
+     ├── ApprovalRequired     raised by the policy wrapper: the run pauses for a human
      └── RunError             a run could not continue; carries run_id and status
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class StewardError(Exception):
@@ -45,6 +48,20 @@ class ScriptError(ModelError):
 
 class ToolError(StewardError):
     """Raise inside a tool to send ``message`` back to the model as a failed result."""
+
+
+class ApprovalRequired(StewardError):  # noqa: N818 - control flow: the run pauses, nothing failed
+    """A call needs a human's approval before it runs; the loop pauses the run on it."""
+
+    def __init__(
+        self, *, tool: str, arguments: dict[str, Any], call_hash: str, reason: str, suggestion: str | None
+    ) -> None:
+        super().__init__(f"{tool} needs approval: {reason}")
+        self.tool = tool
+        self.arguments = arguments
+        self.call_hash = call_hash
+        self.reason = reason
+        self.suggestion = suggestion
 
 
 class RunError(StewardError):

@@ -157,6 +157,30 @@ class WaitingEvent(Event):
 
 
 @dataclass(slots=True)
+class ApprovalGateEvent(Event):
+    """A call waits for a human (seed 001's ``approval_gate``)."""
+
+    type: ClassVar[str] = "approval_gate"
+    id: str
+    tool: str
+    input: dict[str, Any]
+    reason: str
+    deadline: float
+    default: str  # "deny" | "allow": what happens at the deadline
+    suggestion: str | None = None  # the rule "approve always" would remember
+
+
+@dataclass(slots=True)
+class ApprovalResultEvent(Event):
+    type: ClassVar[str] = "approval_result"
+    id: str
+    tool: str
+    decision: str  # "approved" | "denied" | "expired"
+    by: str  # "user" | "timeout"
+    reason: str = ""
+
+
+@dataclass(slots=True)
 class DoneEvent(Event):
     type: ClassVar[str] = "done"
     status: str  # "done" | "failed" | "cancelled"
@@ -182,6 +206,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SignalEvent,
         ErrorEvent,
         WaitingEvent,
+        ApprovalGateEvent,
+        ApprovalResultEvent,
         DoneEvent,
     )
 }

@@ -66,6 +66,10 @@ class ToolContext:
     writable: bool = True
     #: Why a path may not be written (a protected path such as ``.git/hooks``), or None.
     protected: Callable[[Path], str | None] | None = None
+    #: Hashes of calls a human approved, each good for one call.
+    grants: set[str] = field(default_factory=set)
+    #: What wrappers decided on the way (kind, message), for the loop to report as events.
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True, frozen=True)
