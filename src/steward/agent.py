@@ -11,7 +11,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from steward.config import Config, Limits, ProviderSettings
 from steward.context import BudgetSettings, ContextBuilder
@@ -21,9 +21,20 @@ from steward.loop import Loop, LoopSettings, Pending, RunState
 from steward.models.base import Model, Usage
 from steward.phases import PHASE_GUIDE, EndStatus
 from steward.signals import LoopCounters
-from steward.tools.base import CombinedToolset, FunctionToolset, Tool, ToolContext, Toolset, ToolSettings
+from steward.tools.base import (
+    CombinedToolset,
+    CommandSandbox,
+    FunctionToolset,
+    Tool,
+    ToolContext,
+    Toolset,
+    ToolSettings,
+)
 from steward.tools.recall import recall_toolset
 from steward.working_memory import WorkingMemory
+
+if TYPE_CHECKING:
+    from steward.safety.policy import Policy
 
 
 @dataclass(slots=True)
@@ -54,11 +65,14 @@ class RunResult:
 class Run:
     """One execution of the loop for one goal. Not started until streamed or awaited."""
 
-    def __init__(self, loop: Loop, *, model_name: str, max_steps: int) -> None:
+    def __init__(
+        self, loop: Loop, *, model_name: str, max_steps: int, remember: Callable[[str], None] | None = None
+    ) -> None:
         self._loop = loop
         self._model_name = model_name
         self._max_steps = max_steps
         self._started = False
+        self._remember = remember
 
     @property
     def id(self) -> str:
@@ -125,6 +139,51 @@ class Run:
         self._loop.answer(text)
         return await self.result()
 
+    def _check_pending(self, approval_id: str | None) -> Pending:
+        pending = self._loop.state.pending
+        if pending is None or pending.approval is None:
+            raise RuntimeError(f"run {self.id} is {self.status}, not waiting for an approval")
+        if approval_id is not None and approval_id != pending.id:
+            raise RuntimeError(f"run {self.id} waits for approval {pending.id}, not {approval_id}")
+        return pending
+
+    def approve_stream(
+        self, approval_id: str | None = None, *, remember: bool = False
+    ) -> AsyncIterator[Event]:
+        """Approve the pending call (once, or ``remember`` its rule) and go on, yielding events.
+
+        Past the approval's deadline its default action applies instead.
+        """
+        pending = self._check_pending(approval_id)
+        result = self._loop.resolve_approval(True)
+        suggestion = pending.approval.suggestion if pending.approval else None
+        if remember and suggestion and self._remember and getattr(result, "decision", "") == "approved":
+            self._remember(suggestion)
+        return _prepend(result, self.stream())
+
+    def deny_stream(self, approval_id: str | None = None, reason: str = "") -> AsyncIterator[Event]:
+        """Deny the pending call; the model is told, with ``reason``, and goes on."""
+        self._check_pending(approval_id)
+        return _prepend(self._loop.resolve_approval(False, reason=reason), self.stream())
+
+    def expire_stream(self) -> AsyncIterator[Event]:
+        """Apply the pending approval's default action now (its deadline passed)."""
+        self._check_pending(None)
+        event = self._loop.resolve_approval(False, reason="no answer before the deadline", by="timeout")
+        return _prepend(event, self.stream())
+
+    async def approve(self, approval_id: str | None = None, *, remember: bool = False) -> RunResult:
+        """Approve the pending call and run on; returns the new result."""
+        async for _ in self.approve_stream(approval_id, remember=remember):
+            pass
+        return self.snapshot()
+
+    async def deny(self, approval_id: str | None = None, reason: str = "") -> RunResult:
+        """Deny the pending call and run on; returns the new result."""
+        async for _ in self.deny_stream(approval_id, reason):
+            pass
+        return self.snapshot()
+
 
 def _static_prompt(name: str, instructions: str) -> str:
     parts = [
@@ -151,8 +210,14 @@ class Agent:
         builtin_tools: bool = True,
         limits: Limits | None = None,
         config: Config | None = None,
+        policy: Policy | None = None,
+        sandbox: bool | CommandSandbox = True,
     ) -> None:
         self.config = config or Config()
+        self._policy = policy
+        self._sandbox_choice = sandbox
+        self._sandbox: CommandSandbox | None = None
+        self.config_file: Path | None = None  # where "approve always" remembers rules
         self.model_spec = model if model is not None else self.config.model
         self._model: Model | None = model if isinstance(model, Model) else None
         self.name = name
@@ -208,6 +273,40 @@ class Agent:
         """What the user should hear once the agent is no longer used."""
         return self._model.warnings() if self._model is not None else []
 
+    @property
+    def policy(self) -> Policy:
+        """The allow/ask/deny rules, mode and write switch (from the config unless given)."""
+        if self._policy is None:
+            from steward.safety.policy import Policy
+
+            p = self.config.policy
+            self._policy = Policy.from_lists(
+                allow=p.allow, ask=p.ask, deny=p.deny, mode=p.mode, write=p.write
+            )
+        return self._policy
+
+    def sandbox(self) -> CommandSandbox | None:
+        """Where commands run: bubblewrap unless the user turned the sandbox off explicitly."""
+        if self._sandbox is None and self._sandbox_choice is not False:
+            if self._sandbox_choice is True:
+                if not self.config.sandbox.enabled:
+                    return None
+                from steward.safety.sandbox import sandbox_from_config
+
+                self._sandbox = sandbox_from_config(self.config.sandbox)
+            else:
+                self._sandbox = self._sandbox_choice
+        return self._sandbox
+
+    def remember(self, rule: str) -> None:
+        """Allow ``rule`` from now on, and write it to the project's config when there is one."""
+        from steward.safety.approvals import remember_rule
+        from steward.safety.policy import Rule
+
+        self.policy.add(Rule.parse(rule, "allow", "approved"))
+        if self.config_file is not None:
+            remember_rule(self.config_file, rule)
+
     def toolset(self) -> Toolset:
         if self._toolset is None:
             parts: list[Toolset] = []
@@ -219,7 +318,11 @@ class Agent:
                 parts.append(FunctionToolset(self._user_tools))
             parts.extend(self._toolsets)
             parts.append(recall_toolset())
-            self._toolset = CombinedToolset(parts)
+            from steward.safety.guard import Guard
+            from steward.safety.toolset import GuardedToolset
+
+            # One safety model for every tool surface: built-in, user and MCP tools alike.
+            self._toolset = GuardedToolset(CombinedToolset(parts), guard=Guard(), policy=self.policy)
         return self._toolset
 
     def start(self, goal: str, *, workspace: str | Path = ".", run_id: str | None = None) -> Run:
@@ -249,7 +352,17 @@ class Agent:
             output_cap_chars=lim.output_cap_chars,
             read_cap_chars=lim.read_cap_chars,
         )
-        ctx = ToolContext(workspace=ws, run_id=rid, settings=settings, recall=_recaller(memory))
+        from steward.safety.protected import protected_reason
+
+        ctx = ToolContext(
+            workspace=ws,
+            run_id=rid,
+            settings=settings,
+            recall=_recaller(memory),
+            sandbox=self.sandbox(),
+            writable=self.policy.write,
+            protected=lambda path: protected_reason(ws, path),
+        )
         budget = BudgetSettings(lim.request_token_budget, lim.observation_share, lim.keep_recent_observations)
         loop = Loop(
             model=model,
@@ -265,9 +378,11 @@ class Agent:
                 tool_timeout_s=lim.tool_timeout_s,
                 model_retries=lim.model_retries,
                 model_retry_backoff_s=lim.model_retry_backoff_s,
+                approval_timeout_s=self.config.policy.approval_timeout_s,
+                approval_default=self.config.policy.on_timeout,
             ),
         )
-        return Run(loop, model_name=model.name, max_steps=lim.max_steps)
+        return Run(loop, model_name=model.name, max_steps=lim.max_steps, remember=self.remember)
 
     async def run(self, goal: str, *, workspace: str | Path = ".") -> RunResult:
         return await self.start(goal, workspace=workspace).result()
@@ -291,6 +406,12 @@ class RunStream:
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._events
+
+
+async def _prepend(first: Event, rest: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    yield first
+    async for event in rest:
+        yield event
 
 
 def _recaller(memory: WorkingMemory) -> Callable[[str], str | None]:

@@ -85,7 +85,7 @@ class SandboxConfig:
     )
     env: list[str] = field(default_factory=list, metadata={"doc": "Extra environment variables passed in."})
     cpu_s: int = _f(300, "CPU seconds per command.", ge=1)
-    memory_mb: int = _f(4096, "Address space per command, in MiB.", ge=64)
+    memory_mb: int = _f(8192, "Address space per process, in MiB (RLIMIT_AS).", ge=64)
     file_size_mb: int = _f(1024, "Largest file a command may write, in MiB.", ge=1)
     max_processes: int = _f(256, "Processes per command.", ge=8)
 

@@ -14,12 +14,14 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, assert_never
+from typing import Any, Literal, assert_never
 
 from steward import signals as sig
 from steward.context import ContextBuilder, Transcript
-from steward.errors import ConfigError, ModelError
+from steward.errors import ApprovalRequired, ConfigError, ModelError
 from steward.events import (
+    ApprovalGateEvent,
+    ApprovalResultEvent,
     DoneEvent,
     ErrorEvent,
     Event,
@@ -79,13 +81,39 @@ CONTINUE = Continue()
 
 
 @dataclass(slots=True, frozen=True)
+class Approval:
+    """A call that waits for a human: bound to its exact arguments by ``call_hash``."""
+
+    tool: str
+    arguments: dict[str, Any]
+    call_hash: str
+    reason: str
+    suggestion: str | None
+    deadline: float
+    default: Literal["deny", "allow"]
+    call: ToolCall
+    thinking: str
+    summary: str
+
+
+@dataclass(slots=True, frozen=True)
 class Pending:
-    """Something only a human can answer; the run waits for it (seed 000's feedback phase)."""
+    """Something only a human can answer; the run waits for it (a question or an approval)."""
 
     id: str
-    kind: str
+    kind: Literal["question", "approval"]
     question: str
     call_id: str
+    approval: Approval | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Resume:
+    """How a human answered an approval; the loop acts on it before the next model call."""
+
+    approval: Approval
+    approved: bool
+    reason: str
 
 
 @dataclass(slots=True)
@@ -99,6 +127,8 @@ class LoopSettings:
     """Extra attempts after a retryable model failure the provider's own retries did not cover
     (an error inside an already-started stream, a stalled stream)."""
     model_retry_backoff_s: float = 2.0
+    approval_timeout_s: float = 600.0
+    approval_default: Literal["deny", "allow"] = "deny"
 
 
 @dataclass(slots=True)
@@ -121,6 +151,7 @@ class RunState:
     raised: frozenset[str] = frozenset()
     empty_replies: int = 0
     call_ids: set[str] = field(default_factory=set)
+    resume: Resume | None = None
 
 
 class Loop:
@@ -155,7 +186,8 @@ class Loop:
         """Step until the run ends or pauses; the last event is ``done`` or ``waiting``."""
         while True:
             outcome: Outcome = CONTINUE
-            async for item in self._step():
+            steps = self._resume() if self.state.resume is not None else self._step()
+            async for item in steps:
                 if isinstance(item, Event):
                     yield item
                 else:
@@ -168,6 +200,8 @@ class Loop:
                     return
                 case Pause(pending=pending):
                     self.state.status, self.state.pending = "waiting", pending
+                    if pending.approval is not None:
+                        yield self.emit(_gate_event(pending.id, pending.approval))
                     yield self.emit(WaitingEvent(kind=pending.kind, id=pending.id, question=pending.question))
                     return
                 case Fail(code=code, message=message):
@@ -436,20 +470,54 @@ class Loop:
         }
 
     async def _act(
-        self, call: ToolCall, tool: str, arguments: dict[str, Any], thinking: str, summary: str
+        self,
+        call: ToolCall,
+        tool: str,
+        arguments: dict[str, Any],
+        thinking: str,
+        summary: str,
+        *,
+        announce: bool = True,
     ) -> AsyncIterator[Event | Outcome]:
-        st, n = self.state, self.state.counters.step
-        yield self.emit(ToolUse(step=n, call_id=call.id, tool=tool, input=arguments))
+        n = self.state.counters.step
+        if announce:
+            yield self.emit(ToolUse(step=n, call_id=call.id, tool=tool, input=arguments))
         started = time.perf_counter()
         try:
             async with _timeout(self.settings.tool_timeout_s):
                 result = await self.toolset.call_tool(tool, arguments, self.ctx)
+        except ApprovalRequired as request:
+            yield Pause(self._approval(call, request, thinking, summary))
+            return
         except TimeoutError:
             result = ToolResult(f"{tool} timed out after {self.settings.tool_timeout_s:g} s", is_error=True)
         except Exception as exc:  # a broken toolset is the model's problem to route around, not a crash
             result = ToolResult(f"{tool} failed: {type(exc).__name__}: {exc}", is_error=True)
+        for kind, message in self.ctx.notes:
+            yield self.emit(
+                SignalEvent(code=kind, level="warning" if kind == "blocked" else "info", message=message)
+            )
+        self.ctx.notes.clear()
         duration = (time.perf_counter() - started) * 1000
-        category = sig.categorize_error(result.content) if result.is_error else None
+        yield self._record(call, tool, arguments, thinking, summary, result, duration, n)
+        yield CONTINUE
+
+    def _record(
+        self,
+        call: ToolCall,
+        tool: str,
+        arguments: dict[str, Any],
+        thinking: str,
+        summary: str,
+        result: ToolResult,
+        duration: float,
+        n: int,
+        category: str | None = None,
+    ) -> Event:
+        """Record a finished call everywhere it belongs; return its ``tool_result`` event."""
+        st = self.state
+        if result.is_error:
+            category = category or sig.categorize_error(result.content)
         st.memory.add_step(
             Step(n, "act", thinking, summary, tool, arguments, result.content,
                  "failed" if result.is_error else "success", duration, call.id)
@@ -458,7 +526,7 @@ class Loop:
             st.memory.add_error(ErrorEntry(n, result.content, tool, category or "runtime"))
         st.counters.record_act(f"{tool} {compact_json(arguments)}", result.is_error, category)
         self._reply(call, result.content, error=result.is_error, observation=True)
-        yield self.emit(
+        return self.emit(
             ToolResultEvent(
                 step=n,
                 call_id=call.id,
@@ -469,7 +537,70 @@ class Loop:
                 error_category=category,
             )
         )
-        yield CONTINUE
+
+    # --- approvals --------------------------------------------------------------------
+
+    def _approval(self, call: ToolCall, request: ApprovalRequired, thinking: str, summary: str) -> Pending:
+        s = self.settings
+        approval = Approval(
+            tool=request.tool,
+            arguments=request.arguments,
+            call_hash=request.call_hash,
+            reason=request.reason,
+            suggestion=request.suggestion,
+            deadline=time.time() + s.approval_timeout_s,
+            default=s.approval_default,
+            call=call,
+            thinking=thinking,
+            summary=summary,
+        )
+        question = f"Allow {request.tool} {compact_json(request.arguments)}? ({request.reason})"
+        return Pending(
+            f"a-{request.call_hash[:12]}-{self.state.seq}", "approval", question, call.id, approval
+        )
+
+    def resolve_approval(self, approved: bool, *, reason: str = "", by: str = "user") -> Event:
+        """Answer the pending approval; past its deadline the default action applies instead."""
+        st = self.state
+        pending = st.pending
+        if st.status != "waiting" or pending is None or pending.approval is None:
+            raise RuntimeError(f"run {st.run_id} is {st.status}, not waiting for an approval")
+        approval = pending.approval
+        if time.time() > approval.deadline:
+            approved, by = approval.default == "allow", "timeout"
+            reason = reason or f"the approval expired; the default is to {approval.default}"
+        st.pending, st.status = None, "running"
+        st.resume = Resume(approval, approved, reason)
+        decision = "approved" if approved else ("expired" if by == "timeout" else "denied")
+        return self.emit(
+            ApprovalResultEvent(id=pending.id, tool=approval.tool, decision=decision, by=by, reason=reason)
+        )
+
+    async def _resume(self) -> AsyncIterator[Event | Outcome]:
+        """Carry out an answered approval, then go on as after any step."""
+        resume, self.state.resume = self.state.resume, None
+        assert resume is not None
+        a = resume.approval
+        if resume.approved:
+            self.ctx.grants.add(a.call_hash)
+            outcome: Outcome = CONTINUE
+            async for item in self._act(a.call, a.tool, a.arguments, a.thinking, a.summary, announce=False):
+                if isinstance(item, Event):
+                    yield item
+                else:
+                    outcome = item
+            self.ctx.grants.discard(a.call_hash)
+        else:
+            why = f": {resume.reason}" if resume.reason else ""
+            denied = ToolResult(
+                f"Not run: the user denied this call{why}. Do not retry it; choose another way.",
+                is_error=True,
+            )
+            yield self._record(a.call, a.tool, a.arguments, a.thinking, a.summary, denied, 0.0,
+                               self.state.counters.step, "permission")  # fmt: skip
+            outcome = CONTINUE
+        async for item in self._after_step(outcome):
+            yield item
 
     async def _bad_call(self, call: ToolCall, message: str) -> AsyncIterator[Event | Outcome]:
         st, n = self.state, self.state.counters.step
@@ -514,6 +645,18 @@ def _timeout(seconds: float) -> AbstractAsyncContextManager[object]:
     import asyncio
 
     return asyncio.timeout(seconds)
+
+
+def _gate_event(pending_id: str, a: Approval) -> Event:
+    return ApprovalGateEvent(
+        id=pending_id,
+        tool=a.tool,
+        input=a.arguments,
+        reason=a.reason,
+        deadline=a.deadline,
+        default=a.default,
+        suggestion=a.suggestion,
+    )
 
 
 def _with_unique_ids(message: AssistantMessage, seen: set[str], step: int) -> AssistantMessage:

@@ -22,14 +22,51 @@ def alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
 
 
+def host_processes_with(token: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if token in cmdline and alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+def test_sigint_in_the_sandbox_kills_everything_it_started(tmp_path: Path) -> None:
+    token = f"{60 + os.getpid() % 1000}.{time.time_ns() % 1000}"
+    script = tmp_path / "s.yaml"
+    command = f"sleep {token} & setsid sleep {token} & touch started; sleep {token}"
+    script.write_text(yaml.safe_dump([{"tool": "bash", "args": {"command": command}}]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEWARD_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "steward", "run", "wait", "--model", f"scripted:{script}"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(host_processes_with(f"sleep {token}")) >= 3  # the sleeps (and the shell, bwrap)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 130, stderr
+    deadline = time.monotonic() + 5
+    while host_processes_with(f"sleep {token}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert host_processes_with(f"sleep {token}") == []
+
+
 def test_sigint_cancels_the_run_and_kills_its_processes(tmp_path: Path) -> None:
+    # Without the sandbox the tool kills the process group it started.
     command = "sleep 60 & echo $! > bg.pid; sleep 60"
     script = tmp_path / "s.yaml"
     script.write_text(yaml.safe_dump([{"tool": "bash", "args": {"command": command}}]))
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEWARD_")}
     env["XDG_CONFIG_HOME"] = str(tmp_path / "cfg")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "steward", "run", "wait", "--model", f"scripted:{script}"],
+        [sys.executable, "-m", "steward", "run", "wait", "--no-sandbox", "--model", f"scripted:{script}"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     pid_file = tmp_path / "bg.pid"

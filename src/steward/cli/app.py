@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from steward.cli._stdin import LineReader
+
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from steward.agent import Agent, Run
     from steward.config import Config
     from steward.events import Event
@@ -28,6 +32,7 @@ app = typer.Typer(
 )
 
 EXIT_OK, EXIT_NOT_SOLVED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+_STDIN = LineReader()
 
 
 def _show_version(value: bool) -> None:
@@ -61,6 +66,30 @@ ModelOpt = Annotated[
     typer.Option("--model", "-m", help="provider:model, e.g. openai:gpt-4o-mini, anthropic:..., ollama:..."),
 ]
 MaxSteps = Annotated[int | None, typer.Option("--max-steps", min=1, help="Most model calls for this run.")]
+ModeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--mode",
+        help="structured: risky calls wait for your approval; autonomous: they are approved automatically "
+        "(the guard, deny rules, the sandbox and the step limit stay on).",
+    ),
+]
+NoSandbox = Annotated[
+    bool,
+    typer.Option("--no-sandbox", help="Run commands without the bubblewrap sandbox (you accept the risk)."),
+]
+AllowOpt = Annotated[
+    list[str] | None, typer.Option("--allow", help='Allow rule, e.g. "bash(pytest*)". Repeatable.')
+]
+AskOpt = Annotated[
+    list[str] | None, typer.Option("--ask", help='Ask rule, e.g. "edit_file(src/**)". Repeatable.')
+]
+DenyOpt = Annotated[
+    list[str] | None, typer.Option("--deny", help='Deny rule, e.g. "bash(rm *)". Repeatable.')
+]
+ReadOnly = Annotated[
+    bool, typer.Option("--read-only", help="Turn every write tool off; bash sees the workspace read-only.")
+]
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
@@ -68,7 +97,18 @@ def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _load(workspace: Path, model: str | None, max_steps: int | None) -> Config:
+def _load(
+    workspace: Path,
+    model: str | None,
+    max_steps: int | None,
+    *,
+    mode: str | None = None,
+    no_sandbox: bool = False,
+    allow: list[str] | None = None,
+    ask: list[str] | None = None,
+    deny: list[str] | None = None,
+    read_only: bool = False,
+) -> Config:
     from steward.config import load_config
 
     overrides: dict[str, Any] = {}
@@ -76,6 +116,18 @@ def _load(workspace: Path, model: str | None, max_steps: int | None) -> Config:
         overrides["model"] = model
     if max_steps:
         overrides["limits"] = {"max_steps": max_steps}
+    policy: dict[str, Any] = {
+        key: value for key, value in (("allow", allow), ("ask", ask), ("deny", deny)) if value
+    }
+    if mode:
+        policy["mode"] = mode
+    if read_only:
+        policy["write"] = False
+    if policy:
+        overrides["policy"] = policy
+    if no_sandbox:
+        overrides["sandbox"] = {"enabled": False}
+        typer.echo("steward: warning: --no-sandbox: commands run directly on this machine.", err=True)
     return load_config(workspace, overrides=overrides)
 
 
@@ -105,26 +157,81 @@ async def _drive(run: Run, *, json_lines: bool, quiet: bool) -> int:
         except asyncio.CancelledError:
             show(run.cancelled())  # consumers of the stream see how it ended
             raise
-        if run.status != "waiting" or run.pending is None:
+        pending = run.pending
+        if run.status != "waiting" or pending is None:
             break
-        answer = await _ask(run.pending.question, json_lines=json_lines)
+        if pending.approval is not None:
+            next_events = await _approve(run, pending.approval, json_lines=json_lines)
+            if next_events is None:
+                return EXIT_NOT_SOLVED
+            events = next_events
+            continue
+        answer = await _ask(pending.question, json_lines=json_lines)
         if answer is None:
-            typer.echo(
-                "steward: the agent is waiting for an answer and standard input is closed; run "
-                "interactively, pipe the answer in, or use `steward stdio`.",
-                err=True,
-            )
+            _closed_stdin()
             return EXIT_NOT_SOLVED
         events = run.answer_stream(answer)
     return _exit_code(run.status, run.state.end_status)
 
 
-async def _ask(question: str, *, json_lines: bool) -> str | None:
+def _closed_stdin() -> None:
+    typer.echo(
+        "steward: the agent is waiting for an answer and standard input is closed; run "
+        "interactively, pipe the answer in, or use `steward stdio`.",
+        err=True,
+    )
+
+
+async def _ask(question: str, *, json_lines: bool, prompt: str = "answer> ") -> str | None:
+    """One line from the user; None when stdin is closed. Cancellable (e.g. by a deadline)."""
     if sys.stdin.isatty() and not json_lines:
-        prompt = "answer> "
         typer.echo(prompt, err=True, nl=False)
-    line = await asyncio.to_thread(sys.stdin.readline)
+    line = await _STDIN.readline()
     return line.rstrip("\n") if line else None
+
+
+async def _approve(run: Run, approval: Any, *, json_lines: bool) -> AsyncIterator[Event] | None:
+    """Ask the user about one pending approval: once, always (remembered), or deny."""
+    import time
+
+    always = f"   [a] always: allow {approval.suggestion}" if approval.suggestion else ""
+    typer.echo(
+        f"? approve {approval.tool} {_short_json(approval.arguments)}\n  because {approval.reason}\n"
+        f"  [y] once{always}   [n] deny (optionally: n <reason>)   "
+        f"default in {max(0, int(approval.deadline - time.time()))} s: {approval.default}",
+        err=True,
+    )
+    for _ in range(20):  # a few unclear answers, not forever
+        try:
+            async with asyncio.timeout(max(0.0, approval.deadline - time.time())):
+                line = await _ask("", json_lines=json_lines, prompt="approve> ")
+        except TimeoutError:
+            typer.echo(f"\nsteward: no answer before the deadline; {approval.default}.", err=True)
+            return run.expire_stream()
+        if line is None:
+            _closed_stdin()
+            return None
+        word, _, rest = line.strip().partition(" ")
+        match word.lower():
+            case "y" | "yes":
+                return run.approve_stream()
+            case "a" | "always" if approval.suggestion:
+                return run.approve_stream(remember=True)
+            case "n" | "no" | "deny":
+                return run.deny_stream(reason=rest.strip())
+            case _:
+                typer.echo(
+                    "  answer y, n (with an optional reason)" + (", or a" if approval.suggestion else ""),
+                    err=True,
+                )
+    return run.deny_stream(reason="no clear answer")
+
+
+def _short_json(value: Any, limit: int = 200) -> str:
+    import json
+
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _warnings(agent: Agent) -> None:
@@ -140,15 +247,25 @@ def run(
     max_steps: MaxSteps = None,
     json_lines: Annotated[bool, typer.Option("--json", help="Print the event stream as NDJSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")] = False,
+    mode: ModeOpt = None,
+    no_sandbox: NoSandbox = False,
+    allow: AllowOpt = None,
+    ask: AskOpt = None,
+    deny: DenyOpt = None,
+    read_only: ReadOnly = False,
 ) -> None:
     """Run an agent on GOAL in the workspace and show its progress live."""
     from steward.agent import Agent
     from steward.errors import ModelError
 
-    config = _load(workspace, model, max_steps)
+    config = _load(
+        workspace, model, max_steps, mode=mode, no_sandbox=no_sandbox, allow=allow, ask=ask, deny=deny,
+        read_only=read_only,
+    )  # fmt: skip
     if not config.model:
         raise _fail(NO_MODEL)
     agent = Agent(config.model, config=config)
+    agent.config_file = workspace.resolve() / "steward.toml"
     try:
         started = agent.start(goal, workspace=workspace)
         agent.model.check()
@@ -202,9 +319,20 @@ def demo(
     """Watch a scripted agent fix a failing test in a sample project (real tools, no model key)."""
     from steward.agent import Agent
     from steward.demo import DEMO_GOAL, demo_model, prepare_workspace
+    from steward.safety.sandbox import BubblewrapSandbox
 
     workspace = prepare_workspace()
     agent = Agent(demo_model())
+    sandbox = agent.sandbox()
+    status = sandbox.probe() if isinstance(sandbox, BubblewrapSandbox) else None
+    if status is not None and not status.ok:
+        # The demo's own commands are known and harmless, so it may go on, but never silently.
+        typer.echo(
+            f"steward: the sandbox does not work here ({status.reason}); the demo runs its two test commands "
+            f"without it. Fix: {status.fix}",
+            err=True,
+        )
+        agent = Agent(demo_model(), sandbox=False)
     code = _run_async(
         _drive(agent.start(DEMO_GOAL, workspace=workspace), json_lines=json_lines, quiet=False), agent
     )
@@ -224,6 +352,33 @@ def demo(
 
         shutil.rmtree(workspace, ignore_errors=True)
     raise typer.Exit(code)
+
+
+@app.command()
+def doctor(workspace: Workspace = Path()) -> None:
+    """Check this machine: the sandbox, its limits, the configuration and the model."""
+    import platform
+
+    from steward import __version__
+    from steward.safety.sandbox import sandbox_from_config
+
+    config = _load(workspace, None, None)
+    typer.echo(f"steward {__version__} on Python {platform.python_version()} ({sys.executable})")
+    if not config.sandbox.enabled:
+        typer.echo("sandbox: turned off in the configuration ([sandbox] enabled = false)")
+        status_ok = True
+    else:
+        status = sandbox_from_config(config.sandbox).probe()
+        typer.echo(status.render())
+        status_ok = status.ok
+    policy = config.policy
+    typer.echo(
+        f"policy: mode {policy.mode}, writes {'on' if policy.write else 'off'}, "
+        f"{len(policy.allow)} allow / {len(policy.ask)} ask / {len(policy.deny)} deny rules, "
+        f"approvals wait {policy.approval_timeout_s:g} s then {policy.on_timeout}"
+    )
+    typer.echo(f"model: {config.model or 'not configured (set STEWARD_MODEL or --model)'}")
+    raise typer.Exit(EXIT_OK if status_ok else EXIT_NOT_SOLVED)
 
 
 @app.command()

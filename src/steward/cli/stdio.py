@@ -4,7 +4,11 @@ Requests, one JSON object per line:
 
     {"prompt": "fix the tests", "run_id": "my-1", "workspace": "path", "model": "openai:...",
      "max_steps": 20}                                  start a run (only "prompt" is required)
-    {"run_id": "my-1", "answer": "text"}               answer a run that is waiting
+    {"run_id": "my-1", "answer": "text"}               answer a run's question
+    {"run_id": "my-1", "approve": true, "remember": false}   approve its pending call
+    {"run_id": "my-1", "deny": "why not"}              deny its pending call
+
+An approval that is not answered by its deadline takes its default action on its own.
 
 Runs proceed concurrently (a waiting run can be answered while another works); every event
 carries its ``run_id``, which the client may choose so it can match events to requests. A
@@ -19,16 +23,18 @@ import asyncio
 import json
 import re
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
 from steward.agent import Agent, Run
+from steward.cli._stdin import LineReader
 from steward.config import Config, load_config
 from steward.errors import StewardError
 from steward.events import ErrorEvent, Event, encode_event
 
-_KEYS = {"prompt", "workspace", "model", "max_steps", "run_id", "answer"}
+_KEYS = {"prompt", "workspace", "model", "max_steps", "run_id", "answer", "approve", "remember", "deny"}
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 MAX_CONCURRENT_RUNS = 8
 MAX_KNOWN_RUNS = 1000
@@ -69,6 +75,7 @@ class StdioServer:
         self.runs: dict[str, Run] = {}
         self.agents: list[Agent] = []
         self.tasks: set[asyncio.Task[None]] = set()
+        self.timers: set[asyncio.Task[None]] = set()
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_RUNS)
 
     def write(self, event: Event) -> None:
@@ -85,6 +92,8 @@ class StdioServer:
             run_id = _check_request(request)
             if "answer" in request:
                 self._answer(request, run_id)
+            elif "approve" in request or "deny" in request:
+                self._decide(request, run_id)
             else:
                 self._start(request, run_id)
         except json.JSONDecodeError as exc:
@@ -137,6 +146,24 @@ class StdioServer:
             raise BadRequestError(f"run {run_id!r} is {run.status}, not waiting for an answer")
         self._spawn(run.answer_stream(text))
 
+    def _decide(self, request: dict[str, Any], run_id: str) -> None:
+        run = self.runs.get(run_id) if run_id else None
+        if run is None:
+            self.error(
+                "unknown_run", f"no run {run_id!r} is known here; use the run_id of an approval_gate event"
+            )
+            return
+        if run.pending is None or run.pending.approval is None:
+            raise BadRequestError(f"run {run_id!r} is {run.status}, not waiting for an approval")
+        if request.get("approve") is True:
+            remember = _field(request, "remember", bool, "true or false") or False
+            self._spawn(run.approve_stream(remember=remember))
+        elif "deny" in request:
+            reason = request["deny"]
+            self._spawn(run.deny_stream(reason=reason if isinstance(reason, str) else ""))
+        else:
+            raise BadRequestError('send "approve": true, or "deny": "reason"')
+
     def _agent(self, config: Config) -> Agent:
         # One agent per configuration: a scripted model keeps its place across requests, and
         # provider clients are reused.
@@ -146,6 +173,22 @@ class StdioServer:
         agent = Agent(config.model, config=config)
         self.agents.append(agent)
         return agent
+
+    def _watch_deadline(self, run: Run) -> None:
+        pending = run.pending
+        if pending is None or pending.approval is None:
+            return
+        deadline, pending_id = pending.approval.deadline, pending.id
+
+        async def expire() -> None:
+            await asyncio.sleep(max(0.0, deadline - time.time()))
+            still = run.pending
+            if run.status == "waiting" and still is not None and still.id == pending_id:
+                await self._drive(run.expire_stream())
+
+        task = asyncio.create_task(expire())
+        self.timers.add(task)
+        task.add_done_callback(self.timers.discard)
 
     def _remember(self, run: Run) -> None:
         if len(self.runs) >= MAX_KNOWN_RUNS:
@@ -160,15 +203,22 @@ class StdioServer:
 
     async def _drive(self, events: AsyncIterator[Event]) -> None:
         async with self.slots:
+            run_id = ""
             try:
                 async for event in events:
+                    run_id = event.run_id
                     self.write(event)
             except Exception as exc:  # one broken run must not take the server down
-                self.error("internal_error", f"{type(exc).__name__}: {exc}")
+                self.error("internal_error", f"{type(exc).__name__}: {exc}", run_id)
+        run = self.runs.get(run_id)
+        if run is not None and run.status == "waiting":
+            self._watch_deadline(run)
 
     async def close(self) -> None:
         if self.tasks:
             await asyncio.gather(*self.tasks, return_exceptions=True)
+        for timer in list(self.timers):  # waiting runs stay waiting; nobody is left to answer
+            timer.cancel()
         for agent in self.agents:
             await agent.aclose()
             for warning in agent.warnings():
@@ -179,9 +229,10 @@ async def serve(
     stdin: IO[str], stdout: IO[str], *, workspace: Path, model: str | None, max_steps: int | None
 ) -> None:
     server = StdioServer(stdout, workspace=workspace, model=model, max_steps=max_steps)
+    lines = LineReader(stdin)
     try:
         while True:  # until stdin closes
-            line = await asyncio.to_thread(stdin.readline)
+            line = await lines.readline()
             if not line:
                 break
             if line.strip():

@@ -96,6 +96,10 @@ def _path_match(path: str, pattern: str) -> bool:
         elif pattern[i] == "?":
             regex += "[^/]"
             i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 2 :]:
+            end = pattern.index("]", i + 2)
+            regex += "[" + pattern[i + 1 : end].replace("\\", "\\\\") + "]"
+            i = end + 1
         else:
             regex += re.escape(pattern[i])
             i += 1
@@ -161,8 +165,9 @@ class Policy:
                 if rule.action == action and any(rule.matches(tool, s) for s in subjects):
                     if action == "deny":
                         return Decision("deny", f"denied by the rule deny {rule} ({rule.source})", rule)
+                    # No "approve always" here: an allow rule could never outrank this ask rule.
                     return Decision("ask", f"the rule ask {rule} ({rule.source}) asks first", rule,
-                                    network=verdict.network, suggestion=suggestion)  # fmt: skip
+                                    network=verdict.network)  # fmt: skip
         allows = [r for r in self.rules if r.action == "allow"]
         covering = [next((r for r in allows if r.matches(tool, s)), None) for s in subjects]
         if subjects and all(covering):
@@ -204,6 +209,11 @@ def _suggest(tool: str, subjects: Sequence[str]) -> Rule | None:
             return None  # a compound command: no single rule can honestly cover it
         head = " ".join(words[:2]) if len(words) > 1 and not words[1].startswith("-") else words[0]
         return Rule("allow", tool, f"{head}*", "approved")
-    if tool in PATH_TOOLS and subjects:
-        return Rule("allow", tool, subjects[0], "approved")
+    if len(subjects) == 1:
+        return Rule("allow", tool, _literal(subjects[0]), "approved")
     return Rule("allow", tool, None, "approved")
+
+
+def _literal(text: str) -> str:
+    """A pattern that matches exactly ``text`` (its glob characters escaped)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)

@@ -1,0 +1,901 @@
+"""The always-on guard: judges every proposed action before it runs.
+
+A shell command line is parsed (:mod:`steward.safety.shell_parse`) and every simple command in
+it is judged — inner ``$(…)``, ``bash -c`` scripts, ``eval`` text and wrapped commands
+(``sudo``/``env``/``timeout`` …) included, not just the first word. The verdict also says
+whether the line touches the network and lists every command for the policy's rules.
+
+Severities (``block`` is refused whatever the mode or policy; ``flag`` makes the policy ask):
+
+================  ========  ===================================================================
+category          severity  what
+================  ========  ===================================================================
+destruction       block     recursive ``rm`` of ``/``, ``~``, ``$HOME``, the workspace or any
+                            directory above it, or any path outside the workspace (paths
+                            strictly inside ``/tmp`` and ``/var/tmp`` excepted);
+                            ``--no-preserve-root``; ``find <outside> -delete``/``-exec rm``;
+                            ``chmod``/``chown``/``chgrp -R`` outside; ``shutil.rmtree`` or
+                            ``os.system`` of the above in ``python -c``
+destruction       flag      non-recursive ``rm`` outside the workspace; recursive ``rm`` of a
+                            path known only at run time (``rm -rf "$DIR"``)
+disk              block     ``dd of=/dev/…``, ``mkfs*``, ``fdisk``/``parted``/``wipefs`` …,
+                            ``shred /dev/…``, writing to a block device
+remote_code       block     a downloader (``curl``, ``wget`` …) or decoder (``base64``, ``xxd``,
+                            ``openssl``) piped into an interpreter reading its program from
+                            stdin; an interpreter, ``source`` or ``eval`` given ``<(curl …)`` or
+                            ``$(curl …)``
+privilege         block     ``sudo``, ``su``, ``doas``, ``pkexec``; setuid/setgid ``chmod``;
+                            ``visudo`` or writing ``/etc/sudoers*``, ``/etc/passwd``, ``/etc/shadow``
+persistence       block     ``crontab`` (except ``-l``); writing ``/etc/cron*``, systemd units,
+                            launchd agents, shell rc files or ``~/.ssh/authorized_keys``;
+                            ``systemctl enable``
+exfiltration      block     a command line that reads a credential file (``~/.ssh``, cloud
+                            credentials, ``~/.netrc``, ``.env`` …) and uses the network
+reverse_shell     block     ``/dev/tcp`` redirects of a shell, ``nc -e``, ``socat exec:``,
+                            ``mkfifo`` + ``nc``, a shell fed by ``nc``, socket one-liners in
+                            ``python -c``/``perl -e``/``php -r``/``ruby -e``/``node -e``
+obfuscation       block     a command name that is quoted, escaped or built from expansions
+                            (``\\rm``, ``'r'm``, ``$CMD``, ``$(echo rm)``)
+eval_dynamic      flag      ``eval`` (or ``bash -c``) of text built at run time, e.g.
+                            ``eval "$(ssh-agent -s)"``
+credentials       flag      reading a credential file without using the network
+destructive_git   flag      ``reset --hard``, forced push, ``clean -f`` with ``-d``/``-x``,
+                            ``branch -D``, ``checkout .``, ``restore .``, ``stash drop|clear``,
+                            ``reflog expire``, ``gc --prune=now``, ``filter-branch``
+git_push          flag      any ``git push`` (also sets ``network``)
+git_config        flag      writing ``.git/hooks/*`` or ``.git/config`` (also via
+                            ``write_file``/``edit_file``; those tools writing a shell rc file
+                            are flagged ``persistence`` rather than blocked)
+unparsable        flag      the command line could not be read completely (syntax error, over
+                            100,000 characters, nesting deeper than 8 levels)
+================  ========  ===================================================================
+
+``network`` is set when any command talks to the network: downloaders, ``ssh``/``scp``/``nc``,
+remote ``rsync``, ``git clone|fetch|pull|push|ls-remote``, package installs (pip, uv, poetry,
+npm/yarn/pnpm, apt, gem, cargo, go, docker pull/run …), ``/dev/tcp`` redirects, and inline
+Python importing ``urllib``/``requests``/``socket``. Network use alone is no finding.
+
+Trade-offs, chosen on purpose:
+
+* ``cd`` is followed through the line: ``cd / && rm -rf *`` deletes ``/*``. Subshell scoping is
+  ignored (``(cd /); rm -rf *`` is judged as if the ``cd`` held), which errs towards blocking.
+* A credential file plus any network use in the same line counts as exfiltration even when the
+  two are unrelated (``cat .env; git push``). ``source .env`` and ``--env-file .env`` load
+  configuration and are not treated as reads; ``ssh -i ~/.ssh/key`` uses a key, not sends it.
+* ``"$VENV/bin/python"`` is judged as ``python``: a name whose last path part is literal is not
+  obfuscated. A whole-expansion name (``$EDITOR file``) is blocked with a message to spell it out.
+* A command built at run time inside ``eval``/``bash -c`` (``eval "$(ssh-agent -s)"``) is
+  flagged, not blocked as obfuscation: the idiom is common and the text is shown to the human.
+* ``echo '…' | sh`` and heredocs fed to a shell or ``python -`` are read as scripts; shell
+  commands inside inline code (``os.system('…')``, ``system(q{…})``) are judged too.
+* Recursive deletion of ``"$DIR"`` is only flagged: the path may be fine, but an empty variable
+  turns ``rm -rf "$DIR"/`` into ``rm -rf /``. ``~user`` is taken to be ``/home/user``.
+* The verdict keeps one finding per category and severity, so the reason stays short.
+* Paths are compared as text after ``~``/``$HOME``/``cd`` resolution; symlinks are not followed
+  (the guard does no I/O). The OS sandbox, not this module, is the security boundary.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from steward.safety.shell_parse import ParsedShell, SimpleCommand, basename, normalized, parse_shell
+from steward.safety.types import Finding, GuardVerdict, Severity
+
+__all__ = ["Guard"]
+
+#: Deepest re-check of shell commands found in inline code (``python -c "os.system('…')"``).
+_MAX_RECHECK = 2
+
+_DOWNLOADERS = frozenset({"curl", "wget", "fetch", "aria2c", "http", "https", "xh", "lwp-download"})
+_DECODERS = frozenset({"base64", "base32", "xxd", "openssl", "uudecode", "gunzip", "zcat", "rev"})
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "fish", "csh", "tcsh"})
+_INTERPRETERS = _SHELLS | {"python", "python2", "python3", "perl", "ruby", "node", "php", "lua", "pwsh"}
+_NETCATS = frozenset({"nc", "ncat", "netcat", "nc.traditional", "nc.openbsd", "telnet"})
+_NETWORK_PROGRAMS = _DOWNLOADERS | _NETCATS | {"ssh", "scp", "sftp", "ftp", "lftp", "socat", "mosh", "ping"}
+_NETWORK_CLIENTS = frozenset({"gh", "aws", "gcloud", "az", "kubectl", "npx", "bunx", "uvx"})
+#: Interpreters and the options that take inline code.
+_CODE_FLAGS = {"perl": ("-e", "-E"), "ruby": ("-e",), "node": ("-e", "--eval"), "php": ("-r",)}
+_PRIVILEGE_PROGRAMS = frozenset({"sudo", "su", "doas", "pkexec", "visudo", "sudoedit"})
+_DISK_PROGRAMS = frozenset(
+    {"fdisk", "sfdisk", "cfdisk", "gdisk", "sgdisk", "parted", "wipefs", "mkswap", "mke2fs", "blkdiscard"}
+)
+_BLOCK_DEVICE = re.compile(r"/dev/(sd|hd|vd|xvd|nvme|mmcblk|disk|md|dm-|mapper/|loop)")
+_WRITE_OPERATORS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
+_CRED_NAMES_UNDER_HOME = (
+    ".ssh",
+    ".aws",
+    ".config/gcloud",
+    ".azure",
+    ".kube/config",
+    ".docker/config.json",
+    ".netrc",
+    ".git-credentials",
+    ".npmrc",
+    ".pypirc",
+    ".gnupg",
+)
+_RC_NAMES_UNDER_HOME = (
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".config/fish/config.fish",
+    ".ssh/authorized_keys",
+    ".ssh/authorized_keys2",
+)
+_RC_SYSTEM = ("/etc/profile", "/etc/bash.bashrc", "/etc/profile.d", "/etc/zsh", "/etc/environment")
+# Named so that their contents may be deleted, never used as temporary files here.
+_SCRATCH = (Path("/tmp"), Path("/var/tmp"))  # noqa: S108
+
+
+def _finding(category: str, severity: Severity, message: str, cmd: SimpleCommand | None = None) -> Finding:
+    return Finding(category, severity, message, normalized(cmd) if cmd is not None else "")
+
+
+class Guard:
+    """Judges proposed tool calls; see the module docstring for what it blocks and flags."""
+
+    def __init__(self, *, scratch_dirs: tuple[Path, ...] = _SCRATCH) -> None:
+        #: Directories whose contents (not the directories themselves) may be deleted freely.
+        self.scratch_dirs = scratch_dirs
+
+    def check(self, tool: str, arguments: Mapping[str, Any], *, workspace: Path) -> GuardVerdict:
+        """Judge one tool call: ``bash`` commands are parsed; file writes are checked by path."""
+        if tool == "bash":
+            return self.check_command(str(arguments.get("command", "")), workspace=workspace)
+        if tool in ("write_file", "edit_file"):
+            return GuardVerdict(
+                findings=tuple(_file_write_findings(str(arguments.get("path", "")), workspace))
+            )
+        return GuardVerdict()
+
+    def check_command(self, command: str, *, workspace: Path, home: Path | None = None) -> GuardVerdict:
+        """Judge one shell command line, every inner command included."""
+        scope = _Scope(
+            workspace=_norm(str(workspace.absolute())),
+            home=_norm(str(home if home is not None else Path.home())),
+            scratch=tuple(_norm(str(d)) for d in self.scratch_dirs),
+        )
+        parsed = parse_shell(command)
+        # One finding per category and severity keeps the reason short for the model.
+        findings: dict[tuple[str, str], Finding] = {}
+        for finding in _judge(parsed, scope, depth=0):
+            findings.setdefault((finding.category, finding.severity), finding)
+        return GuardVerdict(
+            findings=tuple(findings.values()),
+            network=any(_uses_network(c) for c in parsed.commands),
+            commands=tuple(dict.fromkeys(normalized(c) for c in parsed.commands if c.argv)),
+        )
+
+
+# --- paths ---------------------------------------------------------------------------------
+
+
+def _norm(path: str) -> str:
+    normal = posixpath.normpath(path)
+    return "/" + normal.lstrip("/") if normal.startswith("/") else normal
+
+
+def _within(path: str, parent: str) -> bool:
+    """``path`` is ``parent`` or lies below it."""
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+@dataclass(slots=True)
+class _Scope:
+    workspace: str
+    home: str
+    scratch: tuple[str, ...]
+    #: The directory relative paths resolve against, following ``cd``; None when unknown.
+    cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        self.cwd = self.workspace
+
+    def resolve(self, word: str, dynamic: bool = False) -> tuple[str, bool] | None:
+        """``(absolute path, globbed)`` for a path word, or None when it is known only at run time."""
+        text = _expand_home(word, self.home)
+        if text is None or (dynamic and text[:1] in ("$", "`")):
+            return None
+        if not text.startswith("/"):
+            if self.cwd is None:
+                return None
+            text = f"{self.cwd}/{text}"
+        parts = text.split("/")
+        globbed = next((i for i, part in enumerate(parts) if any(ch in part for ch in "*?[")), None)
+        if globbed is not None:
+            parts = parts[:globbed]
+        return _norm("/".join(parts) or "/"), globbed is not None
+
+    def danger(self, path: str, globbed: bool, *, allow_workspace: bool = False) -> str | None:
+        """Why changing ``path`` recursively is destructive, or None when it is fine."""
+        if _within(self.workspace, path):
+            if path == self.workspace and (globbed or allow_workspace):
+                return None
+            return "the root directory" if path == "/" else "the whole workspace or a directory above it"
+        if _within(path, self.workspace) or any(_within(path, d) and path != d for d in self.scratch):
+            return None
+        return "the home directory" if _within(self.home, path) else f"{path}, outside the workspace"
+
+    def follow_cd(self, cmd: SimpleCommand) -> None:
+        args = [a for a in cmd.argv[1:] if not a.startswith("-") or a == "-"]
+        if not args or args[0] == "~":
+            self.cwd = self.home
+        elif args[0] == "-":
+            self.cwd = None
+        else:
+            resolved = self.resolve(args[0], cmd.dynamic[cmd.argv.index(args[0])])
+            self.cwd = resolved[0] if resolved is not None else None
+
+
+def _expand_home(word: str, home: str) -> str | None:
+    for prefix in ("~", "$HOME", "${HOME}"):
+        if word == prefix or word.startswith(prefix + "/"):
+            return home + word[len(prefix) :]
+    if word.startswith("~"):
+        # ``~user``: someone else's home; its real location is unknown without I/O.
+        return "/home/" + word[1:]
+    return word
+
+
+# --- judging a parsed line -----------------------------------------------------------------
+
+_Rule = Callable[[SimpleCommand, "_Scope"], Iterator[Finding]]
+
+
+def _judge(parsed: ParsedShell, scope: _Scope, depth: int) -> Iterator[Finding]:
+    if parsed.error is not None:
+        yield _finding(
+            "unparsable",
+            "flag",
+            f"the command line could not be read completely ({parsed.error}); simplify it or split it up",
+        )
+    for cmd in parsed.commands:
+        if not cmd.argv:
+            yield from _writes(cmd, scope)
+            yield from _device_redirects(cmd, scope)
+            continue
+        name = basename(cmd.argv[0])
+        if name in ("cd", "pushd") and cmd.origin not in ("substitution", "backticks"):
+            scope.follow_cd(cmd)
+        for rule in (*_NAMED_RULES.get(name, ()), *_GENERAL_RULES):
+            yield from rule(cmd, scope)
+        if cmd.origin == "python_c":
+            yield from _python_code(cmd, scope)
+        if depth < _MAX_RECHECK:
+            yield from _inline_shell_calls(cmd, scope, depth)
+    yield from _line_rules(parsed.commands, scope)
+
+
+def _line_rules(commands: tuple[SimpleCommand, ...], scope: _Scope) -> Iterator[Finding]:
+    names = {basename(c.argv[0]) for c in commands if c.argv}
+    reads = [c for c in commands if c.argv and _reads_credentials(c, scope)]
+    if reads and any(_uses_network(c) for c in commands):
+        yield _finding(
+            "exfiltration",
+            "block",
+            "this sends a credential file over the network; never transmit keys, tokens or .env files",
+            reads[0],
+        )
+    else:
+        for cmd in reads:
+            yield _finding(
+                "credentials",
+                "flag",
+                "this reads a credential file; ask the user before touching secrets",
+                cmd,
+            )
+    if "mkfifo" in names and names & (_NETCATS | {"socat", "openssl"}):
+        yield _finding(
+            "reverse_shell",
+            "block",
+            "a named pipe wired to a network connection is a reverse shell; this is not allowed",
+        )
+
+
+# --- rules by command name -----------------------------------------------------------------
+
+
+def _split_options(argv: tuple[str, ...]) -> tuple[list[str], list[int]]:
+    """Options and the indices of operands (everything after ``--`` is an operand)."""
+    options: list[str] = []
+    operands: list[int] = []
+    done = False
+    for i, arg in enumerate(argv[1:], start=1):
+        if not done and arg == "--":
+            done = True
+        elif not done and arg.startswith("-") and arg != "-":
+            options.append(arg)
+        else:
+            operands.append(i)
+    return options, operands
+
+
+def _has_short(options: list[str], letters: str) -> bool:
+    return any(o[1:2] != "-" and any(ch in o[1:] for ch in letters) for o in options)
+
+
+def _rm(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    options, operands = _split_options(cmd.argv)
+    recursive = "--recursive" in options or _has_short(options, "rR")
+    if "--no-preserve-root" in options:
+        yield _finding(
+            "destruction", "block", "--no-preserve-root deletes the whole system; never use it", cmd
+        )
+    for i in operands:
+        yield from _judge_target(cmd, i, scope, recursive=recursive, verb="delete")
+
+
+def _judge_target(
+    cmd: SimpleCommand,
+    index: int,
+    scope: _Scope,
+    *,
+    recursive: bool,
+    verb: str,
+    allow_workspace: bool = False,
+) -> Iterator[Finding]:
+    word = cmd.argv[index]
+    resolved = scope.resolve(word, cmd.dynamic[index])
+    if resolved is None:
+        if recursive and cmd.dynamic[index]:
+            yield _finding(
+                "destruction",
+                "flag",
+                f"{verb}s {word!r} recursively, a path known only at run time; spell the path out",
+                cmd,
+            )
+        return
+    reason = scope.danger(*resolved, allow_workspace=allow_workspace)
+    if reason is None:
+        return
+    if recursive:
+        yield _finding(
+            "destruction",
+            "block",
+            f"this would {verb} {reason}; only change paths inside the workspace",
+            cmd,
+        )
+    elif verb == "delete":
+        yield _finding("destruction", "flag", f"deletes {reason}; confirm this is intended", cmd)
+
+
+def _find(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    argv = cmd.argv
+    deletes = "-delete" in argv or any(
+        a in ("-exec", "-execdir", "-ok", "-okdir")
+        and i + 1 < len(argv)
+        and basename(argv[i + 1]) in ("rm", "shred")
+        for i, a in enumerate(argv)
+    )
+    if not deletes:
+        return
+    first_expr = next((i for i, a in enumerate(argv[1:], 1) if a[:1] in ("-", "(", "!")), len(argv))
+    roots = list(range(1, first_expr))
+    if not roots:
+        return
+    for i in roots:
+        yield from _judge_target(cmd, i, scope, recursive=True, verb="delete", allow_workspace=True)
+
+
+def _chmod(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    options, operands = _split_options(cmd.argv)
+    name = basename(cmd.argv[0])
+    if name == "chmod" and operands and _is_setuid_mode(cmd.argv[operands[0]]):
+        yield _finding(
+            "privilege", "block", "setuid/setgid bits grant privilege; use plain permissions such as +x", cmd
+        )
+    if "--recursive" in options or _has_short(options, "R"):
+        # The first operand is the mode or owner, the rest are paths.
+        for i in operands[1:]:
+            yield from _judge_target(cmd, i, scope, recursive=True, verb=f"{name} -R", allow_workspace=True)
+
+
+def _is_setuid_mode(mode: str) -> bool:
+    if re.fullmatch(r"[0-7]{4,5}", mode):
+        return int(mode[-4]) & 6 != 0
+    return any(re.fullmatch(r"[ugoa]*[+=][rwxXst]*s[rwxXst]*", part) for part in mode.split(","))
+
+
+def _dd(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    for arg in cmd.argv[1:]:
+        if arg.startswith("of=/dev/") and not _harmless_device(arg[3:]):
+            yield _finding(
+                "disk", "block", "dd onto a device destroys its data; write to a file instead", cmd
+            )
+
+
+def _harmless_device(path: str) -> bool:
+    return path in ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/zero") or path.startswith("/dev/fd/")
+
+
+def _disk_tool(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    if any(a in ("-l", "--list") for a in cmd.argv[1:]):
+        return
+    yield _finding("disk", "block", "partitioning or formatting disks is not allowed here", cmd)
+
+
+def _shred(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    if any(a.startswith("/dev/") and not _harmless_device(a) for a in cmd.argv[1:]):
+        yield _finding("disk", "block", "shredding a device destroys it; this is not allowed", cmd)
+
+
+def _privilege(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    yield _finding(
+        "privilege",
+        "block",
+        f"{basename(cmd.argv[0])} raises privileges; run without it, or ask the user to do this step",
+        cmd,
+    )
+
+
+def _crontab(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    if cmd.argv[1:] != ("-l",):
+        yield _finding(
+            "persistence", "block", "changing crontab installs persistent jobs; this is not allowed", cmd
+        )
+
+
+def _systemctl(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    if any(a in ("enable", "link", "preset", "reenable") for a in cmd.argv[1:]):
+        yield _finding(
+            "persistence", "block", "enabling services makes them start on every boot; not allowed", cmd
+        )
+
+
+def _launchctl(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    if any(a in ("load", "bootstrap", "enable", "submit") for a in cmd.argv[1:]):
+        yield _finding("persistence", "block", "loading launchd jobs installs persistence; not allowed", cmd)
+
+
+def _netcat(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    options, _ = _split_options(cmd.argv)
+    if any(o.split("=")[0] in ("--exec", "--sh-exec", "--lua-exec") for o in options) or _has_short(
+        options, "ec"
+    ):
+        yield _finding(
+            "reverse_shell", "block", "netcat running a program on a connection is a reverse shell", cmd
+        )
+
+
+def _socat(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    if any(re.search(r"(^|[,!])\s*(exec|system):", a, re.IGNORECASE) for a in cmd.argv[1:]):
+        yield _finding(
+            "reverse_shell", "block", "socat running a program on a connection is a reverse shell", cmd
+        )
+
+
+_SOCKET_CODE = re.compile(
+    r"socket|fsockopen|TCPSocket|net\.connect|net\.Socket|require\(['\"]net['\"]\)", re.I
+)
+_SHELL_CODE = re.compile(r"exec|system|spawn|popen|passthru|/bin/(ba)?sh|child_process|STDIN|pty", re.I)
+_SOCKET_MODULES = ("-rsocket", "-MIO::Socket", "-MSocket")
+
+
+def _inline_socket(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    if basename(cmd.argv[0]) in ("awk", "gawk"):
+        hit = any("/inet/" in a for a in cmd.argv[1:])
+    else:
+        code = " ".join(_inline_code(cmd))
+        opens_socket = _SOCKET_CODE.search(code) or any(a.startswith(_SOCKET_MODULES) for a in cmd.argv)
+        hit = bool(opens_socket and _SHELL_CODE.search(code))
+    if hit:
+        yield _finding(
+            "reverse_shell",
+            "block",
+            "inline code wiring a socket to a shell is a reverse shell; not allowed",
+            cmd,
+        )
+
+
+def _eval(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    if any(cmd.dynamic[1:]):
+        yield _finding(
+            "eval_dynamic", "flag", "eval runs text built at run time; run the intended command directly", cmd
+        )
+
+
+def _git(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    sub, args = _git_subcommand(cmd.argv)
+    if sub == "push":
+        yield _finding("git_push", "flag", "git push publishes commits; the user approves pushes", cmd)
+    why = _destructive_git(sub, args)
+    if why:
+        yield _finding("destructive_git", "flag", f"git {sub} {why}; make sure nothing is lost", cmd)
+
+
+def _git_subcommand(argv: tuple[str, ...]) -> tuple[str, list[str]]:
+    i = 1
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace") else 1
+    return (argv[i], list(argv[i + 1 :])) if i < len(argv) else ("", [])
+
+
+def _destructive_git(sub: str, args: list[str]) -> str:
+    options = [a for a in args if a.startswith("-")]
+    checks: dict[str, Callable[[], bool]] = {
+        "reset": lambda: "--hard" in args,
+        "push": lambda: _forced_push(args),
+        "clean": lambda: (_has_short(options, "f") or "--force" in args) and _has_short(options, "dxX"),
+        "branch": lambda: "-D" in args or ("--force" in args and bool({"-d", "--delete"} & set(args))),
+        "checkout": lambda: "." in args or "-f" in args or "--force" in args,
+        "restore": lambda: "." in args and not ({"--staged", "-S"} & set(args) and "--worktree" not in args),
+        "stash": lambda: bool(args) and args[0] in ("drop", "clear"),
+        "reflog": lambda: bool(args) and args[0] in ("expire", "delete"),
+        "gc": lambda: any(a in ("--prune=now", "--prune=all") for a in args),
+        "filter-branch": lambda: True,
+        "filter-repo": lambda: True,
+        "update-ref": lambda: "-d" in args,
+    }
+    check = checks.get(sub)
+    return "discards work or history" if check is not None and check() else ""
+
+
+def _forced_push(args: list[str]) -> bool:
+    forced = {"--force", "-f", "--force-with-lease", "--force-if-includes", "--mirror", "--delete", "-d"}
+    return any(a in forced or a.startswith(("--force-with-lease=", "+", ":")) for a in args)
+
+
+_NAMED_RULES: dict[str, tuple[_Rule, ...]] = {
+    "rm": (_rm,),
+    "find": (_find,),
+    "chmod": (_chmod,),
+    "chown": (_chmod,),
+    "chgrp": (_chmod,),
+    "dd": (_dd,),
+    "shred": (_shred,),
+    "crontab": (_crontab,),
+    "systemctl": (_systemctl,),
+    "launchctl": (_launchctl,),
+    "socat": (_socat,),
+    "eval": (_eval,),
+    "git": (_git,),
+    **dict.fromkeys(_PRIVILEGE_PROGRAMS, (_privilege,)),
+    **dict.fromkeys(_DISK_PROGRAMS, (_disk_tool,)),
+    **dict.fromkeys(_NETCATS - {"telnet"}, (_netcat,)),
+    **dict.fromkeys((*_CODE_FLAGS, "awk", "gawk"), (_inline_socket,)),
+}
+
+
+# --- rules for every command ---------------------------------------------------------------
+
+
+def _obfuscation(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    if not cmd.obfuscated:
+        return
+    if cmd.dynamic[0] and cmd.origin in ("eval", "bash_c"):
+        yield _finding(
+            "eval_dynamic", "flag", "runs a command built at run time; run it directly instead", cmd
+        )
+    else:
+        yield _finding(
+            "obfuscation",
+            "block",
+            "the command name is quoted, escaped or computed; write the program name plainly",
+            cmd,
+        )
+
+
+def _mkfs(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    if basename(cmd.argv[0]).startswith("mkfs"):
+        yield _finding("disk", "block", "creating a filesystem erases the device; this is not allowed", cmd)
+
+
+def _remote_code(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    name = basename(cmd.argv[0])
+    interpreter = name in _INTERPRETERS or _PYTHON_NAME.fullmatch(name) is not None
+    if not interpreter and name not in ("source", ".", "eval"):
+        return
+    feeders = {basename(p) for p in cmd.pipe_from}
+    if interpreter and _reads_program_from_stdin(name, cmd.argv[1:]):
+        if feeders & _DOWNLOADERS:
+            yield _finding(
+                "remote_code", "block", "piping a download into an interpreter runs unreviewed code", cmd
+            )
+        elif feeders & _DECODERS:
+            yield _finding(
+                "remote_code", "block", "piping decoded data into an interpreter hides the code", cmd
+            )
+        elif feeders & _NETCATS:
+            yield _finding(
+                "reverse_shell", "block", "a shell fed from a network connection is a reverse shell", cmd
+            )
+    if any(_downloads(word) for word, dyn in zip(cmd.argv[1:], cmd.dynamic[1:], strict=True) if dyn):
+        yield _finding(
+            "remote_code",
+            "block",
+            "running downloaded code unseen is not allowed; download to a file, read it, then run it",
+            cmd,
+        )
+
+
+def _reads_program_from_stdin(name: str, args: tuple[str, ...]) -> bool:
+    if name in _SHELLS and "-s" in args:
+        return True
+    if any(a in ("-c", "-m", "-e", "-E", "-r") for a in args):
+        return False
+    return all(a.startswith("-") for a in args)
+
+
+def _downloads(word: str) -> bool:
+    inner = parse_shell(f"echo {word}").commands
+    return any(c.argv and basename(c.argv[0]) in _DOWNLOADERS for c in inner[1:])
+
+
+def _device_redirects(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    for op, target in cmd.redirects:
+        if op in _WRITE_OPERATORS and _BLOCK_DEVICE.match(target):
+            yield _finding("disk", "block", f"writing to {target} destroys the disk's data; not allowed", cmd)
+        if re.match(r"/dev/(tcp|udp)/", target) and cmd.argv and basename(cmd.argv[0]) in (*_SHELLS, "exec"):
+            yield _finding(
+                "reverse_shell",
+                "block",
+                "a shell wired to /dev/tcp is a reverse shell; this is not allowed",
+                cmd,
+            )
+
+
+def _writes(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    for target in _write_targets(cmd):
+        resolved = scope.resolve(target)
+        if resolved is None:
+            continue
+        path = resolved[0]
+        judged = _judge_written_path(path, scope)
+        if judged is not None:
+            category, severity, message = judged
+            yield _finding(category, severity, message, cmd)
+
+
+def _judge_written_path(path: str, scope: _Scope) -> tuple[str, Severity, str] | None:
+    home = scope.home
+    if any(path == f"{home}/{rc}" for rc in _RC_NAMES_UNDER_HOME) or any(
+        _within(path, p) for p in _RC_SYSTEM
+    ):
+        return (
+            "persistence",
+            "block",
+            "changing shell startup files or authorized_keys persists access; not allowed",
+        )
+    persistent_dirs = ("/etc/cron", "/var/spool/cron", "/etc/systemd", "/lib/systemd", "/usr/lib/systemd")
+    if path.startswith(persistent_dirs) or _within(path, f"{home}/.config/systemd"):
+        return "persistence", "block", "installing scheduled jobs or services persists beyond this task"
+    if "/Library/Launch" in path:
+        return "persistence", "block", "installing launchd jobs persists beyond this task"
+    if path.startswith("/etc/sudoers") or path in ("/etc/passwd", "/etc/shadow", "/etc/group"):
+        return "privilege", "block", "changing sudoers or account files grants privilege; not allowed"
+    if _within(path, f"{scope.workspace}/.git/hooks") or path == f"{scope.workspace}/.git/config":
+        return (
+            "git_config",
+            "flag",
+            "git hooks and config run code on later git commands; confirm this change",
+        )
+    return None
+
+
+def _write_targets(cmd: SimpleCommand) -> list[str]:
+    targets = [t for op, t in cmd.redirects if op in _WRITE_OPERATORS and not t.isdigit() and t != "-"]
+    if not cmd.argv:
+        return targets
+    name = basename(cmd.argv[0])
+    options, operands = _split_options(cmd.argv)
+    if name == "tee":
+        targets.extend(cmd.argv[i] for i in operands)
+    elif name in ("cp", "mv", "install", "ln", "rsync") and len(operands) >= 2:
+        dest = cmd.argv[operands[-1]]
+        targets.append(dest)
+        if dest.endswith("/") or dest in ("~", "$HOME", "${HOME}"):
+            # Copying into a directory writes a file of the source's name there.
+            targets.extend(f"{dest.rstrip('/')}/{basename(cmd.argv[i])}" for i in operands[:-1])
+    elif name == "dd":
+        targets.extend(a[3:] for a in cmd.argv if a.startswith("of="))
+    elif name == "sed" and any(o.startswith(("-i", "--in-place")) for o in options):
+        targets.extend(cmd.argv[i] for i in operands[1:])
+    return targets
+
+
+_GENERAL_RULES: tuple[_Rule, ...] = (_obfuscation, _mkfs, _remote_code, _device_redirects, _writes)
+
+
+# --- network and credentials ---------------------------------------------------------------
+
+_PACKAGE_INSTALLS = {
+    "pip": {"install", "download", "wheel", "index"},
+    "pip3": {"install", "download", "wheel", "index"},
+    "pipx": {"install", "run", "upgrade", "inject"},
+    "poetry": {"install", "add", "update", "lock", "publish"},
+    "pdm": {"install", "add", "update", "sync"},
+    "npm": {"install", "i", "add", "ci", "publish", "update", "upgrade", "exec"},
+    "yarn": {"install", "add", "publish", "upgrade", "dlx"},
+    "pnpm": {"install", "i", "add", "publish", "update", "dlx"},
+    "bun": {"install", "i", "add", "x"},
+    "apt": {"install", "update", "upgrade", "full-upgrade", "dist-upgrade", "download"},
+    "apt-get": {"install", "update", "upgrade", "dist-upgrade", "download", "source"},
+    "brew": {"install", "update", "upgrade", "tap"},
+    "gem": {"install", "update", "push"},
+    "cargo": {"install", "fetch", "update", "publish", "search"},
+    "go": {"get", "install", "mod"},
+    "docker": {"pull", "push", "run", "login", "search", "build", "compose"},
+    "podman": {"pull", "push", "run", "login"},
+    "uv": {"add", "sync", "lock", "tool", "pip", "run"},
+    "conda": {"install", "create", "update"},
+}
+_PYTHON_NETWORK = re.compile(r"\b(urllib|requests|socket|http\.client|httpx|aiohttp|ftplib|smtplib)\b")
+_PYTHON_NAME = re.compile(r"python[0-9.]*|pypy[0-9.]*")
+
+
+def _uses_network(cmd: SimpleCommand) -> bool:
+    if not cmd.argv:
+        return False
+    if any(re.match(r"/dev/(tcp|udp)/", target) for _, target in cmd.redirects):
+        return True
+    if cmd.origin == "python_c" and _PYTHON_NETWORK.search(cmd.argv[2]):
+        return True
+    if any(_uses_network(inner) for inner in _inline_shell_commands(cmd)):
+        return True
+    return cmd.origin != "python_c" and _network_by_name(basename(cmd.argv[0]), cmd.argv[1:])
+
+
+def _network_by_name(name: str, args: tuple[str, ...]) -> bool:
+    if name in _NETWORK_PROGRAMS or name in _NETWORK_CLIENTS or (name == "yarn" and not args):
+        return True
+    if name == "rsync":
+        return any(re.match(r"([\w.-]+@)?[\w.-]+::?|rsync://", a) for a in args if not a.startswith("-"))
+    if _PYTHON_NAME.fullmatch(name):
+        return args[:3] in (("-m", "pip", "install"), ("-m", "pip", "download"))
+    if name == "git":
+        return _git_subcommand(("git", *args))[0] in (
+            "clone",
+            "fetch",
+            "pull",
+            "push",
+            "ls-remote",
+            "submodule",
+        )
+    verbs = _PACKAGE_INSTALLS.get(name)
+    sub = next((a for a in args if not a.startswith("-")), "")
+    return verbs is not None and sub in verbs
+
+
+_NOT_A_READ = frozenset(
+    {
+        "ls",
+        "stat",
+        "test",
+        "[",
+        "touch",
+        "mkdir",
+        "chmod",
+        "chown",
+        "rm",
+        "ssh-add",
+        "ssh-keygen",
+        "ssh-copy-id",
+    }
+)
+_LOADS_CONFIG = frozenset({"source", "."})
+_SSH_PROGRAMS = frozenset({"ssh", "scp", "sftp", "rsync", "git"})
+_CRED_TEXT = re.compile(
+    r"\.ssh/id_|\.aws/credentials|\.config/gcloud|\.azure/|\.kube/config|\.docker/config\.json|"
+    r"\.netrc|\.git-credentials|\.npmrc|\.pypirc|/etc/shadow|['\"/]\.env['\"]"
+)
+
+
+def _reads_credentials(cmd: SimpleCommand, scope: _Scope) -> bool:
+    name = basename(cmd.argv[0])
+    if name in _NOT_A_READ or name in _LOADS_CONFIG:
+        return False
+    if cmd.origin == "python_c":
+        return _CRED_TEXT.search(cmd.argv[2]) is not None
+    inputs = [t for op, t in cmd.redirects if op in ("<", "<>")]
+    written = set(_write_targets(cmd))
+    skip_after = ("-i", "-F", "--identity") if name in _SSH_PROGRAMS else ()
+    for i, arg in enumerate(cmd.argv[1:], 1):
+        if cmd.argv[i - 1] in (*skip_after, "--env-file") or arg.startswith("--env-file="):
+            continue  # ssh using its key or docker loading an env file is use, not a read
+        if arg not in written:
+            inputs.extend(re.split(r"[@=]", arg))
+    return any(_is_credential(candidate, scope) for candidate in inputs if candidate)
+
+
+def _is_credential(word: str, scope: _Scope) -> bool:
+    resolved = scope.resolve(word)
+    if resolved is None:
+        return False
+    path = resolved[0]
+    base = path.rsplit("/", 1)[-1]
+    if base == ".env" or (base.startswith(".env.") and not re.search(r"example|sample|template|dist", base)):
+        return True
+    if path in ("/etc/shadow", "/etc/gshadow"):
+        return True
+    if base.endswith(".pub") or (base in ("known_hosts", "config") and "/.ssh/" in path):
+        return False
+    return any(_within(path, f"{scope.home}/{name}") for name in _CRED_NAMES_UNDER_HOME)
+
+
+# --- inline code: python -c, perl -e, ruby -e, node -e, php -r ---------------------------
+
+_SHELL_CALL = re.compile(
+    r"(?:system|popen|exec|execSync|spawnSync|shell_exec|passthru|check_output|check_call|run|call|Popen)"
+    r"\(\s*(?:q\{(?P<q>[^}]+)\}|%q\{(?P<rq>[^}]+)\}|(?P<quote>['\"])(?P<s>.+?)(?P=quote))"
+)
+
+
+def _inline_code(cmd: SimpleCommand) -> list[str]:
+    if cmd.origin == "python_c":
+        return [cmd.argv[2]]
+    flags = _CODE_FLAGS.get(basename(cmd.argv[0]))
+    if flags is None:
+        return []
+    return [a for i, a in enumerate(cmd.argv[1:], 1) if cmd.argv[i - 1] in flags]
+
+
+def _inline_scripts(cmd: SimpleCommand) -> Iterator[str]:
+    """The shell commands that inline code hands to ``system()`` and friends."""
+    for code in _inline_code(cmd):
+        for match in _SHELL_CALL.finditer(code):
+            yield match.group("q") or match.group("rq") or match.group("s")
+
+
+def _inline_shell_commands(cmd: SimpleCommand) -> Iterator[SimpleCommand]:
+    if cmd.origin == "python_c" or basename(cmd.argv[0]) in _CODE_FLAGS:
+        for script in _inline_scripts(cmd):
+            # One level only: the inner commands are plain shell commands, not inline code again.
+            yield from (c for c in parse_shell(script).commands if c.origin != "python_c")
+
+
+def _inline_shell_calls(cmd: SimpleCommand, scope: _Scope, depth: int) -> Iterator[Finding]:
+    for script in _inline_scripts(cmd):
+        yield from _judge(parse_shell(script), scope, depth + 1)
+
+
+# --- python -c -----------------------------------------------------------------------------
+
+_PY_RMTREE = re.compile(r"shutil\.rmtree\(\s*(?:(['\"])(.*?)\1|([^)]*))")
+_PY_HOME = re.compile(r"expanduser\(\s*['\"]~['\"]|Path\.home\(|environ\[['\"]HOME|getenv\(['\"]HOME")
+
+
+def _python_code(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    code = cmd.argv[2]
+    if re.search(r"\bsocket\b", code) and re.search(r"subprocess|pty|dup2|os\.exec|/bin/(ba)?sh", code):
+        yield _finding("reverse_shell", "block", "python wiring a socket to a shell is a reverse shell", cmd)
+    for match in _PY_RMTREE.finditer(code):
+        literal, expression = match.group(2), match.group(3) or ""
+        target = literal if literal is not None else ("~" if _PY_HOME.search(expression) else None)
+        resolved = scope.resolve(target) if target is not None else None
+        reason = scope.danger(*resolved) if resolved is not None else None
+        if reason is not None:
+            yield _finding(
+                "destruction",
+                "block",
+                f"this would delete {reason}; only change paths inside the workspace",
+                cmd,
+            )
+
+
+# --- file tools ----------------------------------------------------------------------------
+
+
+def _file_write_findings(path: str, workspace: Path) -> Iterator[Finding]:
+    if not path:
+        return
+    scope = _Scope(workspace=_norm(str(workspace)), home=_norm(str(Path.home())), scratch=())
+    resolved = scope.resolve(path)
+    if resolved is None:
+        return
+    judged = _judge_written_path(resolved[0], scope)
+    if judged is not None:
+        category, _, message = judged
+        # The file tools stay inside the workspace, so these are asked about rather than refused.
+        yield Finding(category, "flag", message, path)
