@@ -86,6 +86,20 @@ def _lines_label(first: int, last: int) -> str:
     return f"line {first}" if first == last else f"lines {first}-{last}"
 
 
+def _check_may_write(ctx: ToolContext, path: str, shown: str) -> None:
+    """Refuse when writing is switched off, or when ``path`` is protected (e.g. ``.git/hooks``)."""
+    if not ctx.writable:
+        raise ToolError(
+            f"Writing is switched off for this run (read-only mode), so {shown!r} was not changed."
+        )
+    if ctx.protected is not None:
+        # As written, not resolved: the check follows symlinks itself and needs the name used.
+        given = Path(path)
+        reason = ctx.protected(given if given.is_absolute() else workspace_root(ctx.workspace) / given)
+        if reason is not None:
+            raise ToolError(f"{reason} Nothing was written.")
+
+
 # --- read_file ----------------------------------------------------------------------------
 
 
@@ -191,6 +205,7 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """
     target = resolve_in_workspace(ctx.workspace, path)
     shown = _shown(ctx, target)
+    _check_may_write(ctx, path, shown)
     if target.is_dir():
         raise ToolError(f"{shown!r} is a directory; pass a file path (e.g. '{shown}/name.txt').")
     if target.exists() and not target.is_file():
@@ -326,6 +341,7 @@ def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str) -> str:
         raise ToolError("old_text and new_text are identical; there is nothing to change.")
     target = _existing_text_file(ctx, path)
     shown = _shown(ctx, target)
+    _check_may_write(ctx, path, shown)
     bom, text = _decode_for_edit(target, shown)
     newline = _newline_style(text)
     if newline is not None:

@@ -3,7 +3,8 @@
 The command runs in its own session (a new process group), so a timeout or a cancelled run
 stops the whole tree it started, background children included. Output (stdout and stderr
 merged) is read as it arrives and only a head and a tail are kept, so a command printing
-gigabytes costs no more memory than the cap.
+gigabytes costs no more memory than the cap. With a sandbox in the context (``ctx.sandbox``)
+the command runs inside it; a sandbox that cannot start refuses the call with the fix.
 
 Result text: the output, then ``exit code: N`` as the last line. A timeout adds a line
 ``[timed out after N s; ...]`` before it, a cut adds a notice naming how many chars were cut.
@@ -20,6 +21,7 @@ import signal
 import subprocess
 from collections import deque
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,6 +234,13 @@ def _exit_line(returncode: int | None) -> str:
     return f"exit code: {returncode}"
 
 
+def _sandboxed(ctx: ToolContext, argv: list[str], cwd: Path) -> AbstractAsyncContextManager[list[str]]:
+    """The sandbox's argv for ``argv``, or ``argv`` itself when the user turned the sandbox off."""
+    if ctx.sandbox is None:
+        return contextlib.nullcontext(argv)
+    return ctx.sandbox.command(argv, workspace=cwd, network=ctx.allow_network, writable=ctx.writable)
+
+
 @tool
 async def bash(ctx: ToolContext, command: str, timeout_s: float | None = None) -> ToolResult:
     """Run a shell command with bash in the workspace root and return its output.
@@ -249,12 +258,9 @@ async def bash(ctx: ToolContext, command: str, timeout_s: float | None = None) -
     if timeout_s is not None and not 0 < timeout_s <= MAX_TIMEOUT_S:
         raise ToolError(f"timeout_s must be more than 0 and at most {MAX_TIMEOUT_S:g} (got {timeout_s:g}).")
     limit = min(timeout_s if timeout_s is not None else ctx.settings.bash_timeout_s, MAX_TIMEOUT_S)
-    outcome = await run_command(
-        shell_argv(command),
-        workspace_root(ctx.workspace),
-        timeout_s=limit,
-        cap_chars=ctx.settings.output_cap_chars,
-    )
+    cwd = workspace_root(ctx.workspace)
+    async with _sandboxed(ctx, shell_argv(command), cwd) as argv:
+        outcome = await run_command(argv, cwd, timeout_s=limit, cap_chars=ctx.settings.output_cap_chars)
     lines = [outcome.output.removesuffix("\n") if outcome.output else "(no output)"]
     if outcome.timed_out:
         lines.append(

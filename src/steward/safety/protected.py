@@ -1,0 +1,393 @@
+"""Paths of a workspace that agents may not change, even when they do not exist yet.
+
+Some files in a workspace are obeyed later by programs that run on the host, outside any
+sandbox: git runs ``.git/hooks/*`` and follows ``.git/config`` (``core.hooksPath``, aliases,
+filters, ``core.fsmonitor``); a shell reads its start-up files; direnv runs ``.envrc``; the
+runtime keeps its database and logs in ``.steward/``. Writing one of them is a way out of the
+sandbox, so they stay read-only for the sandbox (``steward.safety.sandbox`` mounts them
+read-only) and for the file tools (``protected_reason``).
+
+What is protected, for the workspace and every nested repository the bounded walk finds:
+
+* the git directory's ``hooks/``, ``config``, ``config.worktree`` and ``commondir`` (a
+  ``commondir`` file redirects git to another directory's hooks and config), the directory
+  named by ``core.hooksPath`` when it lies in the workspace, and the hooks and config of
+  submodules kept in ``.git/modules``;
+* a ``.git`` *file* (``gitdir: PATH``, used by worktrees and submodules) and the git
+  directory it names; a *symlinked* ``.git`` is followed to its target;
+* ``.steward/`` and the shell start-up files at the workspace root (``RC_FILES``).
+
+Known limits (what mounts cannot express): a symlink cannot be a mount point, so a symlinked
+``.git`` or start-up file can itself be replaced (its target stays read-only); moving a whole
+nested repository aside and creating a new one in its place is not prevented; a hard link
+made *before* the run to a protected file shares its content (the file tools check for it,
+the sandbox cannot).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STATE_DIR = ".steward"
+"""The runtime's own state directory at the workspace root."""
+
+RC_FILES = frozenset(
+    {
+        ".bashrc",
+        ".bash_profile",
+        ".bash_login",
+        ".bash_logout",
+        ".profile",
+        ".zshrc",
+        ".zshenv",
+        ".zprofile",
+        ".zlogin",
+        ".envrc",
+    }
+)
+"""Shell start-up files (and direnv's ``.envrc``) protected at the workspace root."""
+
+GIT_CONFIG_FILES = ("config", "config.worktree", "commondir")
+"""Files in a git directory that decide which hooks and programs git runs."""
+
+WALK_MAX_DEPTH = 4
+"""How deep below the workspace root nested repositories are looked for."""
+
+WALK_MAX_DIRS = 2000
+"""How many directories the nested-repository walk lists at most."""
+
+WALK_MAX_ENTRIES = 10_000
+"""How many directory entries the walk reads at most (~1 µs each with a warm cache)."""
+
+WALK_SKIP = frozenset(
+    {
+        ".git",
+        STATE_DIR,
+        "node_modules",
+        ".venv",
+        "venv",
+        "__pycache__",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        "site-packages",
+        "target",
+        "dist",
+        "build",
+    }
+)
+"""Directories the walk does not descend into (heavy, or never holding a user's repository)."""
+
+_MODULES_DEPTH = 2
+_GITDIR_LINE = re.compile(r"^gitdir:\s*(.+?)\s*$", re.MULTILINE)
+_SECTION = re.compile(r"^\s*\[\s*([^\]\s\"]+)[^\]]*\]", re.MULTILINE)
+_VALUE = re.compile(r"^\s*([A-Za-z][\w-]*)\s*=\s*(.*?)\s*$", re.MULTILINE)
+_INCLUDE_DEPTH = 3
+_READ_CAP = 64 * 1024
+
+
+_HOOKS_REASON = (
+    "git hooks run on the host, outside the sandbox, whenever git is used in this repository, "
+    "so agents may not create or change them"
+)
+_CONFIG_REASON = (
+    "git configuration decides which programs git runs on the host (core.hooksPath, aliases, "
+    "filters, fsmonitor), so agents may not change it"
+)
+_POINTER_REASON = (
+    "a .git file or directory tells git where the repository and its hooks are; creating or changing "
+    "it could make git run hooks planted by an agent"
+)
+_PROGRAM_REASON = (
+    "the git configuration names it as a program to run (a filter, fsmonitor, alias or editor), so it "
+    "would run on the host whenever git is used here"
+)
+_STATE_REASON = "it is the runtime's own state (its database and logs); agents may not change it"
+_RC_REASON = "it is a shell start-up file that would run in a shell on the host, outside the sandbox"
+_LINK_REASON = (
+    "it is a hard link to a protected file (a git hook or git config), so writing it would change that file"
+)
+
+
+@dataclass(slots=True)
+class Protection:
+    """The protected paths of one workspace, as real absolute paths, found by ``find_protected``."""
+
+    root: Path
+    #: Existing files and directories to keep read-only.
+    existing: list[Path] = field(default_factory=list)
+    #: Missing directories that need a read-only placeholder (``.git`` when there is none).
+    missing_dirs: list[Path] = field(default_factory=list)
+    #: Missing files that need a read-only placeholder (start-up files, a missing git config).
+    missing_files: list[Path] = field(default_factory=list)
+    #: Missing directories that are harmless to create first (``.git/hooks``, ``.steward``).
+    to_create: list[Path] = field(default_factory=list)
+    #: Git directories that stay writable but must not be renamed or removed (a mount point
+    #: cannot be), or the protection of their hooks would move away with them.
+    pinned: list[Path] = field(default_factory=list)
+    #: Paths that must not appear during a command (``commondir`` of a main repository; an
+    #: empty placeholder there would break git, so it is checked after the command instead).
+    sentinels: list[Path] = field(default_factory=list)
+    #: Why each path above is protected (a clause for messages).
+    reasons: dict[Path, str] = field(default_factory=dict)
+    #: The nested-repository walk stopped at its bound; deeper repositories were not looked at.
+    truncated: bool = False
+
+
+def find_protected(workspace: Path) -> Protection:
+    """Scan ``workspace`` (reads only, bounded) for what must stay read-only."""
+    root = workspace.resolve(strict=False)
+    found = Protection(root)
+    _add(found, root / STATE_DIR, "create_dir", _STATE_REASON)
+    for name in sorted(RC_FILES):
+        _add(found, root / name, "file", _RC_REASON)
+    repos, found.truncated = _repositories(root)
+    for repo in repos:
+        _protect_repository(found, repo, top=repo == root)
+    return found
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+def _add(found: Protection, path: Path, kind: str, reason: str) -> None:
+    """Record ``path`` (followed through symlinks) if it lies in the workspace.
+
+    ``kind`` says what to do when it is missing: ``file`` / ``dir`` need a placeholder,
+    ``create_dir`` may be created beforehand.
+    """
+    real = path.resolve(strict=False)
+    if not _within(real, found.root) or real == found.root or real in found.reasons:
+        return  # outside the workspace it is neither writable nor visible in the sandbox
+    found.reasons[real] = reason
+    if real.exists():
+        found.existing.append(real)
+    elif kind == "create_dir":
+        found.to_create.append(real)
+    elif kind == "dir":
+        found.missing_dirs.append(real)
+    else:
+        found.missing_files.append(real)
+
+
+def _repositories(root: Path) -> tuple[list[Path], bool]:
+    """The workspace root and every directory below it (bounded walk) that holds a ``.git``."""
+    repos = [root]
+    queue: deque[tuple[Path, int]] = deque([(root, 0)])
+    visited = seen = 0
+    while queue:
+        directory, depth = queue.popleft()
+        visited += 1
+        if visited > WALK_MAX_DIRS:
+            return repos, True
+        try:
+            with os.scandir(directory) as scan:
+                entries = list(itertools.islice(scan, WALK_MAX_ENTRIES - seen + 1))
+        except OSError:
+            continue
+        seen += len(entries)
+        if seen > WALK_MAX_ENTRIES:
+            return repos, True
+        # One listing per directory, no stat per entry: d_type tells directories apart.
+        if directory != root and any(entry.name == ".git" for entry in entries):
+            repos.append(directory)
+        if depth < WALK_MAX_DEPTH:
+            for entry in entries:
+                if entry.name not in WALK_SKIP and entry.is_dir(follow_symlinks=False):
+                    queue.append((Path(entry.path), depth + 1))
+    return repos, False
+
+
+def _read_gitdir_file(dotgit: Path) -> Path | None:
+    """The git directory a ``.git`` file (``gitdir: PATH``) points to, or None."""
+    match = _GITDIR_LINE.search(_read_small(dotgit))
+    if match is None:
+        return None
+    return (dotgit.parent / match.group(1)).resolve(strict=False)
+
+
+def _protect_repository(found: Protection, repo: Path, *, top: bool) -> None:
+    dotgit = repo / ".git"
+    if not os.path.lexists(dotgit):
+        if top:  # no repository yet: nobody may create one (and plant its hooks) from inside
+            _add(found, dotgit, "dir", _POINTER_REASON)
+        return
+    real = dotgit.resolve(strict=False)
+    if real.is_dir():
+        _protect_git_dir(found, real, worktree=repo, depth=0)
+    elif real.is_file():
+        _add(found, real, "file", _POINTER_REASON)  # rewriting the pointer would redirect git
+        gitdir = _read_gitdir_file(real)
+        if gitdir is not None:
+            _protect_git_dir(found, gitdir, worktree=repo, depth=0)
+    elif not real.exists():  # a dangling symlink: its target must not be created from inside
+        _add(found, real, "dir", _POINTER_REASON)
+
+
+def _protect_git_dir(found: Protection, gitdir: Path, *, worktree: Path | None, depth: int) -> None:
+    if not _within(gitdir, found.root) or not gitdir.is_dir() or gitdir in found.pinned:
+        return
+    found.pinned.append(gitdir)
+    _add(found, gitdir / "hooks", "create_dir", _HOOKS_REASON)
+    _add(found, gitdir / "config", "file", _CONFIG_REASON)
+    if (gitdir / "config.worktree").exists():
+        _add(found, gitdir / "config.worktree", "file", _CONFIG_REASON)
+    commondir = gitdir / "commondir"
+    if commondir.is_file():  # a linked worktree: hooks and config live in the common directory
+        _add(found, commondir, "file", _CONFIG_REASON)
+        common = _read_small(commondir).strip()
+        if common:
+            _protect_git_dir(found, (gitdir / common).resolve(strict=False), worktree=None, depth=depth + 1)
+    elif not os.path.lexists(commondir):
+        found.sentinels.append(commondir)
+        found.reasons[commondir] = _CONFIG_REASON
+    _protect_config_references(found, gitdir / "config", worktree or gitdir, depth=0)
+    if depth < _MODULES_DEPTH:
+        for module in _submodule_git_dirs(gitdir / "modules"):
+            _protect_git_dir(found, module, worktree=None, depth=depth + 1)
+
+
+def _read_small(path: Path) -> str:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            return handle.read(_READ_CAP)
+    except OSError:
+        return ""
+
+
+def _config_values(config: Path) -> list[tuple[str, str, str]]:
+    """(section, key, value) of a git config file, lower-cased names, quotes removed."""
+    text = _read_small(config)
+    sections = [(m.start(), m.group(1).lower()) for m in _SECTION.finditer(text)]
+    values = []
+    for match in _VALUE.finditer(text):
+        section = next((name for start, name in reversed(sections) if start < match.start()), "")
+        values.append((section, match.group(1).lower(), match.group(2).strip().strip('"')))
+    return values
+
+
+def _protect_config_references(found: Protection, config: Path, worktree: Path, *, depth: int) -> None:
+    """What a config file points git at inside the workspace is as good as the config itself:
+    ``core.hooksPath``, included config files, and programs it runs (fsmonitor, filters,
+    aliases, editors...) named by a path in the workspace."""
+    for section, key, value in _config_values(config):
+        if not value or value.startswith("~"):
+            continue  # '~' is a home directory: outside the workspace
+        if section == "core" and key == "hookspath":
+            _add(found, worktree / value, "create_dir", _HOOKS_REASON)
+        elif section in ("include", "includeif") and key == "path":
+            included = config.parent / value
+            _add(found, included, "file", _CONFIG_REASON)
+            if depth < _INCLUDE_DEPTH:
+                _protect_config_references(found, included, worktree, depth=depth + 1)
+        elif words := value.lstrip("!").split():
+            program = (worktree / words[0]).resolve(strict=False)
+            if program.is_file() and _within(program, found.root):
+                _add(found, program, "file", _PROGRAM_REASON)
+
+
+def _submodule_git_dirs(modules: Path, limit: int = 50) -> list[Path]:
+    """Git directories of submodules (``.git/modules/NAME``, names may contain '/'), bounded."""
+    if not modules.is_dir():
+        return []
+    found: list[Path] = []
+    queue: deque[tuple[Path, int]] = deque([(modules, 0)])
+    while queue and len(found) < limit:
+        directory, depth = queue.popleft()
+        try:
+            children = sorted(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink())
+        except OSError:
+            continue
+        for child in children:
+            if (child / "HEAD").is_file():
+                found.append(child)
+            elif depth < 2:
+                queue.append((child, depth + 1))
+    return found[:limit]
+
+
+# --- for the file tools ---------------------------------------------------------------------
+
+
+def protected_reason(workspace: Path, path: Path) -> str | None:
+    """Why ``path`` (in ``workspace``) may not be written, or None if it may.
+
+    Checks the path as written and as resolved, so a symlinked ``.git``, a ``.git`` file, a
+    configured ``core.hooksPath`` and a hard link to a protected file are all caught.
+    """
+    root = workspace.resolve(strict=False)
+    absolute = path if path.is_absolute() else root / path
+    real = absolute.resolve(strict=False)
+    for candidate in (Path(os.path.normpath(absolute)), real):
+        if _within(candidate, root) and candidate != root:
+            reason = _pattern_reason(candidate.relative_to(root).parts)
+            if reason is not None:
+                return _message(root, candidate, reason)
+    if not _within(real, root):
+        return None  # outside the workspace: the path rules of the tools refuse it
+    found = find_protected(root)
+    for protected, reason in found.reasons.items():
+        if real == protected or real.is_relative_to(protected):
+            return _message(root, real, reason)
+    if _is_hard_link_to(real, _protected_files(found)):
+        return _message(root, real, _LINK_REASON)
+    return None
+
+
+def _message(root: Path, path: Path, reason: str) -> str:
+    shown = path.relative_to(root).as_posix()
+    return f"{shown!r} is a protected path: {reason}."
+
+
+def _pattern_reason(parts: tuple[str, ...]) -> str | None:
+    """Reasons that follow from the path's names alone (whether or not anything exists)."""
+    if parts[0] == STATE_DIR:
+        return _STATE_REASON
+    if len(parts) == 1 and parts[0] in RC_FILES:
+        return _RC_REASON
+    for index, part in enumerate(parts):
+        if part != ".git":
+            continue
+        rest = parts[index + 1 :]
+        if not rest:
+            return _POINTER_REASON
+        if "hooks" in rest:
+            return _HOOKS_REASON
+        if rest[-1] in GIT_CONFIG_FILES:
+            return _CONFIG_REASON
+    return None
+
+
+def _protected_files(found: Protection) -> list[Path]:
+    files: list[Path] = []
+    for path in found.existing:
+        if path.is_file():
+            files.append(path)
+        elif found.reasons[path] == _HOOKS_REASON and path.is_dir():
+            files.extend(p for p in sorted(path.iterdir())[:200] if p.is_file())
+    return files
+
+
+def _is_hard_link_to(real: Path, protected: list[Path]) -> bool:
+    try:
+        stat = real.stat()
+    except OSError:
+        return False
+    if stat.st_nlink < 2 or not real.is_file():
+        return False
+    for path in protected:
+        try:
+            other = path.stat()
+        except OSError:
+            continue
+        if (other.st_dev, other.st_ino) == (stat.st_dev, stat.st_ino):
+            return True
+    return False
