@@ -79,6 +79,8 @@ class SandboxConfig:
     __pydantic_config__ = _FORBID_EXTRA
 
     enabled: bool = _f(True, "Run bash and other command tools inside bubblewrap.")
+    network: bool = _f(False, "Allow the network for every command (otherwise only where the policy allows).")
+    tmpfs_mb: int = _f(1024, "Size of the sandbox's private /tmp and HOME, in MiB.", ge=16)
     readable: list[str] = field(default_factory=list, metadata={"doc": "Extra paths visible read-only."})
     writable: list[str] = field(
         default_factory=list, metadata={"doc": "Extra paths writable (besides the workspace)."}

@@ -204,6 +204,8 @@ def sandbox_from_config(config: SandboxConfig) -> BubblewrapSandbox:
     """The sandbox the ``[sandbox]`` section of the configuration describes."""
     settings = SandboxSettings(
         enabled=config.enabled,
+        network=config.network,
+        tmpfs_mb=config.tmpfs_mb,
         readable=tuple(Path(p).expanduser() for p in config.readable),
         writable=tuple(Path(p).expanduser() for p in config.writable),
         cpu_s=config.cpu_s,
