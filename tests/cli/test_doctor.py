@@ -1,0 +1,58 @@
+"""`steward doctor` says whether the sandbox works here, and how to fix it when it does not."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"
+)
+
+
+@needs_bwrap
+def test_doctor_reports_a_working_sandbox_and_its_limits(cli: Any) -> None:
+    proc = cli("doctor")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "sandbox: ok" in proc.stdout
+    for limit in ("cpu:", "memory:", "file size:", "processes:", "network:"):
+        assert limit in proc.stdout
+    assert "policy: mode structured" in proc.stdout
+
+
+def test_doctor_without_bubblewrap_names_the_fix(cli: Any, tmp_path: Path) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    proc = cli("doctor", PATH=str(empty))
+    assert proc.returncode == 1
+    assert "sandbox: NOT WORKING" in proc.stdout
+    assert "apt-get install bubblewrap" in proc.stdout and "--no-sandbox" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_run_without_bubblewrap_refuses_bash_and_names_the_fix(cli: Any, tmp_path: Path) -> None:
+    import yaml
+
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    script = tmp_path / "s.yaml"
+    marker = tmp_path / "ran"
+    script.write_text(
+        yaml.safe_dump([{"tool": "bash", "args": {"command": f"touch {marker}"}}, {"text": "ok"}])
+    )
+    proc = cli("run", "touch it", "--json", "--model", f"scripted:{script}", PATH=str(empty))
+    assert not marker.exists()
+    assert "apt-get install bubblewrap" in proc.stdout and "--no-sandbox" in proc.stdout
+
+
+def test_no_sandbox_is_explicit_and_loud(cli: Any, tmp_path: Path) -> None:
+    import yaml
+
+    script = tmp_path / "s.yaml"
+    script.write_text(yaml.safe_dump([{"tool": "bash", "args": {"command": "echo direct"}}, {"text": "ok"}]))
+    proc = cli("run", "echo", "--no-sandbox", "--model", f"scripted:{script}")
+    assert proc.returncode == 0
+    assert "--no-sandbox: commands run directly on this machine" in proc.stderr
