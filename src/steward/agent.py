@@ -17,9 +17,10 @@ from steward.config import Config, Limits, ProviderSettings
 from steward.context import BudgetSettings, ContextBuilder
 from steward.errors import ConfigError
 from steward.events import Event, RunStart
-from steward.loop import Loop, LoopSettings, Pending, RunState
+from steward.loop import Loop
 from steward.models.base import Model, Usage
 from steward.phases import PHASE_GUIDE, EndStatus
+from steward.run_state import LoopSettings, Pending, RunState
 from steward.signals import LoopCounters
 from steward.tools.base import (
     CombinedToolset,

@@ -12,12 +12,10 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal, assert_never
+from typing import Any, assert_never
 
 from steward import signals as sig
-from steward.context import ContextBuilder, Transcript
+from steward.context import ContextBuilder
 from steward.errors import ApprovalRequired, ConfigError, ModelError
 from steward.events import (
     ApprovalGateEvent,
@@ -45,113 +43,25 @@ from steward.models.base import (
     ThinkingDelta,
     ToolCall,
     ToolResultMessage,
-    Usage,
 )
 from steward.phases import AGENT_STEP, AGENT_STEP_SPEC, AgentStep, EndStatus, StepInputError, parse_agent_step
+from steward.run_state import (
+    CONTINUE,
+    Approval,
+    Continue,
+    Fail,
+    Finish,
+    LoopSettings,
+    Outcome,
+    Pause,
+    Pending,
+    Resume,
+    RunState,
+    limit_outcome,
+    progress_report,
+)
 from steward.tools.base import ToolContext, ToolResult, Toolset
-from steward.working_memory import ErrorEntry, Fact, Step, WorkingMemory, compact_json, plan_event_payload
-
-# --- outcomes -------------------------------------------------------------------------------
-
-
-@dataclass(slots=True, frozen=True)
-class Continue:
-    """Go on with the next call in this reply, or the next step."""
-
-
-@dataclass(slots=True, frozen=True)
-class Finish:
-    end_status: EndStatus
-    message: str
-
-
-@dataclass(slots=True, frozen=True)
-class Pause:
-    pending: Pending
-
-
-@dataclass(slots=True, frozen=True)
-class Fail:
-    code: str
-    message: str
-
-
-Outcome = Continue | Finish | Pause | Fail
-CONTINUE = Continue()
-
-
-@dataclass(slots=True, frozen=True)
-class Approval:
-    """A call that waits for a human: bound to its exact arguments by ``call_hash``."""
-
-    tool: str
-    arguments: dict[str, Any]
-    call_hash: str
-    reason: str
-    suggestion: str | None
-    deadline: float
-    default: Literal["deny", "allow"]
-    call: ToolCall
-    thinking: str
-    summary: str
-
-
-@dataclass(slots=True, frozen=True)
-class Pending:
-    """Something only a human can answer; the run waits for it (a question or an approval)."""
-
-    id: str
-    kind: Literal["question", "approval"]
-    question: str
-    call_id: str
-    approval: Approval | None = None
-
-
-@dataclass(slots=True, frozen=True)
-class Resume:
-    """How a human answered an approval; the loop acts on it before the next model call."""
-
-    approval: Approval
-    approved: bool
-    reason: str
-
-
-@dataclass(slots=True)
-class LoopSettings:
-    max_steps: int = 50
-    repeat_warning: int = 3
-    repeat_stop: int = 6
-    tool_timeout_s: float = 600.0
-    max_empty_replies: int = 3
-    model_retries: int = 2
-    """Extra attempts after a retryable model failure the provider's own retries did not cover
-    (an error inside an already-started stream, a stalled stream)."""
-    model_retry_backoff_s: float = 2.0
-    approval_timeout_s: float = 600.0
-    approval_default: Literal["deny", "allow"] = "deny"
-
-
-@dataclass(slots=True)
-class RunState:
-    """Everything one run knows; the events are a log of how it got here."""
-
-    run_id: str
-    goal: str
-    workspace: Path
-    memory: WorkingMemory
-    transcript: Transcript = field(default_factory=Transcript)
-    counters: sig.LoopCounters = field(default_factory=sig.LoopCounters)
-    usage: Usage = field(default_factory=Usage)
-    status: str = "running"  # running | waiting | done | failed | cancelled
-    end_status: EndStatus | None = None
-    output: str = ""
-    pending: Pending | None = None
-    seq: int = 0
-    session_id: str | None = None
-    raised: frozenset[str] = frozenset()
-    empty_replies: int = 0
-    call_ids: set[str] = field(default_factory=set)
-    resume: Resume | None = None
+from steward.working_memory import ErrorEntry, Fact, Step, compact_json, plan_event_payload
 
 
 class Loop:
@@ -241,7 +151,7 @@ class Loop:
     async def _step(self) -> AsyncIterator[Event | Outcome]:
         st, c = self.state, self.state.counters
         if c.step >= c.max_steps:
-            yield _limit_outcome(st)
+            yield limit_outcome(st)
             return
         c.step += 1
         self.ctx.step = c.step
@@ -356,7 +266,7 @@ class Loop:
             outcome = Finish(
                 "stuck",
                 f"Stopped: the same action ({c.last_action}) was repeated {c.consecutive_repeats} times "
-                "without progress. " + _progress_report(st),
+                "without progress. " + progress_report(st),
             )
         yield outcome
 
@@ -683,28 +593,3 @@ def _full_text_events(message: AssistantMessage) -> list[Event]:
     if message.text:
         events.append(TextEvent(text=message.text))
     return events
-
-
-def _limit_outcome(st: RunState) -> Finish:
-    c = st.counters
-    progressed = (c.tool_calls - c.failed_tool_calls) > 0 or (
-        st.memory.plan is not None and any(t.status == "done" for t in st.memory.plan.sub_tasks)
-    )
-    return Finish(
-        "partial" if progressed else "stuck",
-        f"Stopped at the step limit ({c.max_steps} steps). " + _progress_report(st),
-    )
-
-
-def _progress_report(st: RunState) -> str:
-    plan, c = st.memory.plan, st.counters
-    if plan is not None:
-        done = [f"{t.id} {t.title}" for t in plan.sub_tasks if t.status == "done"]
-        open_ = [f"{t.id} {t.title}" for t in plan.sub_tasks if t.status != "done"]
-        return f"Done: {'; '.join(done) or 'nothing'}. Not done: {'; '.join(open_) or 'nothing'}."
-    last = next((s.summary for s in reversed(st.memory.steps) if s.summary), "")
-    unresolved = sum(1 for e in st.memory.errors if not e.resolved)
-    return (
-        f"Made {c.tool_calls} tool calls ({c.failed_tool_calls} failed, {unresolved} errors unresolved). "
-        f"Last step: {last or '(none)'}. The goal was not confirmed as reached: {st.goal}"
-    )
