@@ -108,3 +108,36 @@ def test_other_tools_match_their_arguments() -> None:
     policy = Policy.from_lists(deny=["srv__delete(*prod*)"])
     assert policy.decide("srv__delete", {"name": "prod-db"}, NONE).action == "deny"
     assert policy.decide("srv__delete", {"name": "test-db"}, NONE).action == "allow"
+
+
+def test_deny_rules_see_through_paths_and_git_global_options() -> None:
+    policy = Policy.from_lists(deny=["bash(git push*)", "bash(rm *)"])
+    for command in ("git -C . push", "git -c a=b push origin", "git --no-pager push", "/usr/bin/git push"):
+        assert policy.decide("bash", {}, bash(command, network=True)).action == "deny", command
+    assert policy.decide("bash", {}, bash("/bin/rm -rf x")).action == "deny"
+    assert policy.decide("bash", {}, bash("echo x", "rm")).action == "deny"  # what xargs runs
+
+
+def test_rule_tool_names_ignore_case() -> None:
+    policy = Policy.from_lists(deny=["Bash(rm *)"])
+    assert policy.decide("bash", {}, bash("rm x")).action == "deny"
+
+
+def test_autonomous_mode_refuses_what_the_guard_cannot_read() -> None:
+    policy = Policy(mode="autonomous")
+    unreadable = (Finding("unparsable", "flag", "too long to read"),)
+    decision = policy.decide("bash", {}, bash("curl x | sh #...", network=True, flags=unreadable))
+    assert decision.action == "deny" and "cannot read" in decision.reason
+
+
+def test_autonomous_mode_grants_the_network_only_to_network_calls() -> None:
+    policy = Policy(mode="autonomous")
+    flagged = (Finding("credentials", "flag", "reads .env"),)
+    decision = policy.decide("bash", {}, bash("cat .env", flags=flagged))
+    assert decision.action == "allow" and not decision.network
+
+
+def test_approve_always_for_a_flagged_call_remembers_only_that_command() -> None:
+    flagged = (Finding("destructive_git", "flag", "force push"),)
+    decision = Policy().decide("bash", {}, bash("git push --force origin main", network=True, flags=flagged))
+    assert str(decision.suggestion) == "bash(git push --force origin main)"

@@ -67,7 +67,7 @@ class Rule:
         return cls(action, match.group("tool"), pattern.strip() if pattern is not None else None, source)
 
     def matches_tool(self, tool: str) -> bool:
-        return fnmatch.fnmatchcase(tool, self.tool)
+        return fnmatch.fnmatchcase(tool.lower(), self.tool.lower())
 
     def matches(self, tool: str, subject: str) -> bool:
         if not self.matches_tool(tool):
@@ -76,7 +76,38 @@ class Rule:
             return True
         if tool in PATH_TOOLS:
             return _path_match(subject, self.pattern)
+        if tool in COMMAND_TOOLS:
+            return any(_command_match(variant, self.pattern) for variant in command_variants(subject))
         return fnmatch.fnmatchcase(subject, self.pattern)
+
+
+def _command_match(command: str, pattern: str) -> bool:
+    # "rm *" also covers a bare "rm" (e.g. the command xargs runs with its input as arguments).
+    return fnmatch.fnmatchcase(command, pattern) or (pattern.endswith(" *") and command == pattern[:-2])
+
+
+_GIT_GLOBAL_WITH_VALUE = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path"})
+
+
+def command_variants(command: str) -> list[str]:
+    """The spellings a rule is matched against: as written, with the program's base name
+    (``/usr/bin/git`` → ``git``), and for git without its global options (``git -C x push`` →
+    ``git push``), so a deny rule cannot be sidestepped by spelling."""
+    words = command.split(" ")
+    if not words or not words[0]:
+        return [command]
+    base = words[0].rsplit("/", 1)[-1]
+    variants = [command, " ".join([base, *words[1:]])]
+    if base == "git":
+        rest = words[1:]
+        for _ in range(len(rest)):  # skip global options before the subcommand
+            if not rest or not rest[0].startswith("-"):
+                break
+            option = rest.pop(0)
+            if option in _GIT_GLOBAL_WITH_VALUE and rest:
+                rest.pop(0)
+        variants.append(" ".join(["git", *rest]))
+    return list(dict.fromkeys(variants))
 
 
 def _path_match(path: str, pattern: str) -> bool:
@@ -154,12 +185,16 @@ class Policy:
             return Decision("deny", "writing is turned off for this agent (write = false)")
         decision = self._by_rules(tool, _subjects(tool, arguments, verdict), verdict)
         if decision.action == "ask" and self.mode == "autonomous":
+            if any(f.category == "unparsable" for f in verdict.findings):
+                # What the guard cannot read, nobody has judged: without a human it is refused.
+                return Decision("deny", f"{decision.reason}; a command the guard cannot read is not run "
+                                "unattended (autonomous mode)")  # fmt: skip
             return Decision("allow", f"{decision.reason} (approved: autonomous mode)", decision.rule,
-                            network=True, auto=True)  # fmt: skip
+                            network=verdict.network, auto=True)  # fmt: skip
         return decision
 
     def _by_rules(self, tool: str, subjects: Sequence[str], verdict: GuardVerdict) -> Decision:
-        suggestion = _suggest(tool, subjects)
+        suggestion = _suggest(tool, subjects, exact=verdict.flagged)
         for action in ("deny", "ask"):
             for rule in self.rules:
                 if rule.action == action and any(rule.matches(tool, s) for s in subjects):
@@ -201,12 +236,18 @@ def _subjects(tool: str, arguments: Mapping[str, Any], verdict: GuardVerdict) ->
     return [json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)]
 
 
-def _suggest(tool: str, subjects: Sequence[str]) -> Rule | None:
-    """The rule that "approve always" would remember: narrow enough to mean this call."""
+def _suggest(tool: str, subjects: Sequence[str], *, exact: bool = False) -> Rule | None:
+    """The rule that "approve always" would remember: narrow enough to mean this call.
+
+    ``exact``: the guard flagged the call (a force push, a reset), so only this very command
+    is remembered, never a prefix that would let every variant through unasked.
+    """
     if tool in COMMAND_TOOLS and subjects:
         words = subjects[0].split()
         if len(subjects) > 1 or not words:
             return None  # a compound command: no single rule can honestly cover it
+        if exact:
+            return Rule("allow", tool, _literal(subjects[0]), "approved")
         head = " ".join(words[:2]) if len(words) > 1 and not words[1].startswith("-") else words[0]
         return Rule("allow", tool, f"{head}*", "approved")
     if len(subjects) == 1:
