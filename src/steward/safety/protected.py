@@ -26,6 +26,7 @@ the sandbox cannot).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -35,6 +36,9 @@ from pathlib import Path
 
 STATE_DIR = ".steward"
 """The runtime's own state directory at the workspace root."""
+
+PROJECT_CONFIG = "steward.toml"
+"""The project's configuration: an agent that could edit it could turn its own sandbox off."""
 
 RC_FILES = frozenset(
     {
@@ -111,6 +115,11 @@ _PROGRAM_REASON = (
 )
 _STATE_REASON = "it is the runtime's own state (its database and logs); agents may not change it"
 _RC_REASON = "it is a shell start-up file that would run in a shell on the host, outside the sandbox"
+_PROJECT_CONFIG_REASON = "it is Steward's own configuration (policy and sandbox); only the user changes it"
+_NEW_REPO_REASON = (
+    "a repository created by a command could make git on the host run programs named in its "
+    "configuration; create repositories yourself, outside the agent"
+)
 _LINK_REASON = (
     "it is a hard link to a protected file (a git hook or git config), so writing it would change that file"
 )
@@ -139,6 +148,9 @@ class Protection:
     reasons: dict[Path, str] = field(default_factory=dict)
     #: The nested-repository walk stopped at its bound; deeper repositories were not looked at.
     truncated: bool = False
+    #: The repositories found before the command (the root included): one that appears during
+    #: a command is removed afterwards.
+    repositories: tuple[Path, ...] = ()
 
 
 def find_protected(workspace: Path) -> Protection:
@@ -146,9 +158,13 @@ def find_protected(workspace: Path) -> Protection:
     root = workspace.resolve(strict=False)
     found = Protection(root)
     _add(found, root / STATE_DIR, "create_dir", _STATE_REASON)
+    _add(found, root / PROJECT_CONFIG, "sentinel", _PROJECT_CONFIG_REASON)
     for name in sorted(RC_FILES):
-        _add(found, root / name, "file", _RC_REASON)
+        # A missing start-up file is watched, not held by a placeholder: an empty placeholder
+        # would show up in `git status` and end up in the agent's commits.
+        _add(found, root / name, "sentinel", _RC_REASON)
     repos, found.truncated = _repositories(root)
+    found.repositories = tuple(repos)
     for repo in repos:
         _protect_repository(found, repo, top=repo == root)
     return found
@@ -172,10 +188,23 @@ def _add(found: Protection, path: Path, kind: str, reason: str) -> None:
         found.existing.append(real)
     elif kind == "create_dir":
         found.to_create.append(real)
+    elif kind == "sentinel":
+        found.sentinels.append(real)
     elif kind == "dir":
         found.missing_dirs.append(real)
     else:
         found.missing_files.append(real)
+
+
+def new_repositories(protection: Protection) -> list[Path]:
+    """Git directories that appeared below the workspace since ``protection`` was taken."""
+    now, _ = _repositories(protection.root)
+    before = set(protection.repositories)
+    return [repo / ".git" for repo in now if repo not in before and repo != protection.root]
+
+
+def new_repository_reason() -> str:
+    return _NEW_REPO_REASON
 
 
 def _repositories(root: Path) -> tuple[list[Path], bool]:
@@ -240,6 +269,13 @@ def _protect_git_dir(found: Protection, gitdir: Path, *, worktree: Path | None, 
     _add(found, gitdir / "config", "file", _CONFIG_REASON)
     if (gitdir / "config.worktree").exists():
         _add(found, gitdir / "config.worktree", "file", _CONFIG_REASON)
+    # Linked worktrees keep their own pointers here; a rewritten ``commondir`` would send git in
+    # that worktree to another directory's hooks and configuration.
+    with contextlib.suppress(OSError):
+        for entry in itertools.islice(sorted((gitdir / "worktrees").iterdir()), 50):
+            for name in ("commondir", "gitdir", "config.worktree"):
+                if (entry / name).exists():
+                    _add(found, entry / name, "file", _CONFIG_REASON)
     commondir = gitdir / "commondir"
     if commondir.is_file():  # a linked worktree: hooks and config live in the common directory
         _add(found, commondir, "file", _CONFIG_REASON)
@@ -351,8 +387,8 @@ def _pattern_reason(parts: tuple[str, ...]) -> str | None:
     """Reasons that follow from the path's names alone (whether or not anything exists)."""
     if parts[0] == STATE_DIR:
         return _STATE_REASON
-    if len(parts) == 1 and parts[0] in RC_FILES:
-        return _RC_REASON
+    if len(parts) == 1 and (parts[0] == PROJECT_CONFIG or parts[0] in RC_FILES):
+        return _PROJECT_CONFIG_REASON if parts[0] == PROJECT_CONFIG else _RC_REASON
     for index, part in enumerate(parts):
         if part != ".git":
             continue

@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from steward.errors import ToolError
-from steward.safety.protected import Protection, find_protected
+from steward.safety.protected import Protection, find_protected, new_repositories, new_repository_reason
 
 if TYPE_CHECKING:
     from steward.config import SandboxConfig
@@ -438,6 +438,8 @@ class _Prepared:
     placeholders: list[Path]
     sentinels: list[Path]
     cgroup: Path | None
+    #: What was protected before the command (None when the workspace was read-only).
+    protection: Protection | None = None
 
 
 class BubblewrapSandbox:
@@ -509,9 +511,9 @@ class BubblewrapSandbox:
             appeared = await asyncio.shield(asyncio.to_thread(_finish, prepared, workspace))
         if appeared:
             raise ToolError(
-                f"The command created {', '.join(appeared)}, which would make git on the host read hooks "
-                "and configuration from another directory; it was removed. Protected git paths may not "
-                "be changed."
+                f"The command created {', '.join(appeared)}: protected paths (git pointers, Steward's "
+                "configuration, shell start-up files) and new repositories may not be made by an agent, "
+                f"so they were removed. ({new_repository_reason()}.)"
             )
 
     # --- building the bwrap command ---------------------------------------------------------
@@ -550,7 +552,7 @@ class BubblewrapSandbox:
         environment = [f"{name}={value}" for name, value in _environment(self.settings).items()]
         command = [host.env, "-i", *environment, *command]
         sentinels = [p for p in protection.sentinels if not os.path.lexists(p)] if protection else []
-        return _Prepared(command, placeholders, sentinels, cgroup)
+        return _Prepared(command, placeholders, sentinels, cgroup, protection if writable else None)
 
     def _bwrap_args(
         self,
@@ -628,6 +630,16 @@ def _finish(prepared: _Prepared, workspace: Path) -> list[str]:
             with contextlib.suppress(OSError):
                 path.unlink()
         appeared.append(path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path))
+    if prepared.protection is not None:
+        # A repository made during the command is removed with what it holds: it is the agent's
+        # own creation of moments ago, and git on the host would obey its configuration.
+        for gitdir in new_repositories(prepared.protection):
+            if gitdir.is_dir() and not gitdir.is_symlink():
+                shutil.rmtree(gitdir, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    gitdir.unlink()
+            appeared.append(gitdir.relative_to(root).as_posix())
     return appeared
 
 
