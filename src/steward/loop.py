@@ -480,7 +480,7 @@ class Loop:
             approved, by = approval.default == "allow", "timeout"
             reason = reason or f"the approval expired; the default is to {approval.default}"
         st.pending, st.status = None, "running"
-        st.resume = Resume(approval, approved, reason)
+        st.resume = Resume(approval, approved, reason, expired=by == "timeout")
         decision = "approved" if approved else ("expired" if by == "timeout" else "denied")
         return self.emit(
             ApprovalResultEvent(id=pending.id, tool=approval.tool, decision=decision, by=by, reason=reason)
@@ -502,10 +502,12 @@ class Loop:
             self.ctx.grants.discard(a.call_hash)
         else:
             why = f": {resume.reason}" if resume.reason else ""
-            denied = ToolResult(
-                f"Not run: the user denied this call{why}. Do not retry it; choose another way.",
-                is_error=True,
+            who = (
+                "nobody approved this call before its deadline"
+                if resume.expired
+                else "the user denied this call"
             )
+            denied = ToolResult(f"Not run: {who}{why}. Do not retry it; choose another way.", is_error=True)
             yield self._record(a.call, a.tool, a.arguments, a.thinking, a.summary, denied, 0.0,
                                self.state.counters.step, "permission")  # fmt: skip
             outcome = CONTINUE

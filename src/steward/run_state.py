@@ -80,6 +80,7 @@ class Resume:
     approval: Approval
     approved: bool
     reason: str
+    expired: bool = False
 
 
 @dataclass(slots=True)

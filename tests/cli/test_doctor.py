@@ -56,3 +56,14 @@ def test_no_sandbox_is_explicit_and_loud(cli: Any, tmp_path: Path) -> None:
     proc = cli("run", "echo", "--no-sandbox", "--model", f"scripted:{script}")
     assert proc.returncode == 0
     assert "--no-sandbox: commands run directly on this machine" in proc.stderr
+
+
+def test_a_sandbox_turned_off_by_a_config_file_is_announced(cli: Any, tmp_path: Path) -> None:
+    import yaml
+
+    (tmp_path / "steward.toml").write_text("[sandbox]\nenabled = false\n")
+    script = tmp_path / "s.yaml"
+    script.write_text(yaml.safe_dump([{"text": "ok"}]))
+    proc = cli("run", "hi", "--model", f"scripted:{script}")
+    assert proc.returncode == 0
+    assert "the sandbox is off ([sandbox] enabled = false" in proc.stderr

@@ -102,6 +102,8 @@ async def test_an_expired_approval_takes_its_default_deny(tmp_path: Path) -> Non
     await asyncio.sleep(0.1)
     events = [e async for e in run.approve_stream()]  # too late: the default applies
     assert events[0].decision == "expired" and DEPLOYS == []
+    result = next(e for e in events if e.type == "tool_result")
+    assert "nobody approved this call before its deadline" in result.output
 
 
 async def test_an_expired_approval_can_default_to_allow(tmp_path: Path) -> None:

@@ -227,11 +227,34 @@ async def _approve(run: Run, approval: Any, *, json_lines: bool) -> AsyncIterato
     return run.deny_stream(reason="no clear answer")
 
 
-def _short_json(value: Any, limit: int = 200) -> str:
+def _short_json(value: Any, limit: int = 4000) -> str:
     import json
 
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _warn_about_sandbox(agent: Agent, *, flag_given: bool) -> None:
+    """Say so whenever commands will not run sandboxed, whatever turned the sandbox off."""
+    from steward.safety.sandbox import BubblewrapSandbox
+
+    if not agent.config.sandbox.enabled:
+        if not flag_given:
+            typer.echo(
+                "steward: warning: the sandbox is off ([sandbox] enabled = false in a config file); "
+                "commands run directly on this machine.",
+                err=True,
+            )
+        return
+    sandbox = agent.sandbox()
+    if isinstance(sandbox, BubblewrapSandbox):
+        status = sandbox.probe()
+        if not status.ok:
+            typer.echo(
+                f"steward: warning: the sandbox does not work here ({status.reason}); bash will refuse "
+                f"to run commands. Fix: {status.fix}. (`steward doctor` says more.)",
+                err=True,
+            )
 
 
 def _warnings(agent: Agent) -> None:
@@ -266,6 +289,7 @@ def run(
         raise _fail(NO_MODEL)
     agent = Agent(config.model, config=config)
     agent.config_file = workspace.resolve() / "steward.toml"
+    _warn_about_sandbox(agent, flag_given=no_sandbox)
     try:
         started = agent.start(goal, workspace=workspace)
         agent.model.check()

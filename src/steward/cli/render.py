@@ -120,7 +120,7 @@ class TerminalRenderer:
                 e.print(escape(event.text), end="")
             case StepStart():
                 self._streamed = ""
-            case WaitingEvent():
+            case WaitingEvent() if event.kind == "question":
                 e.print(f"[bold yellow]? the agent asks:[/] {escape(event.question)}")
             case DoneEvent():
                 self._final(event, quiet=False)
