@@ -87,6 +87,33 @@ DESTRUCTION = [
     "ruby -e 'system(%q{rm -rf ~})'",
     'node -e \'require("child_process").execSync("rm -rf /")\'',
     "python - <<EOF\nimport shutil; shutil.rmtree('/')\nEOF",
+    "echo ~ | xargs rm -rf",
+    "ls / | xargs rm -rf",
+    "find ~ -print0 | xargs -0 rm -rf",
+    "find /etc -type f | sort | xargs rm -rf",
+    "truncate -s0 /etc/passwd",
+    ": > /etc/hosts",
+    "> /etc/hosts",
+    "echo x > /etc/hosts",
+    "mv ~ /tmp/x",
+    "mv /etc /tmp/etc",
+    "mv ~/.ssh x",
+    "mv -t /tmp/x /usr/lib",
+    "alias x='rm -rf ~'",
+    "shopt -s expand_aliases; alias clean='rm -rf /'; clean",
+    "awk 'BEGIN{system(\"rm -rf ~\")}'",
+    "perl -e 'use File::Path; rmtree($ENV{HOME})'",
+    "perl -MFile::Path=remove_tree -e 'remove_tree(\"/\")'",
+    "perl -e 'rmtree(\"/\")'",
+    "perl -e '`rm -rf ~`'",
+    "perl -e 'qx{rm -rf /}'",
+    "ruby -e '`rm -rf ~`'",
+    "ruby -e 'system(\"rm -rf ~\")'",
+    "ruby -e 'FileUtils.rm_rf(Dir.home)'",
+    "python3 -c \"import subprocess; subprocess.run(['rm','-rf','/'])\"",
+    "python3 -c \"import os; os.execvp('rm', ['rm', '-rf', '/home/u'])\"",
+    "rsync -a --delete empty/ /etc/",
+    "rsync -a --delete-after empty/ ~/",
 ]
 
 OBFUSCATION = [
@@ -113,6 +140,11 @@ DISK = [
     "echo x > /dev/sda",
     "cat image > /dev/nvme0n1",
     "sudo dd if=x of=/dev/mmcblk0",
+    "cp /dev/zero /dev/sda",
+    "tee /dev/nvme0n1 < image",
+    "shopt -s expand_aliases; alias w='dd of=/dev/sda'; w",
+    "cat x > /dev/sdb",
+    "cat x | sudo tee /dev/sdc1",
 ]
 
 REMOTE_CODE = [
@@ -158,6 +190,7 @@ PRIVILEGE = [
     "echo 'me ALL=(ALL) NOPASSWD:ALL' >> /etc/sudoers",
     "cp me /etc/sudoers.d/me",
     "echo 'x:0:0::/:/bin/sh' >> /etc/passwd",
+    "setcap cap_setuid+ep ./python3",
 ]
 
 PERSISTENCE = [
@@ -177,6 +210,7 @@ PERSISTENCE = [
     "echo x | tee -a ~/.profile",
     "cp evil ~/.bash_login",
     "ln -sf evil ~/.zshenv",
+    "unlink ~/.bashrc",
     "mv evil ~/.zprofile",
     "echo 'ssh-ed25519 AAAA' >> ~/.ssh/authorized_keys",
     "echo x > /etc/profile.d/evil.sh",
@@ -187,6 +221,11 @@ PERSISTENCE = [
     "{ echo x; } >> ~/.zshrc",
     "cp dotfiles/.bashrc ~/",
     "cp evil.sh /etc/profile.d/",
+    "at now + 1 minute",
+    "batch",
+    "echo cmd | at midnight",
+    "perl -pi -e 's/x/y/' ~/.bashrc",
+    "perl -i.bak -pe 's/x/y/' ~/.zshrc",
 ]
 
 EXFILTRATION = [
@@ -294,6 +333,21 @@ FLAGGED = [
     ('rm -rf "$BUILD_DIR"', "destruction"),
     ("rm /etc/hosts", "destruction"),
     ("rm ~/notes.txt", "destruction"),
+    ("git config core.hooksPath .githooks", "git_config"),
+    ("git config core.fsmonitor ./x.sh", "git_config"),
+    ("git config alias.x '!sh -c evil'", "git_config"),
+    ("git config core.sshCommand 'ssh -o ProxyCommand=x'", "git_config"),
+    ("git config --global core.pager 'sh x'", "git_config"),
+    ("git config filter.x.clean ./clean.sh", "git_config"),
+    ("git config set core.hooksPath x", "git_config"),
+    ("git -c core.fsmonitor=./x.sh status", "git_config"),
+    ("git -c alias.st='!sh x' st", "git_config"),
+    ("cat list | xargs rm -rf", "destruction"),
+    ("xargs rm -rf < list", "destruction"),
+    ("grep -l x < files | xargs rm -rf", "destruction"),
+    ('cd "$(dirname "$PWD")" && rm -rf *', "destruction"),
+    ("cd - && rm -rf *", "destruction"),
+    ("D=..; cd $D; rm -rf *", "destruction"),
 ]
 
 
@@ -403,6 +457,32 @@ ALLOWED = [
     "cp -r src /tmp/backup",
     "ln -s ../shared shared",
     "which python && env | sort",
+    "find . -name __pycache__ | xargs rm -rf",
+    "find . -type d -name .pytest_cache 2>/dev/null | xargs rm -rf",
+    "git ls-files -z '*.orig' | xargs -0 rm -f",
+    "echo done > /tmp/status",
+    "ls > /dev/null 2>&1",
+    "cd build && rm -rf *",
+    "mv a b",
+    "mv /tmp/out.txt results/",
+    "mv *.txt out/",
+    "rsync -a --delete src/ build/",
+    "rsync -a --delete dist/ host:/srv/app/",
+    "truncate -s 0 log.txt",
+    "perl -pi -e 's/foo/bar/' src/*.txt",
+    "atq",
+    "at -l",
+    "getcap ./tool",
+    "python3 -c \"import subprocess; subprocess.run(['ls', '-l'])\"",
+    "python3 -c \"import shutil; shutil.rmtree('build')\"",
+    "awk 'BEGIN{system(\"date\")}'",
+    "node -e 'console.log(`hi ${x}`)'",
+    "perl -e 'print `git rev-parse HEAD`'",
+    "git config user.name me",
+    "git config --get core.pager",
+    "git config alias.st status",
+    "alias ll='ls -la'",
+    "git -c user.email=a@b commit -m x",
 ]
 
 

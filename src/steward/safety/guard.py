@@ -15,19 +15,30 @@ destruction       block     recursive ``rm`` of ``/``, ``~``, ``$HOME``, the wor
                             strictly inside ``/tmp`` and ``/var/tmp`` excepted);
                             ``--no-preserve-root``; ``find <outside> -delete``/``-exec rm``;
                             ``chmod``/``chown``/``chgrp -R`` outside; ``shutil.rmtree`` or
-                            ``os.system`` of the above in ``python -c``
+                            ``os.system`` of the above in ``python -c``; ``rmtree``/``rm_rf``,
+                            ``system()``, backticks, ``subprocess.run([…])`` in inline code and
+                            ``awk`` programs; ``xargs rm -r`` fed by a producer naming such a
+                            path (``ls / | xargs rm -rf``); ``mv`` of such a path (a move
+                            away deletes it); ``rsync --delete`` into one; ``truncate`` of, or
+                            a ``>`` redirect onto, an absolute path outside (not ``/dev/…``)
 destruction       flag      non-recursive ``rm`` outside the workspace; recursive ``rm`` of a
-                            path known only at run time (``rm -rf "$DIR"``)
+                            path known only at run time (``rm -rf "$DIR"``), or of a relative
+                            path after ``cd -``/``cd "$X"``; ``xargs rm -r`` fed by unknown
+                            input (anything but ``find``/``ls``/``echo``/``git`` … naming
+                            workspace paths)
 disk              block     ``dd of=/dev/…``, ``mkfs*``, ``fdisk``/``parted``/``wipefs`` …,
-                            ``shred /dev/…``, writing to a block device
+                            ``shred /dev/…``, writing to a block device (redirect, ``cp``,
+                            ``tee``)
 remote_code       block     a downloader (``curl``, ``wget`` …) or decoder (``base64``, ``xxd``,
                             ``openssl``) piped into an interpreter reading its program from
                             stdin; an interpreter, ``source`` or ``eval`` given ``<(curl …)`` or
                             ``$(curl …)``
 privilege         block     ``sudo``, ``su``, ``doas``, ``pkexec``; setuid/setgid ``chmod``;
-                            ``visudo`` or writing ``/etc/sudoers*``, ``/etc/passwd``, ``/etc/shadow``
-persistence       block     ``crontab`` (except ``-l``); writing ``/etc/cron*``, systemd units,
-                            launchd agents, shell rc files or ``~/.ssh/authorized_keys``;
+                            ``visudo`` or writing ``/etc/sudoers*``, ``/etc/passwd``, ``/etc/shadow``;
+                            ``setcap``
+persistence       block     ``crontab`` (except ``-l``), ``at``, ``batch``; writing (also
+                            ``perl -pi``) or deleting ``/etc/cron*``, systemd units, launchd
+                            agents, shell rc files or ``~/.ssh/authorized_keys``;
                             ``systemctl enable``
 exfiltration      block     a command line that reads a credential file (``~/.ssh``, cloud
                             credentials, ``~/.netrc``, ``.env`` …) and uses the network
@@ -45,7 +56,10 @@ destructive_git   flag      ``reset --hard``, forced push, ``clean -f`` with ``-
 git_push          flag      any ``git push`` (also sets ``network``)
 git_config        flag      writing ``.git/hooks/*`` or ``.git/config`` (also via
                             ``write_file``/``edit_file``; those tools writing a shell rc file
-                            are flagged ``persistence`` rather than blocked)
+                            are flagged ``persistence`` rather than blocked); ``git config``
+                            or ``git -c`` setting a key that runs a program (``core.hooksPath``,
+                            ``core.fsmonitor``, ``core.sshCommand``, ``core.pager``,
+                            ``filter.*.clean``, ``alias.*='!…'`` …)
 unparsable        flag      the command line could not be read completely (syntax error, over
                             100,000 characters, nesting deeper than 8 levels)
 ================  ========  ===================================================================
@@ -71,6 +85,10 @@ Trade-offs, chosen on purpose:
 * Recursive deletion of ``"$DIR"`` is only flagged: the path may be fine, but an empty variable
   turns ``rm -rf "$DIR"/`` into ``rm -rf /``. ``~user`` is taken to be ``/home/user``.
 * The verdict keeps one finding per category and severity, so the reason stays short.
+* ``alias NAME='…'`` bodies are judged as commands wherever they appear, whether or not
+  ``shopt -s expand_aliases`` makes them run; a harmless alias costs nothing.
+* ``mv`` out of the workspace is judged like ``rm -r`` (``/tmp``/``/var/tmp`` contents excepted),
+  so moving ``~/Downloads/x`` in is refused: copy it instead.
 * Paths are compared as text after ``~``/``$HOME``/``cd`` resolution; symlinks are not followed
   (the guard does no I/O). The OS sandbox, not this module, is the security boundary.
 """
@@ -261,21 +279,37 @@ def _judge(parsed: ParsedShell, scope: _Scope, depth: int) -> Iterator[Finding]:
             "flag",
             f"the command line could not be read completely ({parsed.error}); simplify it or split it up",
         )
-    for cmd in parsed.commands:
+    for index, cmd in enumerate(parsed.commands):
         if not cmd.argv:
             yield from _writes(cmd, scope)
             yield from _device_redirects(cmd, scope)
+            yield from _truncating_redirects(cmd, scope)
             continue
         name = basename(cmd.argv[0])
         if name in ("cd", "pushd") and cmd.origin not in ("substitution", "backticks"):
             scope.follow_cd(cmd)
+        if name == "rm" and "xargs" in cmd.wrappers:
+            yield from _xargs_rm(cmd, _producers(parsed.commands[:index], cmd), scope)
         for rule in (*_NAMED_RULES.get(name, ()), *_GENERAL_RULES):
             yield from rule(cmd, scope)
         if cmd.origin == "python_c":
             yield from _python_code(cmd, scope)
+        elif name in _CODE_FLAGS:
+            yield from _inline_rmtree(cmd, scope)
         if depth < _MAX_RECHECK:
             yield from _inline_shell_calls(cmd, scope, depth)
+            if name == "alias":
+                yield from _alias_bodies(cmd, scope, depth)
     yield from _line_rules(parsed.commands, scope)
+
+
+def _alias_bodies(cmd: SimpleCommand, scope: _Scope, depth: int) -> Iterator[Finding]:
+    """``alias x='rm -rf ~'``: the body runs wherever ``x`` is used later, so judge it as a command."""
+    for arg in cmd.argv[1:]:
+        if "=" in arg and not arg.startswith("-"):
+            body_scope = _Scope(workspace=scope.workspace, home=scope.home, scratch=scope.scratch)
+            body_scope.cwd = scope.cwd
+            yield from _judge(parse_shell(arg.split("=", 1)[1]), body_scope, depth + 1)
 
 
 def _line_rules(commands: tuple[SimpleCommand, ...], scope: _Scope) -> Iterator[Finding]:
@@ -326,6 +360,57 @@ def _has_short(options: list[str], letters: str) -> bool:
     return any(o[1:2] != "-" and any(ch in o[1:] for ch in letters) for o in options)
 
 
+#: Producers whose output is made of the paths they are given (or paths below them).
+_LISTERS = frozenset({"find", "fd", "fdfind", "ls", "echo", "printf", "git", "grep", "rg"})
+
+
+def _producers(earlier: tuple[SimpleCommand, ...], cmd: SimpleCommand) -> list[SimpleCommand]:
+    """The commands earlier in ``cmd``'s pipeline (the wrapping ``xargs`` excluded)."""
+    found: list[SimpleCommand] = []
+    for prev in reversed(earlier):
+        if not prev.argv or prev.origin in ("substitution", "backticks", "process_substitution"):
+            continue
+        if len(prev.pipe_from) < len(cmd.pipe_from) and prev.argv[0] in cmd.pipe_from:
+            found.append(prev)
+            if not prev.pipe_from:
+                break
+    return found
+
+
+def _reads_input(cmd: SimpleCommand) -> bool:
+    return any(op.startswith("<") for op, _ in cmd.redirects)
+
+
+def _xargs_rm(cmd: SimpleCommand, producers: list[SimpleCommand], scope: _Scope) -> Iterator[Finding]:
+    options, _ = _split_options(cmd.argv)
+    if not ("--recursive" in options or _has_short(options, "rR")):
+        return
+    for prev in producers:
+        _, operands = _split_options(prev.argv)
+        for i in operands:
+            resolved = scope.resolve(prev.argv[i], prev.dynamic[i])
+            # The producer lists what is in or below the path it names.
+            reason = scope.danger(resolved[0], True) if resolved is not None else None
+            if reason is not None:
+                yield _finding(
+                    "destruction",
+                    "block",
+                    f"xargs would delete {reason}; only change paths inside the workspace",
+                    cmd,
+                )
+                return
+    known = producers and all(
+        basename(p.argv[0]) in _LISTERS and not any(p.dynamic) and not _reads_input(p) for p in producers
+    )
+    if not known:
+        yield _finding(
+            "destruction",
+            "flag",
+            "xargs feeds rm -r paths known only at run time; list them and delete them explicitly",
+            cmd,
+        )
+
+
 def _rm(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
     options, operands = _split_options(cmd.argv)
     recursive = "--recursive" in options or _has_short(options, "rR")
@@ -335,6 +420,55 @@ def _rm(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
         )
     for i in operands:
         yield from _judge_target(cmd, i, scope, recursive=recursive, verb="delete")
+        resolved = scope.resolve(cmd.argv[i], cmd.dynamic[i])
+        judged = _judge_written_path(resolved[0], scope) if resolved is not None else None
+        if judged is not None and judged[1] == "block":
+            # Deleting a startup file, sudoers or a cron job tampers with it as much as writing it.
+            yield _finding(judged[0], "block", judged[2], cmd)
+
+
+def _mv(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    options, operands = _split_options(cmd.argv)
+    if any(o in ("-t", "--target-directory") or o.startswith("--target-directory=") for o in options):
+        sources = operands[1:] if "-t" in options or "--target-directory" in options else operands
+    else:
+        sources = operands[:-1]
+    for i in sources:
+        resolved = scope.resolve(cmd.argv[i], cmd.dynamic[i])
+        reason = scope.danger(*resolved) if resolved is not None else None
+        if reason is not None:
+            yield _finding(
+                "destruction",
+                "block",
+                f"moving {reason} away is as destructive as deleting it; only move paths in the workspace",
+                cmd,
+            )
+            return
+
+
+def _rsync(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    options, operands = _split_options(cmd.argv)
+    if len(operands) < 2 or not any(o.startswith("--del") for o in options):
+        return
+    dest = operands[-1]
+    if re.match(r"([\w.-]+@)?[\w.-]+::?|rsync://", cmd.argv[dest]):
+        return  # a remote destination: not this host's files
+    yield from _judge_target(
+        cmd, dest, scope, recursive=True, verb="rsync --delete into", allow_workspace=True
+    )
+
+
+def _truncate(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    argv = cmd.argv
+    _, operands = _split_options(argv)
+    for i in operands:
+        if argv[i - 1] in ("-s", "--size", "-r", "--reference", "-o"):
+            continue
+        resolved = scope.resolve(argv[i], cmd.dynamic[i])
+        reason = scope.danger(*resolved) if resolved is not None else None
+        if reason is not None:
+            yield _finding("destruction", "block", f"this would empty {reason}; not allowed", cmd)
+            return
 
 
 def _judge_target(
@@ -354,6 +488,14 @@ def _judge_target(
                 "destruction",
                 "flag",
                 f"{verb}s {word!r} recursively, a path known only at run time; spell the path out",
+                cmd,
+            )
+        elif recursive and scope.cwd is None:
+            yield _finding(
+                "destruction",
+                "flag",
+                f"{verb}s {word!r} recursively after cd to a directory known only at run time; "
+                "use an absolute path",
                 cmd,
             )
         return
@@ -447,6 +589,20 @@ def _crontab(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
         )
 
 
+def _at(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    if basename(cmd.argv[0]) == "at" and any(a in ("-l", "-c", "-r", "-d") for a in cmd.argv[1:]):
+        return  # listing, showing or removing jobs schedules nothing
+    yield _finding(
+        "persistence", "block", "at/batch schedules jobs that run after this task; not allowed", cmd
+    )
+
+
+def _setcap(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    if any(a in ("-v", "--verify") for a in cmd.argv[1:]):
+        return
+    yield _finding("privilege", "block", "file capabilities grant privilege like setuid; not allowed", cmd)
+
+
 def _systemctl(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
     if any(a in ("enable", "link", "preset", "reenable") for a in cmd.argv[1:]):
         yield _finding(
@@ -510,9 +666,65 @@ def _git(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
     sub, args = _git_subcommand(cmd.argv)
     if sub == "push":
         yield _finding("git_push", "flag", "git push publishes commits; the user approves pushes", cmd)
+    yield from _git_config(cmd, sub, args)
     why = _destructive_git(sub, args)
     if why:
         yield _finding("destructive_git", "flag", f"git {sub} {why}; make sure nothing is lost", cmd)
+
+
+_GIT_PROGRAM_KEY = re.compile(
+    r"core\.(hookspath|fsmonitor|sshcommand|pager|editor|askpass|gitproxy)|sequence\.editor|"
+    r"credential\..*helper|gpg\.(.+\.)?program|diff\.external|pager\..+|"
+    r"filter\..+\.(clean|smudge|process)|diff\..+\.(textconv|command)|merge\..+\.driver|"
+    r"(difftool|mergetool|man|browser)\..+\.(cmd|path)|web\.browser|interactive\.difffilter|"
+    r"uploadpack\.packobjectshook|remote\..+\.(uploadpack|receivepack)|include\.path|includeif\..+\.path",
+    re.IGNORECASE,
+)
+
+
+def _git_runs_program(key: str, value: str) -> bool:
+    """Setting ``key`` to ``value`` makes later git commands run a program on the host."""
+    if key.lower().startswith("alias."):
+        return value.lstrip().startswith("!")
+    return _GIT_PROGRAM_KEY.fullmatch(key) is not None
+
+
+def _git_config(cmd: SimpleCommand, sub: str, args: list[str]) -> Iterator[Finding]:
+    settings: list[tuple[str, str]] = []
+    argv = cmd.argv
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == sub:
+            break
+        if argv[i - 1] == "-c" and "=" in arg:
+            key, value = arg.split("=", 1)
+            settings.append((key, value))
+        elif arg.startswith("--config-env="):
+            settings.append((arg.split("=", 2)[1], "!"))
+    if sub == "config":
+        value_options = ("-f", "--file", "--blob", "--type", "--default", "--comment", "--value")
+        words = [
+            a
+            for i, a in enumerate(args)
+            if not a.startswith("-") and not (i > 0 and args[i - 1] in value_options)
+        ]
+        reading = any(
+            a.startswith(("--get", "--unset", "--list", "--remove", "--rename")) or a == "-l" for a in args
+        )
+        if words[:1] == ["set"]:
+            words = words[1:]
+        elif words[:1] and words[0] in ("get", "list", "unset", "rename-section", "remove-section", "edit"):
+            reading = True
+        if not reading and len(words) >= 2:
+            settings.append((words[0], words[1]))
+    for key, value in settings:
+        if _git_runs_program(key, value):
+            yield _finding(
+                "git_config",
+                "flag",
+                f"git would run this program on the host ({key}); confirm this setting",
+                cmd,
+            )
+            return
 
 
 def _git_subcommand(argv: tuple[str, ...]) -> tuple[str, list[str]]:
@@ -549,6 +761,10 @@ def _forced_push(args: list[str]) -> bool:
 
 _NAMED_RULES: dict[str, tuple[_Rule, ...]] = {
     "rm": (_rm,),
+    "unlink": (_rm,),
+    "mv": (_mv,),
+    "rsync": (_rsync,),
+    "truncate": (_truncate,),
     "find": (_find,),
     "chmod": (_chmod,),
     "chown": (_chmod,),
@@ -556,6 +772,9 @@ _NAMED_RULES: dict[str, tuple[_Rule, ...]] = {
     "dd": (_dd,),
     "shred": (_shred,),
     "crontab": (_crontab,),
+    "at": (_at,),
+    "batch": (_at,),
+    "setcap": (_setcap,),
     "systemctl": (_systemctl,),
     "launchctl": (_launchctl,),
     "socat": (_socat,),
@@ -634,9 +853,12 @@ def _downloads(word: str) -> bool:
 
 
 def _device_redirects(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
-    for op, target in cmd.redirects:
-        if op in _WRITE_OPERATORS and _BLOCK_DEVICE.match(target):
+    # Redirects, and the files cp/tee/install/dd write.
+    for target in _write_targets(cmd):
+        if _BLOCK_DEVICE.match(target):
             yield _finding("disk", "block", f"writing to {target} destroys the disk's data; not allowed", cmd)
+            break
+    for _, target in cmd.redirects:
         if re.match(r"/dev/(tcp|udp)/", target) and cmd.argv and basename(cmd.argv[0]) in (*_SHELLS, "exec"):
             yield _finding(
                 "reverse_shell",
@@ -644,6 +866,21 @@ def _device_redirects(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
                 "a shell wired to /dev/tcp is a reverse shell; this is not allowed",
                 cmd,
             )
+
+
+def _truncating_redirects(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    for op, target in cmd.redirects:
+        if op not in (">", ">|", "&>") or not target.startswith("/") or target.startswith("/dev/"):
+            continue
+        resolved = scope.resolve(target)
+        if resolved is None or _judge_written_path(resolved[0], scope) is not None:
+            continue  # judged more precisely by _writes
+        path = resolved[0]
+        if _within(path, scope.workspace) or any(_within(path, d) and path != d for d in scope.scratch):
+            continue
+        yield _finding(
+            "destruction", "block", f"this empties {path}, outside the workspace; not allowed", cmd
+        )
 
 
 def _writes(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
@@ -702,10 +939,21 @@ def _write_targets(cmd: SimpleCommand) -> list[str]:
         targets.extend(a[3:] for a in cmd.argv if a.startswith("of="))
     elif name == "sed" and any(o.startswith(("-i", "--in-place")) for o in options):
         targets.extend(cmd.argv[i] for i in operands[1:])
+    elif name in ("perl", "ruby") and any(re.match(r"-[a-zA-Z]*i", o) for o in options):
+        # ``perl -pi -e CODE FILE…`` edits the files in place; the word after ``-e`` is code.
+        code_flag = re.compile(r"-[a-zA-Z]*[eE]$")
+        targets.extend(cmd.argv[i] for i in operands if not code_flag.match(cmd.argv[i - 1]))
     return targets
 
 
-_GENERAL_RULES: tuple[_Rule, ...] = (_obfuscation, _mkfs, _remote_code, _device_redirects, _writes)
+_GENERAL_RULES: tuple[_Rule, ...] = (
+    _obfuscation,
+    _mkfs,
+    _remote_code,
+    _device_redirects,
+    _truncating_redirects,
+    _writes,
+)
 
 
 # --- network and credentials ---------------------------------------------------------------
@@ -832,10 +1080,30 @@ _SHELL_CALL = re.compile(
 )
 
 
+#: ``subprocess.run(['rm', '-rf', '/'])``: a program and its arguments as a list.
+_LIST_CALL = re.compile(
+    r"(?:run|call|Popen|check_output|check_call|exec[lv]p?e?|spawn[lv]p?e?|execFileSync|spawnSync|spawn)"
+    r"\(\s*(?:['\"][^'\"]*['\"]\s*,\s*)?[\[(](?P<items>[^\])]*)[\])]"
+)
+_LIST_ITEM = re.compile(r"(['\"])(.*?)\1")
+#: Backticks and ``qx{…}``/``%x{…}`` run a shell command in perl, ruby and php.
+_BACKTICKS = re.compile(r"`(?P<bt>[^`]+)`|(?:qx|%x)\{(?P<qx>[^}]+)\}")
+_AWKS = ("awk", "gawk", "mawk", "nawk")
+
+
 def _inline_code(cmd: SimpleCommand) -> list[str]:
     if cmd.origin == "python_c":
         return [cmd.argv[2]]
-    flags = _CODE_FLAGS.get(basename(cmd.argv[0]))
+    name = basename(cmd.argv[0])
+    if name in _AWKS:
+        i = 1
+        while i < len(cmd.argv) and cmd.argv[i].startswith("-") and cmd.argv[i] != "--":
+            if cmd.argv[i] in ("-f", "--file"):
+                return []
+            i += 2 if cmd.argv[i] in ("-v", "-F", "--assign", "--field-separator") else 1
+        i += 1 if i < len(cmd.argv) and cmd.argv[i] == "--" else 0
+        return [cmd.argv[i]] if i < len(cmd.argv) else []
+    flags = _CODE_FLAGS.get(name)
     if flags is None:
         return []
     return [a for i, a in enumerate(cmd.argv[1:], 1) if cmd.argv[i - 1] in flags]
@@ -843,13 +1111,21 @@ def _inline_code(cmd: SimpleCommand) -> list[str]:
 
 def _inline_scripts(cmd: SimpleCommand) -> Iterator[str]:
     """The shell commands that inline code hands to ``system()`` and friends."""
+    backticks = basename(cmd.argv[0]) in ("perl", "ruby", "php") and cmd.origin != "python_c"
     for code in _inline_code(cmd):
         for match in _SHELL_CALL.finditer(code):
             yield match.group("q") or match.group("rq") or match.group("s")
+        for match in _LIST_CALL.finditer(code):
+            items = [m.group(2) for m in _LIST_ITEM.finditer(match.group("items"))]
+            if items:
+                yield " ".join(items)
+        if backticks:
+            for match in _BACKTICKS.finditer(code):
+                yield match.group("bt") or match.group("qx")
 
 
 def _inline_shell_commands(cmd: SimpleCommand) -> Iterator[SimpleCommand]:
-    if cmd.origin == "python_c" or basename(cmd.argv[0]) in _CODE_FLAGS:
+    if cmd.origin == "python_c" or basename(cmd.argv[0]) in (*_CODE_FLAGS, *_AWKS):
         for script in _inline_scripts(cmd):
             # One level only: the inner commands are plain shell commands, not inline code again.
             yield from (c for c in parse_shell(script).commands if c.origin != "python_c")
@@ -862,14 +1138,25 @@ def _inline_shell_calls(cmd: SimpleCommand, scope: _Scope, depth: int) -> Iterat
 
 # --- python -c -----------------------------------------------------------------------------
 
-_PY_RMTREE = re.compile(r"shutil\.rmtree\(\s*(?:(['\"])(.*?)\1|([^)]*))")
-_PY_HOME = re.compile(r"expanduser\(\s*['\"]~['\"]|Path\.home\(|environ\[['\"]HOME|getenv\(['\"]HOME")
+_PY_RMTREE = re.compile(
+    r"(?:\brmtree|\bremove_tree|\brm_rf|\brm_r|\bremove_dir|\brmSync)\(\s*(?:(['\"])(.*?)\1|([^)]*))"
+)
+_PY_HOME = re.compile(
+    r"expanduser\(\s*['\"]~['\"]|Path\.home\(|environ\[['\"]HOME|getenv\(['\"]HOME|"
+    r"\$ENV\{\s*['\"]?HOME|ENV\[['\"]HOME|Dir\.home|homedir\(|\$_SERVER\[['\"]HOME"
+)
 
 
 def _python_code(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
     code = cmd.argv[2]
     if re.search(r"\bsocket\b", code) and re.search(r"subprocess|pty|dup2|os\.exec|/bin/(ba)?sh", code):
         yield _finding("reverse_shell", "block", "python wiring a socket to a shell is a reverse shell", cmd)
+    yield from _inline_rmtree(cmd, scope)
+
+
+def _inline_rmtree(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
+    """``shutil.rmtree``, perl ``rmtree``/``remove_tree``, ruby ``rm_rf`` … of a dangerous path."""
+    code = " ".join(_inline_code(cmd))
     for match in _PY_RMTREE.finditer(code):
         literal, expression = match.group(2), match.group(3) or ""
         target = literal if literal is not None else ("~" if _PY_HOME.search(expression) else None)
