@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, assert_never
 
 from ..errors import ModelError
+from ._errors import status_error, timeout_error, unreachable_error
 from ._think import ThinkFilter
 from .base import (
     AssistantMessage,
@@ -179,23 +180,10 @@ class AnthropicModel(Model):
         return anthropic.DEFAULT_MAX_RETRIES if self._max_retries is None else self._max_retries
 
     def _timeout_error(self) -> ModelError:
-        label = self.provider
-        within = f" within {self._timeout:g}s" if self._timeout is not None else ""
-        return ModelError(
-            f"{label}: no reply from {self.base_url}{within}. "
-            f"Raise timeout in [models.{label}] or check the network.",
-            provider=label,
-            retryable=True,
-        )
+        return timeout_error(self.provider, self.base_url, self._timeout)
 
     def _unreachable(self, *, retryable: bool) -> ModelError:
-        label = self.provider
-        return ModelError(
-            f"{label}: cannot reach {self.base_url}: is the server running? "
-            f"Set ANTHROPIC_BASE_URL or base_url in [models.{label}].",
-            provider=label,
-            retryable=retryable,
-        )
+        return unreachable_error(self.provider, self.base_url, "ANTHROPIC_BASE_URL", retryable=retryable)
 
     def _error(self, exc: APIError) -> ModelError:
         import anthropic
@@ -209,36 +197,15 @@ class AnthropicModel(Model):
         return ModelError(f"{self.provider}: the stream failed: {_detail(exc)}", provider=self.provider)
 
     def _status_error(self, status: int, kind: str | None, detail: str) -> ModelError:
-        label, retries = self.provider, self._retries
-        if status < 400:  # an error event inside a stream that had started fine; never retried
+        label = self.provider
+        if status < 400:  # an error event inside a stream that had started fine
             return ModelError(
                 f"{label}: the stream failed ({kind}): {detail}",
                 provider=label,
                 retryable=kind in _RETRYABLE_KINDS,
             )
-        if status == 401:
-            message = (
-                f"{label}: the API key was rejected (401). "
-                f"Set ANTHROPIC_API_KEY to a valid key "
-                f"(or api_key_env in [models.{label}] naming another variable)."
-            )
-        elif status == 404:
-            message = (
-                f"{label}: model '{self.model}' was not found at {self.base_url}. "
-                f"Check the model name (steward run --model {label}:NAME)."
-            )
-        elif status == 429:
-            message = (
-                f"{label}: rate limited (429), still after {retries} retries: {detail}. "
-                f"Wait and try again, or raise max_retries in [models.{label}]."
-            )
-        elif status == 529:
-            message = f"{label}: the API is overloaded (529) after {retries} retries. Try again later."
-        elif status >= 500:
-            message = f"{label}: server error ({status}) after {retries} retries: {detail}. Try again later."
-        else:
-            message = f"{label}: the request was rejected ({status}): {detail}"
-        return ModelError(message, provider=label, retryable=status in (408, 409, 429) or status >= 500)
+        return status_error(label, status, detail, retries=self._retries, key_env="ANTHROPIC_API_KEY",
+                            model=self.model, url=self.base_url)  # fmt: skip
 
 
 _RETRYABLE_KINDS = frozenset({"overloaded_error", "rate_limit_error", "api_error", "timeout_error"})

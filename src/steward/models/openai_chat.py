@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, assert_never
 
 from ..errors import ModelError
+from ._errors import status_error, timeout_error, unreachable_error
 from ._think import ThinkFilter
 from .base import (
     AssistantMessage,
@@ -165,52 +166,13 @@ class OpenAIChatModel(Model):
         retries = openai.DEFAULT_MAX_RETRIES if self._max_retries is None else self._max_retries
         detail = _detail(exc)
         if isinstance(exc, openai.APITimeoutError):
-            within = f" within {self._timeout:g}s" if self._timeout is not None else ""
-            message = (
-                f"{label}: no reply from {url}{within}. "
-                f"Raise timeout in [models.{label}] or check the server."
-            )
-            return ModelError(message, provider=label, retryable=True)
+            return timeout_error(label, url, self._timeout)
         if isinstance(exc, openai.APIConnectionError):
-            refused = _is_connect_error(exc)
-            message = (
-                f"{label}: cannot reach {url}: is the server running? "
-                f"Set {self._base_url_env} or base_url in [models.{label}]."
-            )
-            return ModelError(message, provider=label, retryable=not refused)
+            return unreachable_error(label, url, self._base_url_env, retryable=not _is_connect_error(exc))
         if isinstance(exc, openai.APIStatusError):
-            return self._status_error(exc.status_code, detail, retries)
+            return status_error(label, exc.status_code, detail, retries=retries, key_env=self._api_key_env,
+                                model=self.model, url=url)  # fmt: skip
         return ModelError(f"{label}: the stream failed: {detail}", provider=label, retryable=True)
-
-    def _status_error(self, status: int, detail: str, retries: int) -> ModelError:
-        label = self.provider
-        if status == 401:
-            message = (
-                f"{label}: the API key was rejected (401). "
-                f"Set {self._api_key_env} to a valid key "
-                f"(or api_key_env in [models.{label}] naming another variable)."
-            )
-        elif status == 403:
-            message = (
-                f"{label}: access to model '{self.model}' was denied (403): {detail}. "
-                "Check the key's permissions."
-            )
-        elif status == 404:
-            message = (
-                f"{label}: model '{self.model}' was not found at {self.base_url}. "
-                f"Check the model name (steward run --model {label}:NAME) and base_url in [models.{label}]."
-            )
-        elif status == 429:
-            message = (
-                f"{label}: rate limited (429), still after {retries} retries: {detail}. "
-                f"Wait and try again, or raise max_retries in [models.{label}]."
-            )
-        elif status >= 500:
-            message = f"{label}: server error ({status}) after {retries} retries: {detail}. Try again later."
-        else:
-            message = f"{label}: the request was rejected ({status}): {detail}"
-        retryable = status in (408, 409, 429) or status >= 500
-        return ModelError(message, provider=label, retryable=retryable)
 
 
 def _detail(exc: APIError) -> str:
