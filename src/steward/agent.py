@@ -158,7 +158,7 @@ class Run:
         pending = self._check_pending(approval_id)
         result = self._loop.resolve_approval(True)
         suggestion = pending.approval.suggestion if pending.approval else None
-        if remember and suggestion and self._remember and getattr(result, "decision", "") == "approved":
+        if remember and suggestion and self._remember and result.decision == "approved":
             self._remember(suggestion)
         return _prepend(result, self.stream())
 

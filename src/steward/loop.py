@@ -469,7 +469,7 @@ class Loop:
             f"a-{request.call_hash[:12]}-{self.state.seq}", "approval", question, call.id, approval
         )
 
-    def resolve_approval(self, approved: bool, *, reason: str = "", by: str = "user") -> Event:
+    def resolve_approval(self, approved: bool, *, reason: str = "", by: str = "user") -> ApprovalResultEvent:
         """Answer the pending approval; past its deadline the default action applies instead."""
         st = self.state
         pending = st.pending
@@ -482,9 +482,11 @@ class Loop:
         st.pending, st.status = None, "running"
         st.resume = Resume(approval, approved, reason, expired=by == "timeout")
         decision = "approved" if approved else ("expired" if by == "timeout" else "denied")
-        return self.emit(
-            ApprovalResultEvent(id=pending.id, tool=approval.tool, decision=decision, by=by, reason=reason)
+        event = ApprovalResultEvent(
+            id=pending.id, tool=approval.tool, decision=decision, by=by, reason=reason
         )
+        self.emit(event)
+        return event
 
     async def _resume(self) -> AsyncIterator[Event | Outcome]:
         """Carry out an answered approval, then go on as after any step."""

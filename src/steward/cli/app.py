@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from steward.agent import Agent, Run
     from steward.config import Config
     from steward.events import Event
+    from steward.run_state import Approval
 
 app = typer.Typer(
     name="steward",
@@ -190,7 +191,7 @@ async def _ask(question: str, *, json_lines: bool, prompt: str = "answer> ") -> 
     return line.rstrip("\n") if line else None
 
 
-async def _approve(run: Run, approval: Any, *, json_lines: bool) -> AsyncIterator[Event] | None:
+async def _approve(run: Run, approval: Approval, *, json_lines: bool) -> AsyncIterator[Event] | None:
     """Ask the user about one pending approval: once, always (remembered), or deny."""
     import time
 
