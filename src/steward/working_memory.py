@@ -58,6 +58,9 @@ class Step:
     tool_status: ToolStatus | None = None
     duration_ms: float | None = None
     call_id: str | None = None
+    #: The entry as last rendered, with the renderer that made it: a step never changes once
+    #: recorded, so the view need not format it again before every model call.
+    rendered: tuple[OutputRenderer, str] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(slots=True)
@@ -211,16 +214,24 @@ def _render_steps(steps: Sequence[Step], output: OutputRenderer, first_shown: in
             f"({acts} tool calls, {failed} failed); plan, key facts and errors above keep what matters."
         )
     for s in steps[first_shown:]:
-        lines.append(f"  [Step {s.step}] {s.phase.upper()}: {s.summary}".rstrip())
-        if s.tool_name is None:
-            continue
-        lines.append(f"    Tool: {s.tool_name}")
-        text = output(s)
-        if s.tool_status == "failed":
-            text = f"FAILED: {text}"
-        lines.append("    Result: " + text.replace("\n", "\n    "))
-        if s.duration_ms is not None:
-            lines.append(f"    Duration: {round(s.duration_ms)}ms")
+        cached = s.rendered
+        if cached is None or cached[0] is not output:
+            cached = (output, _render_step(s, output))
+            s.rendered = cached
+        lines.append(cached[1])
+    return "\n".join(lines)
+
+
+def _render_step(s: Step, output: OutputRenderer) -> str:
+    head = f"  [Step {s.step}] {s.phase.upper()}: {s.summary}".rstrip()
+    if s.tool_name is None:
+        return head
+    text = output(s)
+    if s.tool_status == "failed":
+        text = f"FAILED: {text}"
+    lines = [head, f"    Tool: {s.tool_name}", "    Result: " + text.replace("\n", "\n    ")]
+    if s.duration_ms is not None:
+        lines.append(f"    Duration: {round(s.duration_ms)}ms")
     return "\n".join(lines)
 
 
