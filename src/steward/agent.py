@@ -36,6 +36,7 @@ from steward.working_memory import WorkingMemory
 
 if TYPE_CHECKING:
     from steward.safety.policy import Policy
+    from steward.store.events import EventStore
 
 
 @dataclass(slots=True)
@@ -67,9 +68,17 @@ class Run:
     """One execution of the loop for one goal. Not started until streamed or awaited."""
 
     def __init__(
-        self, loop: Loop, *, model_name: str, max_steps: int, remember: Callable[[str], None] | None = None
+        self,
+        loop: Loop,
+        *,
+        model_name: str,
+        max_steps: int,
+        remember: Callable[[str], None] | None = None,
+        store: EventStore | None = None,
     ) -> None:
         self._loop = loop
+        self._store = store
+        self._created = False
         self._model_name = model_name
         self._max_steps = max_steps
         self._started = False
@@ -91,8 +100,30 @@ class Run:
     def pending(self) -> Pending | None:
         return self._loop.state.pending
 
-    async def stream(self) -> AsyncIterator[Event]:
+    def stream(self) -> AsyncIterator[Event]:
         """Run until done, failed or waiting, yielding every event."""
+        return self._recorded(self._events())
+
+    async def _recorded(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        """Append each event of the log to the store (when there is one) before it is shown."""
+        store = self._store
+        if store is None:
+            async for event in events:
+                yield event
+            return
+        st = self._loop.state
+        if not self._created:
+            await store.create_run(st.run_id, goal=st.goal, session_id=st.session_id)
+            self._created = True
+        try:
+            async for event in events:
+                if event.seq:  # streamed deltas are not part of the log
+                    await store.append(st.run_id, [event])
+                yield event
+        finally:
+            await store.set_status(st.run_id, st.status, st.end_status)
+
+    async def _events(self) -> AsyncIterator[Event]:
         st = self._loop.state
         if st.status != "running":
             raise RuntimeError(f"run {st.run_id} is {st.status}; answer it or start a new run")
@@ -160,18 +191,18 @@ class Run:
         suggestion = pending.approval.suggestion if pending.approval else None
         if remember and suggestion and self._remember and result.decision == "approved":
             self._remember(suggestion)
-        return _prepend(result, self.stream())
+        return self._recorded(_prepend(result, self._events()))
 
     def deny_stream(self, approval_id: str | None = None, reason: str = "") -> AsyncIterator[Event]:
         """Deny the pending call; the model is told, with ``reason``, and goes on."""
         self._check_pending(approval_id)
-        return _prepend(self._loop.resolve_approval(False, reason=reason), self.stream())
+        return self._recorded(_prepend(self._loop.resolve_approval(False, reason=reason), self._events()))
 
     def expire_stream(self) -> AsyncIterator[Event]:
         """Apply the pending approval's default action now (its deadline passed)."""
         self._check_pending(None)
         event = self._loop.resolve_approval(False, reason="no answer before the deadline", by="timeout")
-        return _prepend(event, self.stream())
+        return self._recorded(_prepend(event, self._events()))
 
     async def approve(self, approval_id: str | None = None, *, remember: bool = False) -> RunResult:
         """Approve the pending call and run on; returns the new result."""
@@ -213,8 +244,11 @@ class Agent:
         config: Config | None = None,
         policy: Policy | None = None,
         sandbox: bool | CommandSandbox = True,
+        store: EventStore | None = None,
     ) -> None:
         self.config = config or Config()
+        #: Where runs are recorded as they happen (``steward.store.open_store``); None keeps them in memory.
+        self.store = store
         self._policy = policy
         self._sandbox_choice = sandbox
         self._sandbox: CommandSandbox | None = None
@@ -383,7 +417,9 @@ class Agent:
                 approval_default=self.config.policy.on_timeout,
             ),
         )
-        return Run(loop, model_name=model.name, max_steps=lim.max_steps, remember=self.remember)
+        return Run(
+            loop, model_name=model.name, max_steps=lim.max_steps, remember=self.remember, store=self.store
+        )
 
     async def run(self, goal: str, *, workspace: str | Path = ".") -> RunResult:
         return await self.start(goal, workspace=workspace).result()

@@ -92,6 +92,15 @@ class SandboxConfig:
     max_processes: int = _f(256, "Processes per command.", ge=8)
 
 
+@dataclass(slots=True)
+class StoreSettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    url: str | None = _f(
+        None, "sqlite:///path/file.db or postgresql://...; default: .steward/steward.db in the workspace."
+    )
+
+
 PROVIDERS = ("anthropic", "ollama", "openai")
 
 
@@ -108,6 +117,7 @@ class Config:
     limits: Limits = field(default_factory=Limits, metadata={"doc": "Limits of a run."})
     policy: PolicySettings = field(default_factory=PolicySettings, metadata={"doc": "Rules and modes."})
     sandbox: SandboxConfig = field(default_factory=SandboxConfig, metadata={"doc": "The OS sandbox."})
+    store: StoreSettings = field(default_factory=StoreSettings, metadata={"doc": "Where runs are recorded."})
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -116,6 +126,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "models": ProviderSettings,
     "policy": PolicySettings,
     "sandbox": SandboxConfig,
+    "store": StoreSettings,
 }
 
 
@@ -242,6 +253,8 @@ def load_config(
             layers.append((str(path), data))
     if env.get("STEWARD_MODEL"):
         layers.append(("STEWARD_MODEL", {"model": env["STEWARD_MODEL"]}))
+    if env.get("STEWARD_DB"):
+        layers.append(("STEWARD_DB", {"store": {"url": env["STEWARD_DB"]}}))
     if overrides:
         layers.append(("command line", dict(overrides)))
     merged: dict[str, Any] = {}

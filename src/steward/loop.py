@@ -88,8 +88,12 @@ class Loop:
 
     def emit(self, event: Event) -> Event:
         st = self.state
-        st.seq += 1
-        event.seq, event.run_id, event.session_id, event.ts = st.seq, st.run_id, st.session_id, time.time()
+        # Streamed deltas (partial text and thinking) are for live display only: they carry seq 0
+        # and are not part of the run's log; the complete text follows as one event that is.
+        if not getattr(event, "partial", False):
+            st.seq += 1
+            event.seq = st.seq
+        event.run_id, event.session_id, event.ts = st.run_id, st.session_id, time.time()
         return event
 
     async def run(self) -> AsyncIterator[Event]:

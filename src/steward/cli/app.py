@@ -17,7 +17,7 @@ import typer
 from steward.cli._stdin import LineReader
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from steward.agent import Agent, Run
     from steward.config import Config
@@ -292,23 +292,38 @@ def run(
     agent.config_file = workspace.resolve() / "steward.toml"
     _warn_about_sandbox(agent, flag_given=no_sandbox)
     try:
-        started = agent.start(goal, workspace=workspace)
+        agent.start(goal, workspace=workspace)  # checks the goal and the workspace before anything runs
         agent.model.check()
     except ModelError as exc:  # before the run starts, a model problem is a configuration problem
         raise _fail(str(exc)) from None
-    code = _run_async(_drive(started, json_lines=json_lines, quiet=quiet), agent)
+    code = _run_async(
+        lambda: _drive(agent.start(goal, workspace=workspace), json_lines=json_lines, quiet=quiet),
+        agent,
+        store_url=store_url(config, workspace),
+    )
     if code != EXIT_INTERRUPTED:
         _warnings(agent)
     raise typer.Exit(code)
 
 
-def _run_async(coro: Any, agent: Agent) -> int:
+def store_url(config: Config, workspace: Path) -> str:
+    """Where runs are recorded: ``[store] url`` / ``STEWARD_DB``, else the workspace's state dir."""
+    return config.store.url or f"sqlite:///{workspace.resolve() / '.steward' / 'steward.db'}"
+
+
+def _run_async(make: Callable[[], Awaitable[int]], agent: Agent, *, store_url: str | None = None) -> int:
     async def main() -> int:
+        from steward.store.events import open_store
+
         try:
-            result: int = await coro
+            if store_url is not None:
+                agent.store = await open_store(store_url)
+            result: int = await make()
             return result
         finally:
             await agent.aclose()
+            if agent.store is not None:
+                await agent.store.close()
 
     try:
         return asyncio.run(main())
@@ -359,7 +374,9 @@ def demo(
         )
         agent = Agent(demo_model(), sandbox=False)
     code = _run_async(
-        _drive(agent.start(DEMO_GOAL, workspace=workspace), json_lines=json_lines, quiet=False), agent
+        lambda: _drive(agent.start(DEMO_GOAL, workspace=workspace), json_lines=json_lines, quiet=False),
+        agent,
+        store_url=store_url(agent.config, workspace),
     )
     if not json_lines:
         typer.echo(
@@ -404,6 +421,15 @@ def doctor(workspace: Workspace = Path()) -> None:
     )
     typer.echo(f"model: {config.model or 'not configured (set STEWARD_MODEL or --model)'}")
     raise typer.Exit(EXIT_OK if status_ok else EXIT_NOT_SOLVED)
+
+
+def _runs_app() -> typer.Typer:
+    from steward.cli.runs import runs_app
+
+    return runs_app
+
+
+app.add_typer(_runs_app(), name="runs")
 
 
 @app.command()

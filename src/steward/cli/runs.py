@@ -1,0 +1,120 @@
+"""``steward runs``: the recorded runs of a workspace — list, timeline, JSONL export."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+runs_app = typer.Typer(
+    help="Recorded runs: list them, show a timeline, export the event log.", no_args_is_help=True
+)
+
+Workspace = Annotated[Path, typer.Option("--workspace", "-w", help="Workspace whose runs to read.")]
+
+
+def _url(workspace: Path) -> str:
+    from steward.cli.app import store_url
+    from steward.config import load_config
+
+    return store_url(load_config(workspace), workspace)
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+@runs_app.command("list")
+def list_runs(
+    workspace: Workspace = Path(),
+    limit: Annotated[int, typer.Option(min=1, help="How many runs, newest first.")] = 20,
+) -> None:
+    """List the recorded runs, newest first."""
+    from steward.store.events import open_store
+
+    async def main() -> None:
+        async with await open_store(_url(workspace)) as store:
+            rows = await store.runs(limit=limit)
+        if not rows:
+            typer.echo("no runs recorded in this workspace yet")
+        for row in rows:
+            status = row.end_status or row.status
+            goal = " ".join(row.goal.split())
+            typer.echo(f"{row.id}  {_when(row.created_at)}  {status:<9} {goal[:80]}")
+
+    asyncio.run(main())
+
+
+@runs_app.command("show")
+def show(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Workspace = Path()) -> None:
+    """Show one run's timeline: phases, tool calls with durations, errors, approvals."""
+    from steward.store.events import open_store
+
+    async def main() -> int:
+        async with await open_store(_url(workspace)) as store:
+            row = await store.get_run(run_id)
+            if row is None:
+                typer.echo(f"steward: no run {run_id!r} here; `steward runs list` shows the runs.", err=True)
+                return 2
+            events = await store.events(run_id)
+        typer.echo(f"run {row.id} · {row.end_status or row.status} · started {_when(row.created_at)}")
+        typer.echo(f"goal: {row.goal}")
+        for event in events:
+            line = _timeline_line(event.type, event.data())
+            if line:
+                typer.echo(f"{event.seq:>5}  {line}")
+        return 0
+
+    raise typer.Exit(asyncio.run(main()))
+
+
+def _timeline_line(kind: str, d: dict[str, object]) -> str | None:  # noqa: PLR0911 - one line per kind
+    match kind:
+        case "phase":
+            return f"step {d['step']:<3} {str(d['phase']).upper():<8} {d['summary']}"
+        case "tool_use":
+            return f"          ▸ {d['tool']} {_short(d['input'])}"
+        case "tool_result":
+            mark = "✓" if d["status"] == "completed" else "✗"
+            output = str(d["output"]).strip().splitlines() or [""]
+            verdict = output[-1] if d["tool"] == "bash" else output[0]  # a command's verdict comes last
+            return f"          {mark} {float(str(d['duration_ms'])):,.0f} ms  {_short(verdict)}"
+        case "error":
+            return f"          error ({d['code']}): {_short(d['message'])}"
+        case "approval_gate":
+            return f"          ? approval for {d['tool']}: {_short(d['reason'])}"
+        case "approval_result":
+            return f"          approval {d['decision']} ({d['by']}) {_short(d['reason'])}"
+        case "waiting":
+            return f"          waiting ({d['kind']}): {_short(d['question'])}"
+        case "done":
+            return f"■ {d['end_status'] or d['status']} · {d['steps']} steps · {_short(d['message'])}"
+        case _:
+            return None
+
+
+def _short(value: object, limit: int = 100) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@runs_app.command("export")
+def export(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Workspace = Path()) -> None:
+    """Print one run's event log as JSONL (the audit trail), one event per line."""
+    from steward.events import encode_event
+    from steward.store.events import open_store
+
+    async def main() -> int:
+        async with await open_store(_url(workspace)) as store:
+            if await store.get_run(run_id) is None:
+                typer.echo(f"steward: no run {run_id!r} here; `steward runs list` shows the runs.", err=True)
+                return 2
+            for event in await store.events(run_id):
+                sys.stdout.write(encode_event(event) + "\n")
+        return 0
+
+    raise typer.Exit(asyncio.run(main()))
