@@ -10,7 +10,7 @@ import pytest
 from steward.safety.guard import Guard
 from steward.safety.types import GuardVerdict
 
-WORKSPACE = Path("/work/ws")
+WORKSPACE = Path("/srv/project")
 HOME = Path("/home/u")
 
 
@@ -39,7 +39,7 @@ DESTRUCTION = [
     "rm -rf ../..",
     "rm -rf ../other-project",
     "rm -rf /work",
-    "rm -rf /work/ws",
+    "rm -rf /srv/project",
     "rm -rf .",
     "rm -rf /etc",
     "rm -rf /home/u/projects",
@@ -376,11 +376,11 @@ ALLOWED = [
     "rm -f *.pyc",
     "rm -rf *",
     "rm -rf -- build",
-    "rm -rf /work/ws/build",
+    "rm -rf /srv/project/build",
     "rm -rf /tmp/scratch-1234",
     "rm -f /tmp/out.log",
     "cd sub && rm -rf build",
-    "cd /work/ws/sub && rm -rf *",
+    "cd /srv/project/sub && rm -rf *",
     "git status",
     "git diff",
     'git commit -m "x"',

@@ -158,7 +158,7 @@ async def test_the_real_root_home_is_not_visible(sandbox: BubblewrapSandbox, wor
     status, output = await sh(sandbox, workspace, "ls -A /root 2>/dev/null; ls -A /home")
     assert status == 0
     shown = set(output.splitlines()[:-1])
-    # Only the way to the Python that runs Steward (e.g. /root/.pyenv) may appear, nothing else.
+    # Only the way to the Python that runs Steward (e.g. a pyenv install in a home directory) may appear, nothing else.
     assert shown <= python_ways_through_root() | {"steward"}
     if exists("/root/.bashrc"):
         assert ".bashrc" not in shown
