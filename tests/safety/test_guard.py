@@ -38,7 +38,7 @@ DESTRUCTION = [
     "rm -rf ..",
     "rm -rf ../..",
     "rm -rf ../other-project",
-    "rm -rf /work",
+    "rm -rf /srv",
     "rm -rf /srv/project",
     "rm -rf .",
     "rm -rf /etc",
