@@ -102,6 +102,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from steward.safety.protected import RC_FILES
 from steward.safety.shell_parse import ParsedShell, SimpleCommand, basename, normalized, parse_shell
 from steward.safety.types import Finding, GuardVerdict, Severity
 
@@ -138,16 +139,10 @@ _CRED_NAMES_UNDER_HOME = (
     ".pypirc",
     ".gnupg",
 )
+# The shell start-up files are the ones the sandbox protects in a workspace (direnv's .envrc
+# only runs where it lies, so at home it is no persistence).
 _RC_NAMES_UNDER_HOME = (
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".bash_logout",
-    ".profile",
-    ".zshrc",
-    ".zshenv",
-    ".zprofile",
-    ".zlogin",
+    *sorted(RC_FILES - {".envrc"}),
     ".config/fish/config.fish",
     ".ssh/authorized_keys",
     ".ssh/authorized_keys2",
