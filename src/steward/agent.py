@@ -8,6 +8,7 @@ that run's state; a run that waits for a human is answered through ``Run.answer`
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,43 @@ from steward.working_memory import WorkingMemory
 
 if TYPE_CHECKING:
     from steward.safety.policy import Policy
-    from steward.store.events import EventStore
+    from steward.store.events import EventStore, RunLog
+
+# Events that must be durable before the run goes on: a tool is about to run, a human's
+# decision is about to be acted on, or the process may stop here.
+_BARRIERS = frozenset({"tool_use", "approval_result", "answer", "waiting", "done"})
+
+
+def process_owner() -> str:
+    """Who runs a run, as recorded in the store: ``host:pid``."""
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_alive(owner: str) -> bool:
+    """Whether the recorded owner of a run is a live process other than this one.
+
+    Only processes on this host can be checked; one elsewhere is taken to be alive.
+    """
+    import socket
+
+    host, _, pid_text = owner.rpartition(":")
+    if host != socket.gethostname():
+        return True
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @dataclass(slots=True)
@@ -78,7 +115,8 @@ class Run:
     ) -> None:
         self._loop = loop
         self._store = store
-        self._created = False
+        self._log: RunLog | None = None
+        self._suspended: AsyncIterator[Event] | None = None  # the loop, stopped where a rebuild ended
         self._model_name = model_name
         self._max_steps = max_steps
         self._started = False
@@ -102,31 +140,89 @@ class Run:
 
     def stream(self) -> AsyncIterator[Event]:
         """Run until done, failed or waiting, yielding every event."""
-        return self._recorded(self._events())
+        events, self._suspended = self._suspended or self._events(), None
+        return self._recorded(events)
 
     async def _recorded(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-        """Append each event of the log to the store (when there is one) before it is shown."""
+        """Record each new event of the log in the store (when there is one) as it is shown.
+
+        Events are queued to the store's writer as they come; the stream waits for them to be
+        durable only at a barrier (before a tool runs, when the run waits or ends), so a crash
+        can lose only events the run can make again, never the record of a side effect.
+        """
         store = self._store
         if store is None:
             async for event in events:
                 yield event
             return
         st = self._loop.state
-        if not self._created:
-            await store.create_run(st.run_id, goal=st.goal, session_id=st.session_id)
-            self._created = True
+        if self._log is None:
+            await store.create_run(
+                st.run_id, goal=st.goal, session_id=st.session_id, workspace=str(st.workspace),
+                model=self._model_name, owner=process_owner(),
+            )  # fmt: skip
+            self._log = store.log(st.run_id, session_id=st.session_id, last_seq=0)
+        log = self._log
         try:
             async for event in events:
-                if event.seq:  # streamed deltas are not part of the log
-                    await store.append(st.run_id, [event])
+                if event.seq > log.last_seq:
+                    log.add(event)
+                    if event.type in _BARRIERS:
+                        await log.flush()
+                elif event.seq:  # rebuilt from the log: recorded and shown before
+                    continue
                 yield event
         finally:
-            await store.set_status(st.run_id, st.status, st.end_status)
+            if log.error is None:
+                owner = process_owner() if st.status == "running" else None
+                log.status(st.status, st.end_status, output=st.output, owner=owner)
+                await log.flush()
+
+    async def _rebuild(self, events: list[Event], last_seq: int) -> None:
+        """Bring this run to where its log ends, running the loop against the log."""
+        from steward.events import AnswerEvent, ApprovalResultEvent
+        from steward.replay import Replay, ReplayError
+
+        loop = self._loop
+        loop.replay = Replay(self.id, events, last_seq)
+        if self._store is not None:
+            self._log = self._store.log(self.id, session_id=self.state.session_id, last_seq=last_seq)
+        stream = self._events()
+        # Bounded by the log: each pass consumes at least one recorded event or ends.
+        for _ in range(len(events) + 2):
+            if not loop.rebuilding():
+                break
+            async for _event in stream:
+                if not loop.rebuilding():
+                    break  # the log is used up: the loop stays suspended right here
+            else:
+                # The loop paused for a human and the log goes on with the answer given then.
+                match recorded := loop.next_recorded():
+                    case ApprovalResultEvent(decision=decision, reason=reason, by=by):
+                        loop.decide(decision == "approved", reason=reason, by=by)
+                    case AnswerEvent(answer=answer):
+                        loop.answer(answer)
+                    case None:
+                        break
+                    case _:
+                        raise ReplayError(
+                            f"cannot rebuild the run: at seq {recorded.seq} the log has "
+                            f"'{recorded.type}' where a human's answer belongs",
+                            run_id=self.id,
+                            status="diverged",
+                        )
+                stream = self._events()
+        if self.state.status == "waiting":
+            self._suspended = None
+        else:
+            self._suspended = stream
 
     async def _events(self) -> AsyncIterator[Event]:
         st = self._loop.state
+        if st.status == "waiting":  # e.g. a run resumed while it waits: nothing to do yet
+            return
         if st.status != "running":
-            raise RuntimeError(f"run {st.run_id} is {st.status}; answer it or start a new run")
+            raise RuntimeError(f"run {st.run_id} is {st.status}; start a new run")
         if not self._started:
             self._started = True
             yield self._loop.emit(
@@ -162,14 +258,14 @@ class Run:
         return RunResult(self, st.status, st.end_status, st.output, st.counters.step, st.usage, st.pending)
 
     def answer_stream(self, text: str) -> AsyncIterator[Event]:
-        """Answer the pending question and continue, yielding events."""
-        self._loop.answer(text)
-        return self.stream()
+        """Answer the pending question and continue, yielding events (the answer first)."""
+        return self._recorded(_prepend(self._loop.answer(text), self._events()))
 
     async def answer(self, text: str) -> RunResult:
         """Answer the pending question and run on; returns the new result."""
-        self._loop.answer(text)
-        return await self.result()
+        async for _ in self.answer_stream(text):
+            pass
+        return self.snapshot()
 
     def _check_pending(self, approval_id: str | None) -> Pending:
         pending = self._loop.state.pending
@@ -360,7 +456,76 @@ class Agent:
             self._toolset = GuardedToolset(CombinedToolset(parts), guard=Guard(), policy=self.policy)
         return self._toolset
 
-    def start(self, goal: str, *, workspace: str | Path = ".", run_id: str | None = None) -> Run:
+    async def resume(self, run_id: str, *, max_attempts: int = 3, force: bool = False) -> Run:
+        """The run ``run_id`` (or a unique prefix of it) rebuilt from the store, ready to go on.
+
+        A waiting run comes back waiting: answer or approve it. A run whose process died comes
+        back where its log ends: a call that was running then is reported to the model as
+        interrupted, with an unknown outcome, and is never run again silently. A run that has
+        died ``max_attempts`` times is marked failed instead. Runs stopped by Ctrl-C or by a
+        model or toolset failure continue too. Nothing runs until the result is streamed.
+
+        A run recorded as running by a live process on this machine is refused; one recorded
+        by another machine is refused unless ``force`` (this machine cannot tell if it lives).
+        """
+        from steward.errors import RunError, StewardError
+        from steward.events import DoneEvent, ErrorEvent
+        from steward.replay import resumable_prefix
+
+        store = self.store
+        if store is None:
+            raise ConfigError("resuming a run needs its store: Agent(store=await open_store(url))")
+        row = await store.find_run(run_id)
+        recorded = await store.events(row.id)
+        first = recorded[0] if recorded else None
+        if not isinstance(first, RunStart):
+            raise StewardError(f"run {row.id} has no recorded start; there is nothing to resume")
+        log = resumable_prefix(recorded)
+        if len(log) == len(recorded) and isinstance(recorded[-1], DoneEvent):
+            raise RunError("the run already finished; start a new one", run_id=row.id, status=row.status)
+        attempts = row.attempts
+        if row.status == "running":  # its process stopped without closing it: a crash
+            if row.owner and not force and owner_alive(row.owner):
+                raise StewardError(
+                    f"run {row.id} is still running in process {row.owner}; wait for it or stop it "
+                    "first (if that process is gone, resume with --force)"
+                )
+            attempts += 1
+            if attempts > max_attempts:
+                message = (
+                    f"The run stopped its process {attempts - 1} times (the limit is {max_attempts}); "
+                    "it is marked failed so it does not crash again."
+                )
+                seq = recorded[-1].seq
+                closing: list[Event] = [
+                    ErrorEvent(code="crashed", message=message, recoverable=False),
+                    DoneEvent(
+                        status="failed", end_status=None, message=message, steps=0, tool_calls=0, usage={}
+                    ),
+                ]
+                for n, event in enumerate(closing, start=seq + 1):
+                    event.seq, event.run_id, event.session_id = n, row.id, row.session_id
+                    event.ts = time.time()
+                await store.append(row.id, closing)
+                await store.set_status(row.id, "failed", output=message, attempts=attempts)
+                raise RunError(message, run_id=row.id, status="failed")
+        await store.set_status(row.id, "running", attempts=attempts, owner=process_owner())
+        run = self.start(first.goal, workspace=first.workspace, run_id=row.id, session_id=row.session_id)
+        await run._rebuild(log, recorded[-1].seq)
+        await store.set_status(
+            row.id, run.status, run.state.end_status, output=run.state.output,
+            owner=process_owner() if run.status == "running" else None, attempts=attempts,
+        )  # fmt: skip
+        return run
+
+    def start(
+        self,
+        goal: str,
+        *,
+        workspace: str | Path = ".",
+        run_id: str | None = None,
+        session_id: str | None = None,
+    ) -> Run:
         """Create a run for ``goal`` (nothing happens until it is streamed or awaited)."""
         if not goal.strip():
             raise ConfigError(
@@ -380,7 +545,9 @@ class Agent:
         lim = self.limits
         rid = run_id or os.urandom(6).hex()
         memory = WorkingMemory(rid)
-        state = RunState(rid, goal, ws, memory, counters=LoopCounters(max_steps=lim.max_steps))
+        state = RunState(
+            rid, goal, ws, memory, counters=LoopCounters(max_steps=lim.max_steps), session_id=session_id
+        )
         state.transcript.add_user(goal)
         settings = ToolSettings(
             bash_timeout_s=lim.bash_timeout_s,

@@ -71,3 +71,7 @@ class RunError(StewardError):
         super().__init__(f"{message} (run {run_id}, status {status})")
         self.run_id = run_id
         self.status = status
+
+
+class StoreError(StewardError):
+    """The store could not record or read something; what was recorded before is kept."""

@@ -87,6 +87,22 @@ class TextEvent(Event):
 
 
 @dataclass(slots=True)
+class ModelReplyEvent(Event):
+    """The model's whole reply to one request, as it goes into the transcript.
+
+    It is what a rebuilt run takes instead of asking the model again: the text, every tool
+    call with its id and arguments, thinking with the provider's signatures, and the usage.
+    """
+
+    type: ClassVar[str] = "model_reply"
+    step: int
+    text: str
+    tool_calls: list[dict[str, Any]]
+    thinking: list[dict[str, Any]]
+    usage: dict[str, int]
+
+
+@dataclass(slots=True)
 class PhaseEvent(Event):
     type: ClassVar[str] = "phase"
     step: int
@@ -168,6 +184,7 @@ class ApprovalGateEvent(Event):
     deadline: float
     default: str  # "deny" | "allow": what happens at the deadline
     suggestion: str | None = None  # the rule "approve always" would remember
+    call_hash: str = ""  # binds the approval to these exact arguments
 
 
 @dataclass(slots=True)
@@ -178,6 +195,15 @@ class ApprovalResultEvent(Event):
     decision: str  # "approved" | "denied" | "expired"
     by: str  # "user" | "timeout"
     reason: str = ""
+
+
+@dataclass(slots=True)
+class AnswerEvent(Event):
+    """A human answered the run's question; the answer is the feedback step's result."""
+
+    type: ClassVar[str] = "answer"
+    id: str
+    answer: str
 
 
 @dataclass(slots=True)
@@ -198,6 +224,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         StepStart,
         ThinkingEvent,
         TextEvent,
+        ModelReplyEvent,
         PhaseEvent,
         PlanEvent,
         KeyFactEvent,
@@ -208,6 +235,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         WaitingEvent,
         ApprovalGateEvent,
         ApprovalResultEvent,
+        AnswerEvent,
         DoneEvent,
     )
 }

@@ -18,12 +18,14 @@ from steward import signals as sig
 from steward.context import ContextBuilder
 from steward.errors import ApprovalRequired, ConfigError, ModelError
 from steward.events import (
+    AnswerEvent,
     ApprovalGateEvent,
     ApprovalResultEvent,
     DoneEvent,
     ErrorEvent,
     Event,
     KeyFactEvent,
+    ModelReplyEvent,
     PhaseEvent,
     PlanEvent,
     SignalEvent,
@@ -40,11 +42,14 @@ from steward.models.base import (
     ModelRequest,
     ModelResponse,
     TextDelta,
+    Thinking,
     ThinkingDelta,
     ToolCall,
     ToolResultMessage,
+    Usage,
 )
 from steward.phases import AGENT_STEP, AGENT_STEP_SPEC, AgentStep, EndStatus, StepInputError, parse_agent_step
+from steward.replay import Replay, ReplayError
 from steward.run_state import (
     CONTINUE,
     Approval,
@@ -85,15 +90,32 @@ class Loop:
         self.context = context
         self.ctx = tool_context
         self.settings = settings
+        #: The recorded log while a run is being rebuilt from it (see ``steward.replay``).
+        self.replay: Replay | None = None
+        self._replayed = False  # whether the last emitted event came from the recorded log
+
+    def rebuilding(self) -> bool:
+        """Whether the run is still being rebuilt from its recorded log."""
+        return self.replay is not None
+
+    def next_recorded(self) -> Event | None:
+        """The recorded event the rebuild is at, if the run is being rebuilt."""
+        return self.replay.peek() if self.replay is not None else None
 
     def emit(self, event: Event) -> Event:
         st = self.state
+        event.run_id, event.session_id, event.ts = st.run_id, st.session_id, time.time()
         # Streamed deltas (partial text and thinking) are for live display only: they carry seq 0
         # and are not part of the run's log; the complete text follows as one event that is.
-        if not getattr(event, "partial", False):
-            st.seq += 1
-            event.seq = st.seq
-        event.run_id, event.session_id, event.ts = st.run_id, st.session_id, time.time()
+        if getattr(event, "partial", False):
+            return event
+        st.seq += 1
+        event.seq = st.seq
+        self._replayed = self.replay is not None
+        if self.replay is not None:
+            event.ts = self.replay.match(event).ts
+            if self.replay.done:  # from here on the run is live again
+                st.seq, self.replay = self.replay.last_seq, None
         return event
 
     async def run(self) -> AsyncIterator[Event]:
@@ -171,7 +193,7 @@ class Loop:
             yield Fail("toolset_error", f"listing tools failed: {type(exc).__name__}: {exc}")
             return
         response: ModelResponse | None = None
-        async for piece in self._call_model(built.request):
+        async for piece in self._reply_to(built.request):
             if isinstance(piece, ModelResponse):
                 response = piece
             else:
@@ -184,6 +206,7 @@ class Loop:
         st.usage.add(response.usage)
         self.context.calibrate(built.chars, response.usage.input_tokens)
         message = _with_unique_ids(response.message, st.call_ids, c.step)
+        yield self.emit(_reply_event(c.step, message, response.usage))
         if message.text or message.tool_calls:
             # An empty turn would be rejected by some providers when sent back.
             st.transcript.add_assistant(message)
@@ -225,6 +248,38 @@ class Loop:
                 return
             else:
                 return
+
+    async def _reply_to(self, request: ModelRequest) -> AsyncIterator[Event | ModelResponse | Fail]:
+        """The model's reply: the recorded one while rebuilding a run, else a new one."""
+        if self.replay is not None:
+            recorded: ModelResponse | None = None
+            async for item in self._recorded_reply():
+                if isinstance(item, ModelResponse):
+                    recorded = item
+                else:
+                    yield item
+            if recorded is not None:
+                yield recorded
+                return
+        async for piece in self._call_model(request):
+            yield piece
+
+    async def _recorded_reply(self) -> AsyncIterator[Event | ModelResponse]:
+        """The recorded reply (and the retries before it), taken instead of asking again."""
+        while self.replay is not None and isinstance(retry := self.replay.peek(), ErrorEvent):
+            if retry.code != "model_retry":
+                break
+            yield self.emit(ErrorEvent(code=retry.code, message=retry.message, recoverable=True))
+        recorded = self.replay.peek() if self.replay is not None else None
+        if isinstance(recorded, ModelReplyEvent):
+            yield _response_from(recorded)
+        elif recorded is not None:
+            raise ReplayError(
+                f"cannot rebuild the run: at seq {recorded.seq} the log has '{recorded.type}' "
+                "where the model's reply belongs",
+                run_id=self.state.run_id,
+                status="diverged",
+            )
 
     async def _route_reply(self, message: AssistantMessage) -> AsyncIterator[Event | Outcome]:
         st = self.state
@@ -392,10 +447,19 @@ class Loop:
         summary: str,
         *,
         announce: bool = True,
+        approved_from_log: str | None = None,
     ) -> AsyncIterator[Event | Outcome]:
         n = self.state.counters.step
         if announce:
             yield self.emit(ToolUse(step=n, call_id=call.id, tool=tool, input=arguments))
+            from_log = self._replayed
+        else:  # an approved call: it began in an earlier process if its approval was recorded
+            from_log = approved_from_log is not None
+        if from_log:
+            recorded = self._recorded_call(call, tool, arguments, thinking, summary, approved_from_log)
+            async for item in recorded:
+                yield item
+            return
         started = time.perf_counter()
         try:
             async with _timeout(self.settings.tool_timeout_s):
@@ -415,6 +479,67 @@ class Loop:
         duration = (time.perf_counter() - started) * 1000
         yield self._record(call, tool, arguments, thinking, summary, result, duration, n)
         yield CONTINUE
+
+    async def _recorded_call(
+        self,
+        call: ToolCall,
+        tool: str,
+        arguments: dict[str, Any],
+        thinking: str,
+        summary: str,
+        approved_hash: str | None,
+    ) -> AsyncIterator[Event | Outcome]:
+        """A call that began in an earlier process: take its outcome from the log, never rerun it.
+
+        ``approved_hash`` is set when the call ran after a recorded approval.
+        """
+        n, announce = self.state.counters.step, approved_hash is None
+        while self.replay is not None and isinstance(note := self.replay.peek(), SignalEvent):
+            yield self.emit(SignalEvent(code=note.code, level=note.level, message=note.message))
+        recorded = self.replay.peek() if self.replay is not None else None
+        match recorded:
+            case ToolResultEvent(call_id=call_id) if call_id == call.id:
+                result = ToolResult(recorded.output, is_error=recorded.status == "failed")
+                yield self._record(
+                    call, tool, arguments, thinking, summary, result, recorded.duration_ms, n,
+                    recorded.error_category,
+                )  # fmt: skip
+                yield CONTINUE
+            case ApprovalGateEvent() if announce:
+                request = ApprovalRequired(
+                    tool=recorded.tool,
+                    arguments=recorded.input,
+                    call_hash=recorded.call_hash,
+                    reason=recorded.reason,
+                    suggestion=recorded.suggestion,
+                )
+                yield Pause(self._approval(call, request, thinking, summary, deadline=recorded.deadline))
+            case None if announce:
+                # The process stopped while the tool ran: whatever it did may or may not have
+                # happened. Running it again silently could repeat a side effect.
+                yield self._record(
+                    call, tool, arguments, thinking, summary, ToolResult(INTERRUPTED, is_error=True), 0.0, n,
+                    "interrupted",
+                )  # fmt: skip
+                yield CONTINUE
+            case None:
+                # It was approved, then interrupted: the human decides again whether it runs.
+                request = ApprovalRequired(
+                    tool=tool,
+                    arguments=arguments,
+                    call_hash=approved_hash or "",
+                    reason="it was approved, but the process stopped while it ran, so its outcome is "
+                    "unknown; approve to run it again",
+                    suggestion=None,
+                )
+                yield Pause(self._approval(call, request, thinking, summary))
+            case _:
+                raise ReplayError(
+                    f"cannot rebuild the run: at seq {recorded.seq} the log has '{recorded.type}' "
+                    f"where the result of call {call.id} belongs",
+                    run_id=self.state.run_id,
+                    status="diverged",
+                )
 
     def _record(
         self,
@@ -454,7 +579,15 @@ class Loop:
 
     # --- approvals --------------------------------------------------------------------
 
-    def _approval(self, call: ToolCall, request: ApprovalRequired, thinking: str, summary: str) -> Pending:
+    def _approval(
+        self,
+        call: ToolCall,
+        request: ApprovalRequired,
+        thinking: str,
+        summary: str,
+        *,
+        deadline: float | None = None,
+    ) -> Pending:
         s = self.settings
         approval = Approval(
             tool=request.tool,
@@ -462,7 +595,7 @@ class Loop:
             call_hash=request.call_hash,
             reason=request.reason,
             suggestion=request.suggestion,
-            deadline=time.time() + s.approval_timeout_s,
+            deadline=deadline if deadline is not None else time.time() + s.approval_timeout_s,
             default=s.approval_default,
             call=call,
             thinking=thinking,
@@ -483,13 +616,21 @@ class Loop:
         if time.time() > approval.deadline:
             approved, by = approval.default == "allow", "timeout"
             reason = reason or f"the approval expired; the default is to {approval.default}"
-        st.pending, st.status = None, "running"
-        st.resume = Resume(approval, approved, reason, expired=by == "timeout")
+        return self.decide(approved, reason=reason, by=by)
+
+    def decide(self, approved: bool, *, reason: str, by: str) -> ApprovalResultEvent:
+        """Record the decision on the pending approval; the loop acts on it when run next."""
+        st = self.state
+        pending = st.pending
+        assert pending is not None and pending.approval is not None
+        approval = pending.approval
         decision = "approved" if approved else ("expired" if by == "timeout" else "denied")
         event = ApprovalResultEvent(
             id=pending.id, tool=approval.tool, decision=decision, by=by, reason=reason
         )
         self.emit(event)
+        st.pending, st.status = None, "running"
+        st.resume = Resume(approval, approved, reason, expired=by == "timeout", from_log=self._replayed)
         return event
 
     async def _resume(self) -> AsyncIterator[Event | Outcome]:
@@ -500,7 +641,10 @@ class Loop:
         if resume.approved:
             self.ctx.grants.add(a.call_hash)
             outcome: Outcome = CONTINUE
-            async for item in self._act(a.call, a.tool, a.arguments, a.thinking, a.summary, announce=False):
+            async for item in self._act(
+                a.call, a.tool, a.arguments, a.thinking, a.summary, announce=False,
+                approved_from_log=a.call_hash if resume.from_log else None,
+            ):  # fmt: skip
                 if isinstance(item, Event):
                     yield item
                 else:
@@ -536,11 +680,12 @@ class Loop:
         result = ToolResultMessage(call.id, call.name, content, error)
         self.state.transcript.add_tool_result(result, observation=observation)
 
-    def answer(self, text: str) -> None:
+    def answer(self, text: str) -> Event:
         """Resume a paused run: the human's answer becomes the result of the feedback step."""
         st = self.state
         if st.status != "waiting" or st.pending is None:
             raise RuntimeError(f"run {st.run_id} is {st.status}, not waiting for an answer")
+        event = self.emit(AnswerEvent(id=st.pending.id, answer=text))
         pending, st.pending, st.status = st.pending, None, "running"
         # The answer also becomes a key fact, so it survives any trimming of the transcript.
         st.memory.add_key_facts(
@@ -550,6 +695,7 @@ class Loop:
         st.transcript.add_tool_result(
             ToolResultMessage(pending.call_id, AGENT_STEP, content), observation=False
         )
+        return event
 
 
 # asyncio is imported on first use, not with the module: `import steward` stays fast.
@@ -565,6 +711,13 @@ def _timeout(seconds: float) -> AbstractAsyncContextManager[object]:
     return asyncio.timeout(seconds)
 
 
+INTERRUPTED = (
+    "Interrupted: the process running this call stopped before the call finished, so its outcome "
+    "is unknown: it may have done all, some or none of its work. Check the state (read the files, "
+    "run a read-only command) before doing it again."
+)
+
+
 def _gate_event(pending_id: str, a: Approval) -> Event:
     return ApprovalGateEvent(
         id=pending_id,
@@ -574,7 +727,28 @@ def _gate_event(pending_id: str, a: Approval) -> Event:
         deadline=a.deadline,
         default=a.default,
         suggestion=a.suggestion,
+        call_hash=a.call_hash,
     )
+
+
+def _reply_event(step: int, message: AssistantMessage, usage: Usage) -> ModelReplyEvent:
+    calls = [
+        {"id": c.id, "name": c.name, "arguments": dict(c.arguments), "arguments_error": c.arguments_error}
+        for c in message.tool_calls
+    ]
+    thinking = [{"text": t.text, "signature": t.signature} for t in message.thinking]
+    return ModelReplyEvent(
+        step=step, text=message.text, tool_calls=calls, thinking=thinking, usage=usage.as_dict()
+    )
+
+
+def _response_from(event: ModelReplyEvent) -> ModelResponse:
+    calls = tuple(
+        ToolCall(c["id"], c["name"], c.get("arguments") or {}, c.get("arguments_error"))
+        for c in event.tool_calls
+    )
+    thinking = tuple(Thinking(t.get("text", ""), t.get("signature")) for t in event.thinking)
+    return ModelResponse(AssistantMessage(event.text, calls, thinking), Usage(**event.usage))
 
 
 def _with_unique_ids(message: AssistantMessage, seen: set[str], step: int) -> AssistantMessage:

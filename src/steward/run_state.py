@@ -81,6 +81,7 @@ class Resume:
     approved: bool
     reason: str
     expired: bool = False
+    from_log: bool = False  # the decision was recorded by an earlier process (a rebuilt run)
 
 
 @dataclass(slots=True)

@@ -49,7 +49,11 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/state/steward.db"
     url: str = request.getfixturevalue("postgres_url")
-    asyncio.run(_execute(url, "DROP TABLE IF EXISTS events, runs, schema_version CASCADE"))
+    asyncio.run(
+        _execute(
+            url, "DROP TABLE IF EXISTS events, runs, sessions, memory_blocks, archive, schema_version CASCADE"
+        )
+    )
     return url
 
 

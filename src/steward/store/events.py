@@ -8,19 +8,31 @@ Events keep the one JSON encoding of ``steward.events``: a row holds the envelop
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from steward.errors import StewardError
+from steward.errors import StewardError, StoreError
 from steward.events import Event, decode_event
-from steward.store.engine import make_engine, open_error, parse_url, sqlite_path, write_transaction
+from steward.store.engine import (
+    WRITE_OPTIONS,
+    make_engine,
+    make_sync_engine,
+    open_error,
+    parse_url,
+    sqlite_path,
+    write_transaction,
+)
 from steward.store.schema import events as events_table
 from steward.store.schema import migrate
 from steward.store.schema import runs as runs_table
@@ -35,6 +47,11 @@ class RunRow:
     end_status: str | None
     created_at: float
     updated_at: float
+    workspace: str = ""
+    model: str = ""
+    output: str = ""
+    owner: str | None = None
+    attempts: int = 0
 
 
 async def open_store(url: str) -> EventStore:
@@ -56,14 +73,26 @@ async def open_store(url: str) -> EventStore:
     except BaseException:
         await engine.dispose()
         raise
-    return EventStore(engine)
+    return EventStore(engine, make_sync_engine(url), where=_where(parsed))
 
 
 class EventStore:
-    """Runs and their event logs; every write is one short transaction."""
+    """Runs and their event logs.
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    ``append`` writes at once and checks the log against the database. A running run writes
+    through ``log``: events are queued and committed by one writer in batches (group commit),
+    and ``RunLog.flush`` waits until everything queued is durable. The loop flushes before
+    anything with side effects, so a crash loses at most events it can make again.
+    """
+
+    def __init__(self, engine: AsyncEngine, sync_engine: sa.Engine | None = None, *, where: str = "") -> None:
         self._engine = engine
+        self._writer = _Writer(engine, sync_engine, where)
+        self.where = where
+
+    @property
+    def dialect(self) -> str:
+        return self._engine.dialect.name
 
     async def __aenter__(self) -> EventStore:
         return self
@@ -74,16 +103,42 @@ class EventStore:
         await self.close()
 
     async def close(self) -> None:
-        await self._engine.dispose()
+        try:
+            await self._writer.close()
+        finally:
+            await self._engine.dispose()
 
-    async def create_run(self, run_id: str, *, goal: str, session_id: str | None = None) -> None:
+    async def create_run(
+        self,
+        run_id: str,
+        *,
+        goal: str,
+        session_id: str | None = None,
+        workspace: str = "",
+        model: str = "",
+        owner: str | None = None,
+    ) -> None:
         now = time.time()
-        row = {"id": run_id, "session_id": session_id, "goal": goal, "status": "running"}
+        row = {
+            "id": run_id,
+            "session_id": session_id,
+            "goal": goal,
+            "status": "running",
+            "workspace": workspace,
+            "model": model,
+            "owner": owner,
+        }
         try:
             async with write_transaction(self._engine) as conn:
                 await conn.execute(runs_table.insert().values(**row, created_at=now, updated_at=now))
         except sa_exc.IntegrityError:
             raise StewardError(f"run {run_id} already exists; use a new run id") from None
+        except (OSError, sa_exc.DBAPIError) as exc:
+            raise write_error(self.where, exc, f"could not create run {run_id}") from None
+
+    def log(self, run_id: str, *, session_id: str | None, last_seq: int) -> RunLog:
+        """A buffered writer for one run's log, continuing after ``last_seq``."""
+        return RunLog(self._writer, run_id, session_id, last_seq)
 
     async def append(self, run_id: str, events: Sequence[Event]) -> None:
         """Append events whose ``seq`` continue the run's log exactly (no gap, no duplicate)."""
@@ -101,15 +156,33 @@ class EventStore:
                 "by another writer; nothing was appended"
             ) from None
 
-    async def set_status(self, run_id: str, status: str, end_status: str | None = None) -> None:
+    async def set_status(
+        self,
+        run_id: str,
+        status: str,
+        end_status: str | None = None,
+        *,
+        output: str | None = None,
+        owner: str | None = None,
+        attempts: int | None = None,
+    ) -> None:
+        values: dict[str, object] = {"status": status, "end_status": end_status, "updated_at": time.time()}
+        values["owner"] = owner
+        if output is not None:
+            values["output"] = output
+        if attempts is not None:
+            values["attempts"] = attempts
         async with write_transaction(self._engine) as conn:
-            result = await conn.execute(
-                runs_table.update()
-                .where(runs_table.c.id == run_id)
-                .values(status=status, end_status=end_status, updated_at=time.time())
-            )
+            result = await conn.execute(runs_table.update().where(runs_table.c.id == run_id).values(**values))
             if result.rowcount == 0:
                 raise _no_run(run_id)
+
+    async def delete_run(self, run_id: str) -> bool:
+        """Forget a run and its log; whether there was one."""
+        async with write_transaction(self._engine) as conn:
+            await conn.execute(events_table.delete().where(events_table.c.run_id == run_id))
+            gone = await conn.execute(runs_table.delete().where(runs_table.c.id == run_id))
+        return bool(gone.rowcount)
 
     async def events(self, run_id: str, after_seq: int = 0) -> list[Event]:
         """The run's events with ``seq > after_seq``, in order, as typed events."""
@@ -139,9 +212,11 @@ class EventStore:
         async with self._engine.connect() as conn:
             return await _last_seq(conn, run_id)
 
-    async def runs(self, limit: int = 50) -> list[RunRow]:
-        """The most recently created runs, newest first."""
+    async def runs(self, limit: int = 50, *, session_id: str | None = None) -> list[RunRow]:
+        """The most recently created runs (of one session, if given), newest first."""
         query = sa.select(runs_table).order_by(runs_table.c.created_at.desc(), runs_table.c.id.desc())
+        if session_id is not None:
+            query = query.where(runs_table.c.session_id == session_id)
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query.limit(limit))).mappings().all()
         return [RunRow(**row) for row in rows]
@@ -151,6 +226,23 @@ class EventStore:
             row = (await conn.execute(sa.select(runs_table).where(runs_table.c.id == run_id))).mappings()
             found = row.one_or_none()
         return None if found is None else RunRow(**found)
+
+    async def find_run(self, prefix: str) -> RunRow:
+        """The run whose id is ``prefix`` or starts with it; a clear error otherwise."""
+        exact = await self.get_run(prefix)
+        if exact is not None:
+            return exact
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        query = sa.select(runs_table).where(runs_table.c.id.like(escaped + "%", escape="\\")).limit(2)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        if len(rows) == 1:
+            return RunRow(**rows[0])
+        if not rows:
+            raise StewardError(
+                f"no run {prefix!r} in the store at {self.where}; `steward runs list` shows them"
+            )
+        raise StewardError(f"run id {prefix!r} is ambiguous; give more of it (`steward runs list`)")
 
     async def _lock_run(self, conn: AsyncConnection, run_id: str) -> tuple[str | None, int]:
         # Touching the run row first takes its row lock on PostgreSQL, so concurrent appends to
@@ -165,6 +257,183 @@ class EventStore:
         if found is None:
             raise _no_run(run_id)
         return found.session_id, await _last_seq(conn, run_id)
+
+
+class RunLog:
+    """One run's side of the writer: checks each event continues the log, then queues it."""
+
+    def __init__(self, writer: _Writer, run_id: str, session_id: str | None, last_seq: int) -> None:
+        self._writer = writer
+        self.run_id = run_id
+        self.session_id = session_id
+        self.last_seq = last_seq
+        self.durable_seq = last_seq
+        self.error: StoreError | None = None
+
+    def add(self, event: Event) -> None:
+        if self.error is not None:
+            raise self.error
+        _check_continues(self.run_id, self.session_id, self.last_seq, (event,))
+        self._writer.put(self, _Op(self, "event", _row(self.run_id, event), event.seq))
+        self.last_seq = event.seq
+
+    def status(
+        self,
+        status: str,
+        end_status: str | None = None,
+        *,
+        output: str | None = None,
+        owner: str | None = None,
+    ) -> None:
+        values: dict[str, object] = {"status": status, "end_status": end_status, "owner": owner}
+        if output is not None:
+            values["output"] = output
+        self._writer.put(self, _Op(self, "status", values, self.last_seq))
+
+    async def flush(self) -> None:
+        """Wait until everything this run queued is committed; raise ``StoreError`` if it failed."""
+        if self.error is None and (self.durable_seq < self.last_seq or self._writer.busy):
+            await self._writer.flush()
+        if self.error is not None:
+            raise self.error
+
+
+@dataclass(slots=True)
+class _Op:
+    log: RunLog
+    kind: str  # "event" | "status"
+    values: dict[str, object]
+    seq: int
+
+
+_RETRIES = 3  # a busy database or a dropped PostgreSQL connection is tried again this often
+
+
+class _Writer:
+    """Commits queued writes of every run of one store, a batch per transaction, in order."""
+
+    def __init__(self, engine: AsyncEngine, sync_engine: sa.Engine | None, where: str) -> None:
+        self._engine = engine
+        self._sync_engine = sync_engine
+        self._where = where
+        self._queue: list[_Op] = []
+        self._task: asyncio.Task[None] | None = None
+        self._thread: ThreadPoolExecutor | None = None
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._queue) or (self._task is not None and not self._task.done())
+
+    def put(self, log: RunLog, op: _Op) -> None:
+        self._queue.append(op)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def flush(self) -> None:
+        # Bounded: the drain ends when the queue is empty; every pass takes the whole queue.
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+
+    async def close(self) -> None:
+        await self.flush()
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+        if self._sync_engine is not None:
+            self._sync_engine.dispose()
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                await self._write_with_retries(batch)
+            except StoreError as exc:
+                for op in batch:
+                    op.log.error = exc
+                continue
+            for op in batch:
+                op.log.durable_seq = max(op.log.durable_seq, op.seq)
+
+    async def _write_with_retries(self, batch: list[_Op]) -> None:
+        for attempt in range(1, _RETRIES + 1):
+            try:
+                if self._sync_engine is not None:
+                    if self._thread is None:
+                        self._thread = ThreadPoolExecutor(1, thread_name_prefix="steward-store")
+                    await asyncio.get_running_loop().run_in_executor(self._thread, self._write_sync, batch)
+                else:
+                    async with write_transaction(self._engine) as conn:
+                        for statement, rows in _statements(batch):
+                            await conn.execute(statement, rows)
+            except (OSError, sa_exc.DBAPIError) as exc:
+                if attempt == _RETRIES or not _transient(exc):
+                    log = batch[0].log
+                    what = f"could not record run {log.run_id} past seq {log.durable_seq}"
+                    raise write_error(self._where, exc, what) from None
+                await asyncio.sleep(0.2 * attempt)
+            else:
+                return
+
+    def _write_sync(self, batch: list[_Op]) -> None:
+        assert self._sync_engine is not None
+        with self._sync_engine.connect() as plain:
+            conn = plain.execution_options(**WRITE_OPTIONS)
+            with conn.begin():
+                for statement, rows in _statements(batch):
+                    conn.execute(statement, rows)
+
+
+def _statements(batch: list[_Op]) -> list[tuple[sa.Executable, Any]]:
+    """The batch as few statements as possible, in order: runs of events become one insert."""
+    out: list[tuple[sa.Executable, Any]] = []
+    rows: list[dict[str, object]] = []
+    for op in batch:
+        if op.kind == "event":
+            rows.append(op.values)
+            continue
+        if rows:
+            out.append((events_table.insert(), rows))
+            rows = []
+        update = runs_table.update().where(runs_table.c.id == op.log.run_id)
+        out.append((update.values(**op.values, updated_at=time.time()), None))
+    if rows:
+        out.append((events_table.insert(), rows))
+    return [(statement, params) if params is not None else (statement, {}) for statement, params in out]
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    text = str(exc).lower()
+    lost = "connection" in text and ("closed" in text or "lost" in text or "reset" in text)
+    return "locked" in text or lost
+
+
+def write_error(where: str, exc: BaseException, what: str) -> StoreError:
+    """A one-line error for a failed write, naming the likely fix."""
+    cause = exc.orig if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None else exc
+    reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:200]
+    low = reason.lower()
+    if "full" in low or getattr(cause, "errno", None) == errno.ENOSPC:
+        fix = "free disk space"
+    elif "readonly" in low or "read-only" in low or "permission" in low:
+        fix = "make the store writable"
+    elif "locked" in low:
+        fix = "another process holds the database's write lock; stop it or use another store"
+    elif "connect" in low or "closed" in low:
+        fix = "check that the database server is running"
+    else:
+        fix = "check the database"
+    return StoreError(
+        f"the store at {where} {what}: {reason}. Everything recorded before is kept; {fix}, "
+        "then `steward resume RUN` continues the run."
+    )
+
+
+def _where(url: sa.URL) -> str:
+    path = sqlite_path(url)
+    if path is not None:
+        return str(path)
+    return f"postgresql://{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
 
 
 async def _last_seq(conn: AsyncConnection, run_id: str) -> int:

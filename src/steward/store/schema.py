@@ -36,7 +36,11 @@ runs = sa.Table(
     sa.Column("end_status", sa.Text, nullable=True),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("updated_at", sa.Double, nullable=False),
-    sa.Index("ix_runs_created_at", "created_at"),
+    sa.Column("workspace", sa.Text, nullable=False, server_default=""),
+    sa.Column("model", sa.Text, nullable=False, server_default=""),
+    sa.Column("output", sa.Text, nullable=False, server_default=""),
+    sa.Column("owner", sa.Text, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
 )
 
 events = sa.Table(
@@ -50,12 +54,75 @@ events = sa.Table(
 )
 
 
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("summary", sa.Text, nullable=False),  # of this session, written when it is closed
+    sa.Column("previous_id", sa.Text, nullable=True),  # the session whose summary this one starts from
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+    sa.Column("closed_at", sa.Double, nullable=True),
+)
+
+memory_blocks = sa.Table(
+    "memory_blocks",
+    metadata,
+    sa.Column("scope", sa.Text, primary_key=True),  # "agent" or a session id
+    sa.Column("label", sa.Text, primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("limit_chars", sa.Integer, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+)
+
+archive = sa.Table(
+    "archive",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.Text, nullable=True),
+    sa.Column("session_id", sa.Text, nullable=True),
+    sa.Column("kind", sa.Text, nullable=False),  # "tool_output" | "turns"
+    sa.Column("ref", sa.Text, nullable=False),  # a call id, or the turns' range
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Index("ix_archive_run_ref", "run_id", "ref"),
+)
+
+
 def _v1_runs_and_events(conn: Connection) -> None:
-    runs.create(conn)  # with its index
+    # The tables as version 1 made them (later columns come from later migrations).
+    sa.Table(
+        "runs",
+        sa.MetaData(),
+        sa.Column("id", sa.Text, primary_key=True),
+        sa.Column("session_id", sa.Text, nullable=True),
+        sa.Column("goal", sa.Text, nullable=False),
+        sa.Column("status", sa.Text, nullable=False),
+        sa.Column("end_status", sa.Text, nullable=True),
+        sa.Column("created_at", sa.Double, nullable=False),
+        sa.Column("updated_at", sa.Double, nullable=False),
+        sa.Index("ix_runs_created_at", "created_at"),
+    ).create(conn)
     events.create(conn)
 
 
-MIGRATIONS: tuple[Callable[[Connection], None], ...] = (_v1_runs_and_events,)
+def _v2_resume_sessions_memory(conn: Connection) -> None:
+    for column in (
+        "workspace TEXT NOT NULL DEFAULT ''",
+        "model TEXT NOT NULL DEFAULT ''",
+        "output TEXT NOT NULL DEFAULT ''",
+        "owner TEXT",  # host:pid of the process running it, while it runs
+        "attempts INTEGER NOT NULL DEFAULT 0",  # times it was resumed after a crash
+    ):
+        conn.execute(sa.text(f"ALTER TABLE runs ADD COLUMN {column}"))
+    conn.execute(sa.text("CREATE INDEX ix_runs_session ON runs (session_id, created_at)"))
+    sessions.create(conn)
+    memory_blocks.create(conn)
+    archive.create(conn)
+
+
+MIGRATIONS: tuple[Callable[[Connection], None], ...] = (_v1_runs_and_events, _v2_resume_sessions_memory)
 LATEST_VERSION = len(MIGRATIONS)
 
 _PG_LOCK_KEY = 0x5757_0001  # arbitrary, fixed: "the steward schema" advisory lock
