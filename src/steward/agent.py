@@ -44,6 +44,21 @@ if TYPE_CHECKING:
 _BARRIERS = frozenset({"tool_use", "approval_result", "answer", "waiting", "done"})
 
 
+def check_workspace(workspace: str | Path) -> Path:
+    """The workspace as an absolute path, or a ``ConfigError`` naming the fix."""
+    try:
+        ws = Path(workspace).resolve()
+        usable = ws.is_dir() and os.access(ws, os.R_OK | os.X_OK)
+    except OSError:
+        usable = False
+    if not usable:
+        raise ConfigError(
+            f"Workspace '{workspace}' is not a directory this user can read. "
+            "Pass --workspace DIR or cd into one."
+        )
+    return ws
+
+
 def process_owner() -> str:
     """Who runs a run, as recorded in the store: ``host:pid``."""
     import socket
@@ -137,6 +152,11 @@ class Run:
     @property
     def pending(self) -> Pending | None:
         return self._loop.state.pending
+
+    @property
+    def store_backed(self) -> bool:
+        """Whether the run is recorded, so it can be resumed or answered from another process."""
+        return self._store is not None
 
     def stream(self) -> AsyncIterator[Event]:
         """Run until done, failed or waiting, yielding every event."""
@@ -531,16 +551,7 @@ class Agent:
             raise ConfigError(
                 'The goal is empty. Say what the agent should do, e.g. steward run "fix the tests".'
             )
-        try:
-            ws = Path(workspace).resolve()
-            usable = ws.is_dir() and os.access(ws, os.R_OK | os.X_OK)
-        except OSError:
-            usable = False
-        if not usable:
-            raise ConfigError(
-                f"Workspace '{workspace}' is not a directory this user can read. "
-                "Pass --workspace DIR or cd into one."
-            )
+        ws = check_workspace(workspace)
         model = self.model
         lim = self.limits
         rid = run_id or os.urandom(6).hex()

@@ -259,6 +259,7 @@ class Loop:
                 else:
                     yield item
             if recorded is not None:
+                self.model.replayed()
                 yield recorded
                 return
         async for piece in self._call_model(request):

@@ -136,8 +136,13 @@ def _exit_code(status: str, end_status: str | None) -> int:
     return EXIT_OK if status == "done" and end_status == "solved" else EXIT_NOT_SOLVED
 
 
-async def _drive(run: Run, *, json_lines: bool, quiet: bool) -> int:
-    """Stream a run to the terminal; answer its questions from the user when we can."""
+async def _drive(
+    run: Run, *, json_lines: bool, quiet: bool, first: AsyncIterator[Event] | None = None
+) -> int:
+    """Stream a run to the terminal; answer its questions from the user when we can.
+
+    ``first`` is where to start (an approval or answer given on the command line).
+    """
     from steward.cli.render import TerminalRenderer
     from steward.events import encode_event
 
@@ -150,7 +155,7 @@ async def _drive(run: Run, *, json_lines: bool, quiet: bool) -> int:
         else:
             renderer.show(event)
 
-    events = run.stream()
+    events = first or run.stream()
     for _ in range(1000):  # a run may ask many questions, but not without bound
         try:
             async for event in events:
@@ -164,15 +169,27 @@ async def _drive(run: Run, *, json_lines: bool, quiet: bool) -> int:
         if pending.approval is not None:
             next_events = await _approve(run, pending.approval, json_lines=json_lines)
             if next_events is None:
+                _still_waiting(run)
                 return EXIT_NOT_SOLVED
             events = next_events
             continue
         answer = await _ask(pending.question, json_lines=json_lines)
         if answer is None:
             _closed_stdin()
+            _still_waiting(run)
             return EXIT_NOT_SOLVED
         events = run.answer_stream(answer)
     return _exit_code(run.status, run.state.end_status)
+
+
+def _still_waiting(run: Run) -> None:
+    if run.store_backed:
+        how = (
+            f"steward approve {run.id}  or  steward deny {run.id} --reason WHY"
+            if run.pending is not None and run.pending.approval is not None
+            else f'steward answer {run.id} "ANSWER"'
+        )
+        typer.echo(f"steward: run {run.id} stays waiting; later: {how}", err=True)
 
 
 def _closed_stdin() -> None:
@@ -263,9 +280,23 @@ def _warnings(agent: Agent) -> None:
         typer.echo(f"steward: warning: {warning}", err=True)
 
 
+ResumeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--resume", help="Continue recorded run RUN (an id, a prefix, or 'last') instead of a new goal."
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the event stream as NDJSON.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Resume even if the run's recorded process may still be alive.")
+]
+
+
 @app.command()
 def run(
-    goal: Annotated[str, typer.Argument(help="What the agent should achieve.", metavar="GOAL")],
+    goal: Annotated[str | None, typer.Argument(help="What the agent should achieve.", metavar="GOAL")] = None,
+    resume_id: ResumeOpt = None,
     workspace: Workspace = Path(),
     model: ModelOpt = None,
     max_steps: MaxSteps = None,
@@ -282,6 +313,15 @@ def run(
     from steward.agent import Agent
     from steward.errors import ModelError
 
+    if resume_id is not None:
+        if goal:
+            raise _fail("give either a GOAL or --resume RUN, not both")
+        _continue(
+            resume_id, None, workspace=workspace, model=model, json_lines=json_lines, quiet=quiet,
+            force=False, no_sandbox=no_sandbox, mode=mode,
+        )  # fmt: skip
+    if not goal:
+        raise _fail('give a GOAL, e.g. steward run "fix the failing test", or --resume RUN')
     config = _load(
         workspace, model, max_steps, mode=mode, no_sandbox=no_sandbox, allow=allow, ask=ask, deny=deny,
         read_only=read_only,
@@ -304,6 +344,150 @@ def run(
     if code != EXIT_INTERRUPTED:
         _warnings(agent)
     raise typer.Exit(code)
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run: its id, a unique prefix, or 'last'.")] = "last",
+    workspace: Workspace = Path(),
+    model: ModelOpt = None,
+    json_lines: JsonOpt = False,
+    quiet: QuietOpt = False,
+    force: ForceOpt = False,
+    no_sandbox: NoSandbox = False,
+    mode: ModeOpt = None,
+) -> None:
+    """Continue a recorded run where it stopped: crashed, interrupted, failed or waiting."""
+    _continue(
+        run_id, None, workspace=workspace, model=model, json_lines=json_lines, quiet=quiet, force=force,
+        no_sandbox=no_sandbox, mode=mode,
+    )  # fmt: skip
+
+
+@app.command()
+def approve(
+    run_id: Annotated[str, typer.Argument(help="The waiting run: its id, a unique prefix, or 'last'.")],
+    always: Annotated[
+        bool, typer.Option("--always", help="Also allow calls like this from now on (saved in steward.toml).")
+    ] = False,
+    workspace: Workspace = Path(),
+    model: ModelOpt = None,
+    json_lines: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Approve the call a waiting run asks about, then let the run go on."""
+    _continue(
+        run_id, ("approve", "always" if always else ""), workspace=workspace, model=model,
+        json_lines=json_lines, quiet=quiet,
+    )  # fmt: skip
+
+
+@app.command()
+def deny(
+    run_id: Annotated[str, typer.Argument(help="The waiting run: its id, a unique prefix, or 'last'.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why; the agent is told.")] = "",
+    workspace: Workspace = Path(),
+    model: ModelOpt = None,
+    json_lines: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Deny the call a waiting run asks about; the agent is told and goes on another way."""
+    _continue(run_id, ("deny", reason), workspace=workspace, model=model, json_lines=json_lines, quiet=quiet)
+
+
+@app.command()
+def answer(
+    run_id: Annotated[str, typer.Argument(help="The waiting run: its id, a unique prefix, or 'last'.")],
+    text: Annotated[str, typer.Argument(help="Your answer to the run's question.", metavar="ANSWER")],
+    workspace: Workspace = Path(),
+    model: ModelOpt = None,
+    json_lines: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Answer the question a waiting run asked, then let the run go on."""
+    _continue(run_id, ("answer", text), workspace=workspace, model=model, json_lines=json_lines, quiet=quiet)
+
+
+def _continue(
+    run_id: str,
+    action: tuple[str, str] | None,
+    *,
+    workspace: Path,
+    model: str | None,
+    json_lines: bool,
+    quiet: bool,
+    force: bool = False,
+    no_sandbox: bool = False,
+    mode: str | None = None,
+) -> None:
+    """Rebuild a recorded run from the store, apply ``action`` if any, and drive it on."""
+    from steward.agent import Agent
+
+    config = _load(workspace, model, None, mode=mode, no_sandbox=no_sandbox)
+    agent = Agent(config.model or None, config=config)
+    agent.config_file = workspace.resolve() / "steward.toml"
+    _warn_about_sandbox(agent, flag_given=no_sandbox)
+
+    async def go() -> int:
+        from steward.errors import ModelError
+
+        assert agent.store is not None
+        row = await _find_run(agent, run_id)
+        if action is not None and row.status != "waiting":
+            hint = f"; `steward resume {row.id}` continues it" if row.status != "done" else ""
+            raise _fail(f"run {row.id} is {row.end_status or row.status}, not waiting{hint}", EXIT_NOT_SOLVED)
+        if not agent.model_spec:
+            agent.model_spec = row.model  # the model the run was started with
+        try:
+            agent.model.check()
+        except ModelError as exc:
+            used = row.model or "an unknown model"
+            raise _fail(f"{exc} (run {row.id} used {used}; pass --model)") from None
+        run = await agent.resume(row.id, force=force)
+        first = _apply(run, action)
+        if not json_lines and first is None and run.status == "running":
+            typer.echo(f"steward: resuming run {run.id} at step {run.state.counters.step}", err=True)
+        return await _drive(run, json_lines=json_lines, quiet=quiet, first=first)
+
+    code = _run_async(go, agent, store_url=store_url(config, workspace))
+    if code != EXIT_INTERRUPTED:
+        _warnings(agent)
+    raise typer.Exit(code)
+
+
+async def _find_run(agent: Agent, run_id: str) -> Any:
+    from steward.errors import StewardError
+
+    assert agent.store is not None
+    if run_id != "last":
+        return await agent.store.find_run(run_id)
+    for row in await agent.store.runs(limit=50):
+        if row.status != "done":
+            return row
+    raise StewardError("no unfinished run in this store; `steward runs list` shows the runs")
+
+
+def _apply(run: Run, action: tuple[str, str] | None) -> AsyncIterator[Event] | None:
+    """The stream that starts with the human's decision given on the command line."""
+    if action is None:
+        return None
+    kind, value = action
+    pending = run.pending
+    if run.status != "waiting" or pending is None:
+        raise _fail(f"run {run.id} is {run.status}, not waiting; `steward runs show {run.id}` says more", 1)
+    if kind == "answer":
+        if pending.approval is not None:
+            raise _fail(
+                f"run {run.id} waits for an approval, not an answer: steward approve/deny {run.id}", 1
+            )
+        return run.answer_stream(value)
+    if pending.approval is None:
+        raise _fail(f'run {run.id} asks a question, not for approval: steward answer {run.id} "ANSWER"', 1)
+    if kind == "approve":
+        if value == "always" and not pending.approval.suggestion:
+            typer.echo("steward: this call has no rule to remember; approving it once.", err=True)
+        return run.approve_stream(remember=value == "always")
+    return run.deny_stream(reason=value)
 
 
 def store_url(config: Config, workspace: Path) -> str:

@@ -6,9 +6,12 @@ import asyncio
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from steward.store.events import EventStore, RunRow
 
 runs_app = typer.Typer(
     help="Recorded runs: list them, show a timeline, export the event log.", no_args_is_help=True
@@ -56,17 +59,22 @@ def show(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Works
 
     async def main() -> int:
         async with await open_store(_url(workspace)) as store:
-            row = await store.get_run(run_id)
+            row = await _find(store, run_id)
             if row is None:
-                typer.echo(f"steward: no run {run_id!r} here; `steward runs list` shows the runs.", err=True)
                 return 2
-            events = await store.events(run_id)
-        typer.echo(f"run {row.id} · {row.end_status or row.status} · started {_when(row.created_at)}")
+            events = await store.events(row.id)
+        resumed = f" · resumed after {row.attempts} crash(es)" if row.attempts else ""
+        status = row.end_status or row.status
+        typer.echo(f"run {row.id} · {status} · started {_when(row.created_at)}{resumed}")
         typer.echo(f"goal: {row.goal}")
         for event in events:
             line = _timeline_line(event.type, event.data())
             if line:
                 typer.echo(f"{event.seq:>5}  {line}")
+        if row.status == "waiting":
+            typer.echo(f'waiting: steward answer {row.id} "..."  or  steward approve/deny {row.id}')
+        elif row.status != "done":
+            typer.echo(f"{row.status}: `steward resume {row.id}` continues it where it stopped")
         return 0
 
     raise typer.Exit(asyncio.run(main()))
@@ -91,10 +99,22 @@ def _timeline_line(kind: str, d: dict[str, object]) -> str | None:  # noqa: PLR0
             return f"          approval {d['decision']} ({d['by']}) {_short(d['reason'])}"
         case "waiting":
             return f"          waiting ({d['kind']}): {_short(d['question'])}"
+        case "answer":
+            return f"          answered: {_short(d['answer'])}"
         case "done":
             return f"■ {d['end_status'] or d['status']} · {d['steps']} steps · {_short(d['message'])}"
         case _:
             return None
+
+
+async def _find(store: EventStore, run_id: str) -> RunRow | None:
+    from steward.errors import StewardError
+
+    try:
+        return await store.find_run(run_id)
+    except StewardError as exc:
+        typer.echo(f"steward: {exc}", err=True)
+        return None
 
 
 def _short(value: object, limit: int = 100) -> str:
@@ -110,10 +130,10 @@ def export(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Wor
 
     async def main() -> int:
         async with await open_store(_url(workspace)) as store:
-            if await store.get_run(run_id) is None:
-                typer.echo(f"steward: no run {run_id!r} here; `steward runs list` shows the runs.", err=True)
+            row = await _find(store, run_id)
+            if row is None:
                 return 2
-            for event in await store.events(run_id):
+            for event in await store.events(row.id):
                 sys.stdout.write(encode_event(event) + "\n")
         return 0
 

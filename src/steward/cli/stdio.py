@@ -7,6 +7,10 @@ Requests, one JSON object per line:
     {"run_id": "my-1", "answer": "text"}               answer a run's question
     {"run_id": "my-1", "approve": true, "remember": false}   approve its pending call
     {"run_id": "my-1", "deny": "why not"}              deny its pending call
+    {"run_id": "my-1", "resume": true}                 continue a recorded run (crashed, waiting...)
+
+Every run is recorded in the workspace's store, so a waiting run can be answered by id after
+the server restarts, and a run whose process died can be resumed.
 
 An approval that is not answered by its deadline takes its default action on its own.
 
@@ -28,13 +32,17 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
-from steward.agent import Agent, Run
+from steward.agent import Agent, Run, check_workspace
 from steward.cli._stdin import LineReader
+from steward.cli.app import store_url
 from steward.config import Config, load_config
 from steward.errors import StewardError
 from steward.events import ErrorEvent, Event, encode_event
+from steward.store.events import EventStore, open_store
 
-_KEYS = {"prompt", "workspace", "model", "max_steps", "run_id", "answer", "approve", "remember", "deny"}
+_KEYS = {
+    "prompt", "workspace", "model", "max_steps", "run_id", "answer", "approve", "remember", "deny", "resume",
+}  # fmt: skip
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 MAX_CONCURRENT_RUNS = 8
 MAX_KNOWN_RUNS = 1000
@@ -73,9 +81,11 @@ class StdioServer:
         self.model = model
         self.max_steps = max_steps
         self.runs: dict[str, Run] = {}
-        self.agents: list[Agent] = []
+        self.agents: list[tuple[Agent, str]] = []
+        self.stores: dict[str, EventStore] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.timers: set[asyncio.Task[None]] = set()
+        self.active: dict[str, asyncio.Task[None]] = {}  # the newest stream of each run
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_RUNS)
 
     def write(self, event: Event) -> None:
@@ -91,11 +101,13 @@ class StdioServer:
             request = json.loads(line)
             run_id = _check_request(request)
             if "answer" in request:
-                self._answer(request, run_id)
+                await self._answer(request, run_id)
             elif "approve" in request or "deny" in request:
-                self._decide(request, run_id)
+                await self._decide(request, run_id)
+            elif "resume" in request:
+                await self._resume(request, run_id)
             else:
-                self._start(request, run_id)
+                await self._start(request, run_id)
         except json.JSONDecodeError as exc:
             self.error(
                 "bad_request", f"not valid JSON ({exc.msg} at column {exc.colno}); send one object per line"
@@ -107,7 +119,7 @@ class StdioServer:
         except OSError as exc:
             self.error("config_error", f"{exc.strerror or exc}: {exc.filename or ''}".strip(": "), run_id)
 
-    def _start(self, request: dict[str, Any], run_id: str) -> None:
+    async def _start(self, request: dict[str, Any], run_id: str) -> None:
         prompt = _field(request, "prompt", str, "a non-empty string")
         if not prompt or not prompt.strip():
             raise BadRequestError(
@@ -128,15 +140,52 @@ class StdioServer:
         config = load_config(workspace, overrides=overrides)
         if not config.model:
             raise BadRequestError('no model configured: pass --model, set STEWARD_MODEL, or send "model"')
-        run = self._agent(config).start(prompt, workspace=workspace, run_id=run_id or None)
+        check_workspace(workspace)  # before its store is opened (which would create folders)
+        agent = await self._agent(config, store_url(config, workspace))
+        run = agent.start(prompt, workspace=workspace, run_id=run_id or None)
         self._remember(run)
-        self._spawn(run.stream())
+        self._spawn(run.stream(), run.id)
 
-    def _answer(self, request: dict[str, Any], run_id: str) -> None:
+    async def _known(self, run_id: str) -> Run | None:
+        """A run of this server, or one recorded in the workspace's store (e.g. before a restart)."""
+        run = self.runs.get(run_id)
+        if run is not None or not run_id:
+            return run
+        config = load_config(self.workspace, overrides={"model": self.model} if self.model else None)
+        agent = await self._agent(config, store_url(config, self.workspace))
+        assert agent.store is not None
+        row = await agent.store.get_run(run_id)
+        if row is None or row.status != "waiting":
+            return None
+        if not agent.model_spec:
+            agent.model_spec = row.model
+        run = await agent.resume(run_id)
+        self._remember(run)
+        return run
+
+    async def _resume(self, request: dict[str, Any], run_id: str) -> None:
+        if request.get("resume") is not True or not run_id:
+            raise BadRequestError('resume a recorded run with {"run_id": "...", "resume": true}')
+        if run_id in self.runs and self.runs[run_id].status != "waiting":
+            raise BadRequestError(f"run {run_id!r} is {self.runs[run_id].status} in this server already")
+        config = load_config(self.workspace, overrides={"model": self.model} if self.model else None)
+        agent = await self._agent(config, store_url(config, self.workspace))
+        assert agent.store is not None
+        row = await agent.store.find_run(run_id)
+        if not agent.model_spec:
+            agent.model_spec = row.model
+        run = await agent.resume(row.id)
+        self._remember(run)
+        if run.status == "waiting":
+            self._spawn(_replay_waiting(run), run.id)
+        else:
+            self._spawn(run.stream(), run.id)
+
+    async def _answer(self, request: dict[str, Any], run_id: str) -> None:
         text = _field(request, "answer", str, "a string")
         if text is None or not run_id:
             raise BadRequestError('answer with {"run_id": "<id of the waiting run>", "answer": "..."}')
-        run = self.runs.get(run_id)
+        run = await self._known(run_id)
         if run is None:
             self.error(
                 "unknown_run", f"no run {run_id!r} is known here; answer the run_id of a waiting event"
@@ -144,10 +193,10 @@ class StdioServer:
             return
         if run.status != "waiting":
             raise BadRequestError(f"run {run_id!r} is {run.status}, not waiting for an answer")
-        self._spawn(run.answer_stream(text))
+        self._spawn(run.answer_stream(text), run.id)
 
-    def _decide(self, request: dict[str, Any], run_id: str) -> None:
-        run = self.runs.get(run_id) if run_id else None
+    async def _decide(self, request: dict[str, Any], run_id: str) -> None:
+        run = await self._known(run_id)
         if run is None:
             self.error(
                 "unknown_run", f"no run {run_id!r} is known here; use the run_id of an approval_gate event"
@@ -157,21 +206,24 @@ class StdioServer:
             raise BadRequestError(f"run {run_id!r} is {run.status}, not waiting for an approval")
         if request.get("approve") is True:
             remember = _field(request, "remember", bool, "true or false") or False
-            self._spawn(run.approve_stream(remember=remember))
+            self._spawn(run.approve_stream(remember=remember), run.id)
         elif "deny" in request:
             reason = request["deny"]
-            self._spawn(run.deny_stream(reason=reason if isinstance(reason, str) else ""))
+            self._spawn(run.deny_stream(reason=reason if isinstance(reason, str) else ""), run.id)
         else:
             raise BadRequestError('send "approve": true, or "deny": "reason"')
 
-    def _agent(self, config: Config) -> Agent:
-        # One agent per configuration: a scripted model keeps its place across requests, and
-        # provider clients are reused.
-        for agent in self.agents:
-            if agent.config == config:
+    async def _agent(self, config: Config, url: str) -> Agent:
+        # One agent per configuration and store: a scripted model keeps its place across
+        # requests, and provider clients and store connections are reused.
+        for agent, agent_url in self.agents:
+            if agent.config == config and agent_url == url:
                 return agent
-        agent = Agent(config.model, config=config)
-        self.agents.append(agent)
+        store = self.stores.get(url)
+        if store is None:
+            store = self.stores[url] = await open_store(url)
+        agent = Agent(config.model or None, config=config, store=store)
+        self.agents.append((agent, url))
         return agent
 
     def _watch_deadline(self, run: Run) -> None:
@@ -196,10 +248,25 @@ class StdioServer:
                 del self.runs[old]
         self.runs[run.id] = run
 
-    def _spawn(self, events: AsyncIterator[Event]) -> None:
-        task = asyncio.create_task(self._drive(events))
+    def _spawn(self, events: AsyncIterator[Event], run_id: str) -> None:
+        # A run's streams are written one after another: a client may answer an approval as
+        # soon as it sees the gate, before the stream that paused has written its last event.
+        before = self.active.get(run_id)
+
+        async def drive() -> None:
+            if before is not None:
+                await asyncio.gather(before, return_exceptions=True)
+            await self._drive(events)
+
+        task = asyncio.create_task(drive())
+        self.active[run_id] = task
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(lambda done: self._forget(run_id, done))
+
+    def _forget(self, run_id: str, task: asyncio.Task[None]) -> None:
+        if self.active.get(run_id) is task:
+            del self.active[run_id]
 
     async def _drive(self, events: AsyncIterator[Event]) -> None:
         async with self.slots:
@@ -219,10 +286,34 @@ class StdioServer:
             await asyncio.gather(*self.tasks, return_exceptions=True)
         for timer in list(self.timers):  # waiting runs stay waiting; nobody is left to answer
             timer.cancel()
-        for agent in self.agents:
+        for agent, _url in self.agents:
             await agent.aclose()
             for warning in agent.warnings():
                 sys.stderr.write(f"steward: warning: {warning}\n")
+        for store in self.stores.values():
+            await store.close()
+
+
+async def _replay_waiting(run: Run) -> AsyncIterator[Event]:
+    """What a client that resumes a waiting run needs to see: what it waits for."""
+    from steward.events import ApprovalGateEvent, WaitingEvent
+
+    pending = run.pending
+    if pending is None:
+        return
+    # Shown again, not appended: seq 0 marks them as not part of the log (it has them already).
+    shown: list[Event] = []
+    if pending.approval is not None:
+        a = pending.approval
+        gate = ApprovalGateEvent(
+            id=pending.id, tool=a.tool, input=a.arguments, reason=a.reason, deadline=a.deadline,
+            default=a.default, suggestion=a.suggestion, call_hash=a.call_hash,
+        )  # fmt: skip
+        shown.append(gate)
+    shown.append(WaitingEvent(kind=pending.kind, id=pending.id, question=pending.question))
+    for event in shown:
+        event.run_id, event.session_id = run.id, run.state.session_id
+        yield event
 
 
 async def serve(

@@ -188,6 +188,12 @@ class Model(ABC):
     #: ``provider:model`` as the user wrote it, for events and messages.
     name: str = "model"
 
+    def replayed(self) -> None:  # noqa: B027 - a hook most models do not need
+        """A reply recorded earlier was used instead of asking again (a run being rebuilt).
+
+        Models that answer from a position in a script move past that reply here.
+        """
+
     @abstractmethod
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Stream one reply."""

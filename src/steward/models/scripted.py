@@ -166,6 +166,9 @@ class ScriptedModel(Model):
                 f"were never used (the run ended after reply {self.used})."
             )
 
+    def replayed(self) -> None:
+        self.used += 1
+
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         if self.used >= len(self.replies):
             raise ScriptError(
