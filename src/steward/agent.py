@@ -559,7 +559,7 @@ class Agent:
         state = RunState(
             rid, goal, ws, memory, counters=LoopCounters(max_steps=lim.max_steps), session_id=session_id
         )
-        state.transcript.add_user(goal)
+        state.transcript.add_goal(goal)
         settings = ToolSettings(
             bash_timeout_s=lim.bash_timeout_s,
             output_cap_chars=lim.output_cap_chars,
@@ -593,6 +593,10 @@ class Agent:
                 model_retry_backoff_s=lim.model_retry_backoff_s,
                 approval_timeout_s=self.config.policy.approval_timeout_s,
                 approval_default=self.config.policy.on_timeout,
+                compact_output_chars=lim.compact_output_chars,
+                compact_skip_tools=frozenset(lim.compact_skip_tools),
+                summarize_turns=lim.summarize_turns,
+                summarize_failed_attempts=lim.summarize_failed_attempts,
             ),
         )
         return Run(

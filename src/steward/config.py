@@ -57,6 +57,17 @@ class Limits:
     bash_timeout_s: float = _f(120.0, "Default timeout of a bash command, in seconds.", gt=0)
     output_cap_chars: int = _f(30_000, "Command output kept (head and tail) before truncation.", ge=1_000)
     read_cap_chars: int = _f(50_000, "Largest file excerpt read_file returns at once.", ge=1_000)
+    compact_output_chars: int = _f(
+        4_000, "Tool outputs longer than this are compacted by the model (0: never).", ge=0
+    )
+    compact_skip_tools: list[str] = field(
+        default_factory=lambda: ["recall_output", "read_file"],
+        metadata={"doc": "Tools whose outputs are never compacted (the agent needs them verbatim)."},
+    )
+    summarize_turns: bool = _f(True, "Summarise the oldest turns when the transcript outgrows the budget.")
+    summarize_failed_attempts: bool = _f(
+        True, "On a re-plan after failures, restart the transcript from a summary of the attempt."
+    )
 
 
 @dataclass(slots=True)

@@ -86,10 +86,72 @@ class Transcript:
 
     entries: list[Entry] = field(default_factory=list)
     turn: int = 0
+    #: Index of this run's goal (earlier entries are a session's previous turns).
+    start: int = 0
+    goal: str = ""
 
     def add_user(self, text: str) -> None:
         self.turn += 1
         self.entries.append(Entry(UserMessage(text), len(text), self.turn))
+
+    def add_goal(self, text: str) -> None:
+        """This run's goal, after any earlier turns of its session."""
+        self.start, self.goal = len(self.entries), text
+        self.add_user(text)
+
+    def replace_result(self, call_id: str, content: str) -> int:
+        """Send ``content`` instead of a tool result from now on; return the chars it had."""
+        for e in reversed(self.entries):
+            message = e.message
+            if isinstance(message, ToolResultMessage) and message.call_id == call_id:
+                e.message = ToolResultMessage(call_id, message.name, content, message.is_error)
+                before, e.chars, e.elided = e.chars, len(content), None
+                return before
+        return 0
+
+    def foldable(self, keep_turns: int) -> int:
+        """How many entries after the goal could be folded, keeping the last ``keep_turns`` turns."""
+        if len(self.entries) <= self.start + 1:
+            return 0
+        keep_from = self.entries[-1].turn - keep_turns + 1
+        n = 0
+        for e in self.entries[self.start + 1 :]:
+            if e.turn >= keep_from:
+                break
+            n += 1
+        return n
+
+    def fold(self, count: int, summary: str) -> None:
+        """Replace ``count`` entries after the goal by ``summary``, which joins the goal message.
+
+        The summary rides in the goal's own message so that user and assistant turns still
+        alternate; a later fold's summary covers the earlier one, which it replaces.
+        """
+        goal_entry = self.entries[self.start]
+        text = f"{self.goal}\n\n{summary}"
+        goal_entry.message, goal_entry.chars = UserMessage(text), len(text)
+        del self.entries[self.start + 1 : self.start + 1 + count]
+
+    def render(self, first: int, count: int, cap: int = 2_000) -> str:
+        """Entries as plain text for a summary, each long one cut to ``cap`` chars."""
+        lines = []
+        goal_entry = self.entries[self.start]
+        if goal_entry.chars > len(self.goal) and isinstance(goal_entry.message, UserMessage):
+            lines.append("Earlier summary: " + goal_entry.message.content[len(self.goal) :].strip())
+        for e in self.entries[first : first + count]:
+            match e.message:
+                case AssistantMessage(text=text, tool_calls=calls):
+                    said = [text] if text else []
+                    said += [f"call {c.name} {c.arguments_json()[:cap]}" for c in calls]
+                    lines.append("assistant: " + " | ".join(said))
+                case ToolResultMessage(name=name, content=content, is_error=is_error):
+                    mark = "error" if is_error else "result"
+                    lines.append(f"{name} {mark}: {content[:cap]}")
+                case UserMessage(content=content):
+                    lines.append(f"user: {content[:cap]}")
+                case _:
+                    pass
+        return "\n".join(lines)
 
     def add_assistant(self, message: AssistantMessage) -> None:
         self.turn += 1

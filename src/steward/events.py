@@ -198,6 +198,19 @@ class ApprovalResultEvent(Event):
 
 
 @dataclass(slots=True)
+class CompactionEvent(Event):
+    """Part of the context was replaced by the model's summary; the original stays in the log."""
+
+    type: ClassVar[str] = "compaction"
+    kind: str  # "tool_output" | "turns" | "attempt"
+    ref: str  # the call id, or which turns
+    chars_before: int
+    text: str
+    by_model: bool
+    usage: dict[str, int]
+
+
+@dataclass(slots=True)
 class AnswerEvent(Event):
     """A human answered the run's question; the answer is the feedback step's result."""
 
@@ -236,6 +249,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ApprovalGateEvent,
         ApprovalResultEvent,
         AnswerEvent,
+        CompactionEvent,
         DoneEvent,
     )
 }

@@ -15,12 +15,13 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, assert_never
 
 from steward import signals as sig
-from steward.context import ContextBuilder
+from steward.context import BuiltRequest, ContextBuilder
 from steward.errors import ApprovalRequired, ConfigError, ModelError
 from steward.events import (
     AnswerEvent,
     ApprovalGateEvent,
     ApprovalResultEvent,
+    CompactionEvent,
     DoneEvent,
     ErrorEvent,
     Event,
@@ -66,7 +67,7 @@ from steward.run_state import (
     progress_report,
 )
 from steward.tools.base import ToolContext, ToolResult, Toolset
-from steward.working_memory import ErrorEntry, Fact, Step, compact_json, plan_event_payload
+from steward.working_memory import ErrorEntry, Fact, Step, WorkingMemory, compact_json, plan_event_payload
 
 
 class Loop:
@@ -183,15 +184,19 @@ class Loop:
         self.ctx.step = c.step
         yield self.emit(StepStart(step=c.step, max_steps=c.max_steps))
         signal_text = sig.render(self._signals())
-        try:
-            tools = [*await self.toolset.get_tools(self.ctx), AGENT_STEP_SPEC]
-            built = self.context.build(self.static_prompt, st.memory, signal_text, st.transcript, tools)
-        except ConfigError as exc:
-            yield Fail("config_error", str(exc))
-            return
-        except Exception as exc:  # a broken toolset (e.g. a crashed server) ends the run cleanly
-            yield Fail("toolset_error", f"listing tools failed: {type(exc).__name__}: {exc}")
-            return
+        built: BuiltRequest | None = None
+        async for part in self._build(signal_text):
+            if isinstance(part, BuiltRequest):
+                built = part
+            else:
+                yield part
+        if built is not None:
+            async for item in self._ask(built):
+                yield item
+
+    async def _ask(self, built: BuiltRequest) -> AsyncIterator[Event | Outcome]:
+        """Get the model's reply to the request and carry out what it says."""
+        st, c = self.state, self.state.counters
         response: ModelResponse | None = None
         async for piece in self._reply_to(built.request):
             if isinstance(piece, ModelResponse):
@@ -248,6 +253,24 @@ class Loop:
                 return
             else:
                 return
+
+    async def _build(self, signal_text: str) -> AsyncIterator[Event | BuiltRequest | Fail]:
+        """The step's request within its budget; old turns that no longer fit are summarised."""
+        st = self.state
+        try:
+            tools = [*await self.toolset.get_tools(self.ctx), AGENT_STEP_SPEC]
+            built = self.context.build(self.static_prompt, st.memory, signal_text, st.transcript, tools)
+            if built.dropped_turns and self.settings.summarize_turns:
+                async for event in self._fold("turns", st.transcript.foldable(self.settings.keep_turns)):
+                    yield event
+                built = self.context.build(self.static_prompt, st.memory, signal_text, st.transcript, tools)
+        except ConfigError as exc:
+            yield Fail("config_error", str(exc))
+            return
+        except Exception as exc:  # a broken toolset (e.g. a crashed server) ends the run cleanly
+            yield Fail("toolset_error", f"listing tools failed: {type(exc).__name__}: {exc}")
+            return
+        yield built
 
     async def _reply_to(self, request: ModelRequest) -> AsyncIterator[Event | ModelResponse | Fail]:
         """The model's reply: the recorded one while rebuilding a run, else a new one."""
@@ -384,11 +407,16 @@ class Loop:
                 self._reply(call, compact_json({"acknowledged": True, "end_status": step.end_status}))
                 yield Finish(step.end_status, step.end_message)
             case "plan" | "reason" | "verify" | "reflect":
+                failed_attempt = step.phase == "plan" and _attempt_failed(mem)
                 ack, events = self._record_phase(step, n)
                 for event in events:
                     yield self.emit(event)
                 mem.add_step(Step(n, step.phase, step.thinking, step.summary))
                 st.counters.record_non_act(step.phase)
+                if failed_attempt and self.settings.summarize_failed_attempts:
+                    # Re-planning after failure: start over from what the attempt taught.
+                    async for event in self._fold("attempt", st.transcript.foldable(1)):
+                        yield event
                 self._reply(call, compact_json(ack))
                 yield CONTINUE
             case _:
@@ -479,6 +507,8 @@ class Loop:
         self.ctx.notes.clear()
         duration = (time.perf_counter() - started) * 1000
         yield self._record(call, tool, arguments, thinking, summary, result, duration, n)
+        async for event in self._compact_output(call, tool, arguments, result):
+            yield event
         yield CONTINUE
 
     async def _recorded_call(
@@ -505,6 +535,8 @@ class Loop:
                     call, tool, arguments, thinking, summary, result, recorded.duration_ms, n,
                     recorded.error_category,
                 )  # fmt: skip
+                async for event in self._compact_output(call, tool, arguments, result):
+                    yield event
                 yield CONTINUE
             case ApprovalGateEvent() if announce:
                 request = ApprovalRequired(
@@ -577,6 +609,77 @@ class Loop:
                 error_category=category,
             )
         )
+
+    # --- compression ---------------------------------------------------------------------
+
+    async def _compact_output(
+        self, call: ToolCall, tool: str, arguments: dict[str, Any], result: ToolResult
+    ) -> AsyncIterator[Event]:
+        """Replace a large output in the transcript by the model's digest of it."""
+        limit = self.settings.compact_output_chars
+        size = len(result.content)
+        if not limit or size <= limit or tool in self.settings.compact_skip_tools:
+            return
+        mem = self.state.memory
+        current = mem.plan.get(mem.plan.current_sub_task) if mem.plan and mem.plan.current_sub_task else None
+        compacted = await self._summary(
+            "tool_output", call.id, result.content, limit=limit // 2,
+            task=current.title if current else "", what=f"{tool} {compact_json(arguments)[:300]}",
+        )  # fmt: skip
+        if compacted is None:
+            return
+        text, event = compacted
+        pointer = f'recall_output(call_id="{call.id}")'
+        self.state.transcript.replace_result(
+            call.id,
+            f"[{tool} output of {size:,} chars, compacted by the model; {pointer} returns all of it]\n{text}",
+        )
+        yield event
+
+    async def _fold(self, kind: str, count: int) -> AsyncIterator[Event]:
+        """Fold ``count`` transcript entries after the goal into a summary written by the model."""
+        tr = self.state.transcript
+        if count <= 0:
+            return
+        first = tr.start + 1
+        turns = f"turns {tr.entries[first].turn}-{tr.entries[first + count - 1].turn}"
+        budget = int(self.context.settings.request_tokens * self.context.chars_per_token)
+        limit = min(4_000, max(800, budget // 10))
+        compacted = await self._summary(kind, turns, tr.render(first, count), limit=limit)
+        if compacted is None:
+            return
+        text, event = compacted
+        heading = (
+            "[The previous attempt, summarised before re-planning; the plan, key facts and errors are in "
+            "the working memory]"
+            if kind == "attempt"
+            else f"[Summary of earlier {turns} of this run, written to save context]"
+        )
+        tr.fold(count, f"{heading}\n{text}")
+        yield event
+
+    async def _summary(
+        self, kind: str, ref: str, text: str, *, limit: int, task: str = "", what: str = ""
+    ) -> tuple[str, Event] | None:
+        """A summary and its event: the recorded one while rebuilding, else the model's."""
+        from steward.compression import summarize
+
+        if self.replay is not None:
+            recorded = self.replay.peek()
+            if not (isinstance(recorded, CompactionEvent) and recorded.kind == kind and recorded.ref == ref):
+                return None  # the original run did not compress here; neither does its rebuild
+            usage = Usage(**recorded.usage)
+            written, by_model = recorded.text, recorded.by_model
+        else:
+            summary = await summarize(
+                self.model, kind, text, goal=self.state.goal, limit=limit, task=task, what=what
+            )
+            written, usage, by_model = summary.text, summary.usage, summary.by_model
+        self.state.usage.add(usage)
+        compaction = CompactionEvent(
+            kind=kind, ref=ref, chars_before=len(text), text=written, by_model=by_model, usage=usage.as_dict()
+        )
+        return written, self.emit(compaction)
 
     # --- approvals --------------------------------------------------------------------
 
@@ -750,6 +853,13 @@ def _response_from(event: ModelReplyEvent) -> ModelResponse:
     )
     thinking = tuple(Thinking(t.get("text", ""), t.get("signature")) for t in event.thinking)
     return ModelResponse(AssistantMessage(event.text, calls, thinking), Usage(**event.usage))
+
+
+def _attempt_failed(mem: WorkingMemory) -> bool:
+    """Whether a new plan replaces one whose attempt failed (an open error or a failed sub-task)."""
+    if mem.plan is None:
+        return False
+    return mem.last_unresolved_error() is not None or any(t.status == "failed" for t in mem.plan.sub_tasks)
 
 
 def _with_unique_ids(message: AssistantMessage, seen: set[str], step: int) -> AssistantMessage:

@@ -97,6 +97,11 @@ class LoopSettings:
     model_retry_backoff_s: float = 2.0
     approval_timeout_s: float = 600.0
     approval_default: Literal["deny", "allow"] = "deny"
+    compact_output_chars: int = 4_000  # 0: never
+    compact_skip_tools: frozenset[str] = frozenset({"recall_output", "read_file"})
+    summarize_turns: bool = True
+    summarize_failed_attempts: bool = True
+    keep_turns: int = 2  # the newest turns never folded into a summary
 
 
 @dataclass(slots=True)

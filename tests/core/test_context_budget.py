@@ -77,7 +77,8 @@ def make_agent(trajectory: Trajectory, size: int, budget: int) -> Agent:
             raise ValueError("chunk index must be positive")
         return chunk(i, size)
 
-    limits = Limits(max_steps=trajectory.n + 5, request_token_budget=budget)
+    # Outputs stay verbatim here (no compaction): these tests are about elision and the budget.
+    limits = Limits(max_steps=trajectory.n + 5, request_token_budget=budget, compact_output_chars=0)
     return Agent(FunctionModel(trajectory), tools=[read_chunk], builtin_tools=False, limits=limits)
 
 

@@ -116,6 +116,9 @@ class ModelRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     context: str = ""
+    #: "step" for the agent's own turns; "summary" for compression requests (steward.compression),
+    #: which scripted models answer with an excerpt instead of their next scripted reply.
+    purpose: str = "step"
 
     @property
     def system_text(self) -> str:

@@ -38,6 +38,7 @@ from steward.models.base import (
     ThinkingDelta,
     ToolCall,
     Usage,
+    UserMessage,
 )
 
 _REPLY_KEYS = frozenset({"thinking", "text", "tool_calls", "tool", "args", "agent_step"})
@@ -170,6 +171,9 @@ class ScriptedModel(Model):
         self.used += 1
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        if request.purpose != "step":  # a summary: not part of the script
+            yield _summary_reply(request, self.name)
+            return
         if self.used >= len(self.replies):
             raise ScriptError(
                 f"scripted model: {self.source} has {len(self.replies)} replies and all were used; "
@@ -199,14 +203,29 @@ def _number_calls(message: AssistantMessage, reply: int) -> AssistantMessage:
 ReplyFunction = Callable[[ModelRequest], AssistantMessage]
 
 
+def _summary_reply(request: ModelRequest, name: str) -> ModelResponse:
+    """A deterministic stand-in for a model's summary: an excerpt of what was to be summarised."""
+    from steward.compression import excerpt
+
+    last = request.messages[-1] if request.messages else None
+    text = last.content if isinstance(last, UserMessage) else ""
+    limit = (request.max_tokens or 1000) * 3
+    return ModelResponse(AssistantMessage(text=excerpt(text, limit)), Usage(requests=1), model=name)
+
+
 class FunctionModel(Model):
     """Answers each request with ``function(request)``; no tokens are counted (usage stays 0)."""
 
-    def __init__(self, function: ReplyFunction, *, name: str = "function") -> None:
+    def __init__(self, function: ReplyFunction, *, name: str = "function", summaries: bool = False) -> None:
         self.name = name
         self.function = function
+        #: Whether ``function`` also answers summary requests; otherwise they get an excerpt.
+        self.summaries = summaries
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        if request.purpose != "step" and not self.summaries:
+            yield _summary_reply(request, self.name)
+            return
         message = self.function(request)
         if message.text:
             yield TextDelta(message.text)
