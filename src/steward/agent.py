@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +19,7 @@ from steward.context import BudgetSettings, ContextBuilder
 from steward.errors import ConfigError
 from steward.events import Event, RunStart
 from steward.loop import Loop
-from steward.models.base import Model, Usage
+from steward.models.base import AssistantMessage, Model, Usage
 from steward.phases import PHASE_GUIDE, EndStatus
 from steward.run_state import LoopSettings, Pending, RunState
 from steward.signals import LoopCounters
@@ -36,7 +36,9 @@ from steward.tools.recall import recall_toolset
 from steward.working_memory import WorkingMemory
 
 if TYPE_CHECKING:
+    from steward.memory.blocks import CoreMemory, MemoryBlock
     from steward.safety.policy import Policy
+    from steward.session import History
     from steward.store.events import EventStore, RunLog
 
 # Events that must be durable before the run goes on: a tool is about to run, a human's
@@ -127,7 +129,9 @@ class Run:
         max_steps: int,
         remember: Callable[[str], None] | None = None,
         store: EventStore | None = None,
+        prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        self._prepare = prepare
         self._loop = loop
         self._store = store
         self._log: RunLog | None = None
@@ -177,6 +181,8 @@ class Run:
             return
         st = self._loop.state
         if self._log is None:
+            if self._prepare is not None:
+                await self._prepare()
             await store.create_run(
                 st.run_id, goal=st.goal, session_id=st.session_id, workspace=str(st.workspace),
                 model=self._model_name, owner=process_owner(),
@@ -361,8 +367,14 @@ class Agent:
         policy: Policy | None = None,
         sandbox: bool | CommandSandbox = True,
         store: EventStore | None = None,
+        memory: bool | None = None,
     ) -> None:
         self.config = config or Config()
+        #: Core memory blocks (seed 002), shown in the system prompt and edited by the agent.
+        #: On by default when runs are recorded (the blocks persist in the store), off otherwise.
+        self._memory_choice = memory
+        self._core_memory: CoreMemory | None = None
+        self._memory_loaded = False
         #: Where runs are recorded as they happen (``steward.store.open_store``); None keeps them in memory.
         self.store = store
         self._policy = policy
@@ -458,6 +470,37 @@ class Agent:
         if self.config_file is not None:
             remember_rule(self.config_file, rule)
 
+    @property
+    def core_memory(self) -> CoreMemory | None:
+        """The agent's core memory blocks, or None when memory is off."""
+        enabled = self._memory_choice
+        if enabled is None:
+            enabled = self.store is not None and self.config.memory.enabled
+        if not enabled:
+            return None
+        if self._core_memory is None:
+            from steward.memory.blocks import CoreMemory
+
+            self._core_memory = CoreMemory.default()
+        return self._core_memory
+
+    async def prepare(self) -> None:
+        """Load what lives in the store (core memory values) before the first run; idempotent."""
+        memory = self.core_memory
+        if memory is None or self._memory_loaded or self.store is None:
+            return
+        from steward.store.memory import MemoryStore
+
+        self._memory_loaded = True
+        for block in (await MemoryStore(self.store.engine).load(definitions=memory)).blocks:
+            memory.set(block)
+
+    async def _save_block(self, block: MemoryBlock) -> None:
+        if self.store is not None:
+            from steward.store.memory import MemoryStore
+
+            await MemoryStore(self.store.engine).save(block)
+
     def toolset(self) -> Toolset:
         if self._toolset is None:
             parts: list[Toolset] = []
@@ -469,6 +512,15 @@ class Agent:
                 parts.append(FunctionToolset(self._user_tools))
             parts.extend(self._toolsets)
             parts.append(recall_toolset())
+            memory = self.core_memory
+            if memory is not None:
+                from steward.memory.blocks import memory_toolset
+
+                parts.append(memory_toolset(memory, on_change=self._save_block))
+            if self.store is not None:
+                from steward.tools.history import history_toolset
+
+                parts.append(history_toolset(self.store))
             from steward.safety.guard import Guard
             from steward.safety.toolset import GuardedToolset
 
@@ -530,7 +582,15 @@ class Agent:
                 await store.set_status(row.id, "failed", output=message, attempts=attempts)
                 raise RunError(message, run_id=row.id, status="failed")
         await store.set_status(row.id, "running", attempts=attempts, owner=process_owner())
-        run = self.start(first.goal, workspace=first.workspace, run_id=row.id, session_id=row.session_id)
+        history = None
+        if row.session_id is not None:
+            from steward.session import session_history
+
+            history = await session_history(self, row.session_id, before_run=row.id)
+        await self.prepare()
+        run = self.start(
+            first.goal, workspace=first.workspace, run_id=row.id, session_id=row.session_id, history=history
+        )
         await run._rebuild(log, recorded[-1].seq)
         await store.set_status(
             row.id, run.status, run.state.end_status, output=run.state.output,
@@ -545,6 +605,7 @@ class Agent:
         workspace: str | Path = ".",
         run_id: str | None = None,
         session_id: str | None = None,
+        history: History | None = None,
     ) -> Run:
         """Create a run for ``goal`` (nothing happens until it is streamed or awaited)."""
         if not goal.strip():
@@ -559,6 +620,16 @@ class Agent:
         state = RunState(
             rid, goal, ws, memory, counters=LoopCounters(max_steps=lim.max_steps), session_id=session_id
         )
+        static = self._static
+        if history is not None:
+            # Earlier turns of the session: goals and final answers only, never their tool calls.
+            for asked, answered in history.turns:
+                state.transcript.add_user(asked)
+                state.transcript.add_assistant(AssistantMessage(text=answered))
+            if history.previous:
+                static += f"\n\n## Summary of the previous session\n{history.previous}"
+            if history.summary:
+                static += f"\n\n## Earlier in this session (summarised)\n{history.summary}"
         state.transcript.add_goal(goal)
         settings = ToolSettings(
             bash_timeout_s=lim.bash_timeout_s,
@@ -580,7 +651,7 @@ class Agent:
         loop = Loop(
             model=model,
             toolset=self.toolset(),
-            static_prompt=self._static,
+            static_prompt=static,
             state=state,
             context=ContextBuilder(budget),
             tool_context=ctx,
@@ -599,9 +670,11 @@ class Agent:
                 summarize_failed_attempts=lim.summarize_failed_attempts,
             ),
         )
+        loop.core_memory = self.core_memory
         return Run(
-            loop, model_name=model.name, max_steps=lim.max_steps, remember=self.remember, store=self.store
-        )
+            loop, model_name=model.name, max_steps=lim.max_steps, remember=self.remember, store=self.store,
+            prepare=self.prepare,
+        )  # fmt: skip
 
     async def run(self, goal: str, *, workspace: str | Path = ".") -> RunResult:
         return await self.start(goal, workspace=workspace).result()

@@ -39,6 +39,10 @@ _TASKS = {
         "The agent's goal: {goal}\n\nSummarise these earlier turns of its work in at most {limit} "
         "characters: what it did, what it found, what failed and why, and what is still open.\n\n{text}"
     ),
+    "session": (
+        "Summarise this conversation session ({goal}) for the next session, in at most {limit} "
+        "characters: what the user wanted, what was done and decided, and what is still open.\n\n{text}"
+    ),
     "attempt": (
         "The agent's goal: {goal}\n\nIts previous attempt failed and it is re-planning. Summarise the "
         "attempt in at most {limit} characters: what was tried, what failed and why, and what was "

@@ -71,6 +71,13 @@ class Limits:
 
 
 @dataclass(slots=True)
+class MemorySettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    enabled: bool = _f(True, "Core memory blocks the agent edits, kept in the store across sessions.")
+
+
+@dataclass(slots=True)
 class PolicySettings:
     __pydantic_config__ = _FORBID_EXTRA
 
@@ -129,6 +136,7 @@ class Config:
     policy: PolicySettings = field(default_factory=PolicySettings, metadata={"doc": "Rules and modes."})
     sandbox: SandboxConfig = field(default_factory=SandboxConfig, metadata={"doc": "The OS sandbox."})
     store: StoreSettings = field(default_factory=StoreSettings, metadata={"doc": "Where runs are recorded."})
+    memory: MemorySettings = field(default_factory=MemorySettings, metadata={"doc": "Core memory blocks."})
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -138,6 +146,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "policy": PolicySettings,
     "sandbox": SandboxConfig,
     "store": StoreSettings,
+    "memory": MemorySettings,
 }
 
 

@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from steward import signals as sig
 from steward.context import BuiltRequest, ContextBuilder
@@ -67,6 +67,9 @@ from steward.run_state import (
     progress_report,
 )
 from steward.tools.base import ToolContext, ToolResult, Toolset
+
+if TYPE_CHECKING:
+    from steward.memory.blocks import CoreMemory
 from steward.working_memory import ErrorEntry, Fact, Step, WorkingMemory, compact_json, plan_event_payload
 
 
@@ -91,6 +94,8 @@ class Loop:
         self.context = context
         self.ctx = tool_context
         self.settings = settings
+        #: Core memory blocks, rendered after the static prompt (they change only when edited).
+        self.core_memory: CoreMemory | None = None
         #: The recorded log while a run is being rebuilt from it (see ``steward.replay``).
         self.replay: Replay | None = None
         self._replayed = False  # whether the last emitted event came from the recorded log
@@ -259,11 +264,14 @@ class Loop:
         st = self.state
         try:
             tools = [*await self.toolset.get_tools(self.ctx), AGENT_STEP_SPEC]
-            built = self.context.build(self.static_prompt, st.memory, signal_text, st.transcript, tools)
+            static = self.static_prompt
+            if self.core_memory is not None and len(self.core_memory):
+                static += "\n\n" + self.core_memory.render()
+            built = self.context.build(static, st.memory, signal_text, st.transcript, tools)
             if built.dropped_turns and self.settings.summarize_turns:
                 async for event in self._fold("turns", st.transcript.foldable(self.settings.keep_turns)):
                     yield event
-                built = self.context.build(self.static_prompt, st.memory, signal_text, st.transcript, tools)
+                built = self.context.build(static, st.memory, signal_text, st.transcript, tools)
         except ConfigError as exc:
             yield Fail("config_error", str(exc))
             return

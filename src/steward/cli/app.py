@@ -297,6 +297,10 @@ ForceOpt = Annotated[
 def run(
     goal: Annotated[str | None, typer.Argument(help="What the agent should achieve.", metavar="GOAL")] = None,
     resume_id: ResumeOpt = None,
+    session: Annotated[
+        str | None,
+        typer.Option("--session", "-s", help="Add this run to a session (id, prefix, 'last' or 'new')."),
+    ] = None,
     workspace: Workspace = Path(),
     model: ModelOpt = None,
     max_steps: MaxSteps = None,
@@ -336,11 +340,20 @@ def run(
         agent.model.check()
     except ModelError as exc:  # before the run starts, a model problem is a configuration problem
         raise _fail(str(exc)) from None
-    code = _run_async(
-        lambda: _drive(agent.start(goal, workspace=workspace), json_lines=json_lines, quiet=quiet),
-        agent,
-        store_url=store_url(config, workspace),
-    )
+
+    async def go() -> int:
+        if session is None:
+            started = agent.start(goal, workspace=workspace)
+        else:
+            from steward.session import Session
+
+            opened = await Session.open(agent, None if session == "new" else session)
+            started = await opened.start(goal, workspace=workspace)
+            if not json_lines and not quiet:
+                typer.echo(f"steward: session {opened.id}", err=True)
+        return await _drive(started, json_lines=json_lines, quiet=quiet)
+
+    code = _run_async(go, agent, store_url=store_url(config, workspace))
     if code != EXIT_INTERRUPTED:
         _warnings(agent)
     raise typer.Exit(code)
@@ -490,6 +503,53 @@ def _apply(run: Run, action: tuple[str, str] | None) -> AsyncIterator[Event] | N
     return run.deny_stream(reason=value)
 
 
+@app.command("chat")
+def chat_command(
+    workspace: Workspace = Path(),
+    model: ModelOpt = None,
+    session: Annotated[
+        str | None,
+        typer.Option("--session", "-s", help="Session to continue (id or prefix); default: the last."),
+    ] = None,
+    new: Annotated[bool, typer.Option("--new", help="Start a new session.")] = False,
+    json_lines: JsonOpt = False,
+    quiet: QuietOpt = False,
+    mode: ModeOpt = None,
+    no_sandbox: NoSandbox = False,
+) -> None:
+    """Talk with an agent: each message is a run that sees the session's earlier turns."""
+    from steward.agent import Agent
+    from steward.cli.chat import chat
+    from steward.errors import ModelError
+
+    config = _load(workspace, model, None, mode=mode, no_sandbox=no_sandbox)
+    if not config.model:
+        raise _fail(NO_MODEL)
+    agent = Agent(config.model, config=config)
+    agent.config_file = workspace.resolve() / "steward.toml"
+    _warn_about_sandbox(agent, flag_given=no_sandbox)
+    try:
+        agent.model.check()
+    except ModelError as exc:
+        raise _fail(str(exc)) from None
+    which = None if new else (session or "last")
+
+    async def go() -> int:
+        if which is None:
+            from steward.session import Session
+
+            opened = await Session.open(agent, None)
+            return await chat(
+                agent, workspace=workspace, session_id=opened.id, json_lines=json_lines, quiet=quiet
+            )
+        return await chat(agent, workspace=workspace, session_id=which, json_lines=json_lines, quiet=quiet)
+
+    code = _run_async(go, agent, store_url=store_url(config, workspace))
+    if code != EXIT_INTERRUPTED:
+        _warnings(agent)
+    raise typer.Exit(code)
+
+
 def store_url(config: Config, workspace: Path) -> str:
     """Where runs are recorded: ``[store] url`` / ``STEWARD_DB``, else the workspace's state dir."""
     return config.store.url or f"sqlite:///{workspace.resolve() / '.steward' / 'steward.db'}"
@@ -614,6 +674,15 @@ def _runs_app() -> typer.Typer:
 
 
 app.add_typer(_runs_app(), name="runs")
+
+
+def _sessions_app() -> typer.Typer:
+    from steward.cli.sessions import sessions_app
+
+    return sessions_app
+
+
+app.add_typer(_sessions_app(), name="sessions")
 
 
 @app.command()

@@ -94,6 +94,11 @@ class EventStore:
     def dialect(self) -> str:
         return self._engine.dialect.name
 
+    @property
+    def engine(self) -> AsyncEngine:
+        """The database, for the stores that share it (sessions, memory blocks, archive)."""
+        return self._engine
+
     async def __aenter__(self) -> EventStore:
         return self
 
@@ -155,6 +160,10 @@ class EventStore:
                 f"events {events[0].seq}..{events[-1].seq} of run {run_id} were already written "
                 "by another writer; nothing was appended"
             ) from None
+        except (OSError, sa_exc.DBAPIError) as exc:
+            raise write_error(
+                self.where, exc, f"could not record run {run_id} past seq {events[0].seq - 1}"
+            ) from None
 
     async def set_status(
         self,
@@ -172,10 +181,17 @@ class EventStore:
             values["output"] = output
         if attempts is not None:
             values["attempts"] = attempts
-        async with write_transaction(self._engine) as conn:
-            result = await conn.execute(runs_table.update().where(runs_table.c.id == run_id).values(**values))
-            if result.rowcount == 0:
-                raise _no_run(run_id)
+        # Like every write, a locked, full or unreachable database is one clear line, not a
+        # driver's traceback (Agent.resume writes here first).
+        try:
+            async with write_transaction(self._engine) as conn:
+                result = await conn.execute(
+                    runs_table.update().where(runs_table.c.id == run_id).values(**values)
+                )
+                if result.rowcount == 0:
+                    raise _no_run(run_id)
+        except (OSError, sa_exc.DBAPIError) as exc:
+            raise write_error(self.where, exc, f"could not update run {run_id}") from None
 
     async def delete_run(self, run_id: str) -> bool:
         """Forget a run and its log; whether there was one."""
@@ -415,6 +431,10 @@ def write_error(where: str, exc: BaseException, what: str) -> StoreError:
     low = reason.lower()
     if "full" in low or getattr(cause, "errno", None) == errno.ENOSPC:
         fix = "free disk space"
+    elif "disk i/o error" in low:
+        # SQLite's word for a write the system refused for another reason than space (a file
+        # size limit, a failing disk): "check the database" would send the user to the wrong place.
+        fix = "check the disk it is on (free space, file size limit, errors)"
     elif "readonly" in low or "read-only" in low or "permission" in low:
         fix = "make the store writable"
     elif "locked" in low:

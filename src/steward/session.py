@@ -1,0 +1,152 @@
+"""Sessions: a conversation of runs that share their turns (seed 000's clean session memory).
+
+A run in a session sees the session's earlier turns (each the user's goal and the final
+answer) and the summary of the session before it; never the tool calls, outputs or
+agent-step internals of earlier runs, which stay in the store for audit. When the turns
+outgrow their share of the request budget, the oldest are summarised by the model into a
+running summary (archived in the store), and the newest stay verbatim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from steward.agent import Agent, Run
+    from steward.store.sessions import SessionRow, SessionStore, Turn
+
+HISTORY_SHARE = 0.3  # of the request budget, for earlier turns before they are summarised
+KEEP_TURNS = 4  # the newest turns always verbatim
+SUMMARY_KIND = "session_turns"  # archive rows holding a session's running summary
+
+
+@dataclass(slots=True, frozen=True)
+class History:
+    """What a run of a session starts from."""
+
+    turns: tuple[tuple[str, str], ...] = ()  # (goal, final answer), oldest first
+    summary: str = ""  # of the turns before ``turns`` (running summary), if any
+    previous: str = ""  # summary of the session this one continued from
+
+
+class Session:
+    """One conversation with an agent; ``start`` adds a run to it."""
+
+    def __init__(self, agent: Agent, row: SessionRow) -> None:
+        self.agent = agent
+        self.row = row
+
+    @property
+    def id(self) -> str:
+        return self.row.id
+
+    @classmethod
+    async def open(cls, agent: Agent, session_id: str | None = None, *, title: str = "") -> Session:
+        """The session ``session_id`` (an id, a prefix, or "last"), else a new one."""
+        sessions = _sessions(agent)
+        if session_id == "last":
+            row = await sessions.latest_open()
+            if row is None:
+                row = await sessions.create(title or "chat")
+        elif session_id:
+            row = await sessions.get(session_id)
+        else:
+            row = await sessions.create(title or "chat")
+        return cls(agent, row)
+
+    async def turns(self) -> list[Turn]:
+        return await _sessions(self.agent).turns(self.id)
+
+    async def history(self, before_run: str | None = None) -> History:
+        """The turns a new run (or the run ``before_run``) of this session starts from."""
+        return await session_history(self.agent, self.id, before_run=before_run)
+
+    async def start(self, goal: str, *, workspace: str | Path = ".") -> Run:
+        history = await self.history()
+        await _sessions(self.agent).touch(self.id)
+        return self.agent.start(goal, workspace=workspace, session_id=self.id, history=history)
+
+    async def close(self) -> str:
+        """Summarise the session (by the model), store the summary and close it; return it."""
+        from steward.compression import summarize
+
+        turns = [t for t in await self.turns() if t.output]
+        if not turns:
+            summary = ""
+        else:
+            text = _turns_text(turns)
+            history = await self.history()
+            if history.summary:
+                text = f"Earlier: {history.summary}\n\n{text}"
+            written = await summarize(self.agent.model, "session", text, goal=self.row.title, limit=2_000)
+            summary = written.text
+        self.row = await _sessions(self.agent).close(self.id, summary)
+        return summary
+
+    async def new(self, title: str = "") -> Session:
+        """Close this session with a summary and start the next, which begins from that summary."""
+        await self.close()
+        row = await _sessions(self.agent).create(title or self.row.title, previous_id=self.id)
+        return Session(self.agent, row)
+
+
+async def session_history(agent: Agent, session_id: str, *, before_run: str | None = None) -> History:
+    """The history of ``session_id`` for a new run, or for the run ``before_run`` (turns before it)."""
+    sessions = _sessions(agent)
+    turns = await sessions.turns(session_id)
+    if before_run is not None:
+        index = next((i for i, t in enumerate(turns) if t.run_id == before_run), len(turns))
+        turns = turns[:index]
+    finished = [t for t in turns if t.output]
+    previous = await sessions.previous_summary(session_id) or ""
+    summary, covered = await _running_summary(agent, session_id)
+    if covered is not None:
+        ids = [t.run_id for t in finished]
+        finished = finished[ids.index(covered) + 1 :] if covered in ids else finished
+    budget = int(agent.limits.request_token_budget * 3.5 * HISTORY_SHARE)
+    if sum(len(t.goal) + len(t.output) for t in finished) > budget and len(finished) > KEEP_TURNS:
+        old, finished = finished[:-KEEP_TURNS], finished[-KEEP_TURNS:]
+        summary = await _summarise_turns(agent, session_id, summary, old)
+    return History(tuple((t.goal, t.output) for t in finished), summary, previous)
+
+
+async def _running_summary(agent: Agent, session_id: str) -> tuple[str, str | None]:
+    from steward.store.archive import ArchiveStore
+
+    store = agent.store
+    assert store is not None
+    latest = await ArchiveStore(store.engine).latest(SUMMARY_KIND, session_id=session_id)
+    return ("", None) if latest is None else (latest.content, latest.ref)
+
+
+async def _summarise_turns(agent: Agent, session_id: str, earlier: str, turns: list[Turn]) -> str:
+    from steward.compression import summarize
+    from steward.store.archive import ArchiveStore
+
+    text = _turns_text(turns)
+    if earlier:
+        text = f"Earlier: {earlier}\n\n{text}"
+    written = await summarize(
+        agent.model, "turns", text, goal="(a conversation of several goals)", limit=2_000
+    )
+    store = agent.store
+    assert store is not None
+    await ArchiveStore(store.engine).put(
+        SUMMARY_KIND, written.text, session_id=session_id, ref=turns[-1].run_id
+    )
+    return written.text
+
+
+def _turns_text(turns: list[Turn]) -> str:
+    return "\n".join(f"user: {t.goal}\nassistant: {t.output}" for t in turns)
+
+
+def _sessions(agent: Agent) -> SessionStore:
+    from steward.errors import ConfigError
+    from steward.store.sessions import SessionStore
+
+    if agent.store is None:
+        raise ConfigError("sessions need a store: Agent(store=await open_store(url))")
+    return SessionStore(agent.store.engine, where=agent.store.where)
