@@ -46,6 +46,13 @@ if TYPE_CHECKING:
 _BARRIERS = frozenset({"tool_use", "approval_result", "answer", "waiting", "done"})
 
 
+def check_goal(goal: str) -> None:
+    if not goal.strip():
+        raise ConfigError(
+            'The goal is empty. Say what the agent should do, e.g. steward run "fix the tests".'
+        )
+
+
 def check_workspace(workspace: str | Path) -> Path:
     """The workspace as an absolute path, or a ``ConfigError`` naming the fix."""
     try:
@@ -390,6 +397,7 @@ class Agent:
         self._toolsets = list(toolsets)
         self._builtin_tools = builtin_tools
         self._toolset: Toolset | None = None
+        self._toolset_store: EventStore | None = None
         self._static = _static_prompt(name, self.instructions)
 
     @property
@@ -502,7 +510,11 @@ class Agent:
             await MemoryStore(self.store.engine).save(block)
 
     def toolset(self) -> Toolset:
+        # Some tools exist only with a store (memory, history): set ``store`` before the first run.
+        if self._toolset is not None and self._toolset_store is not self.store:
+            self._toolset = None
         if self._toolset is None:
+            self._toolset_store = self.store
             parts: list[Toolset] = []
             if self._builtin_tools:
                 from steward.tools.builtin import builtin_toolset
@@ -608,10 +620,7 @@ class Agent:
         history: History | None = None,
     ) -> Run:
         """Create a run for ``goal`` (nothing happens until it is streamed or awaited)."""
-        if not goal.strip():
-            raise ConfigError(
-                'The goal is empty. Say what the agent should do, e.g. steward run "fix the tests".'
-            )
+        check_goal(goal)
         ws = check_workspace(workspace)
         model = self.model
         lim = self.limits

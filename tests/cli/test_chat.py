@@ -67,3 +67,23 @@ def test_run_session_adds_runs_to_one_session(cli: Any, tmp_path: Path) -> None:
         and "no session 'zzzz'" in unknown.stderr
         and "Traceback" not in unknown.stderr
     )
+
+
+def test_core_memory_persists_between_cli_runs(cli: Any, tmp_path: Path) -> None:
+    first = script(
+        tmp_path, [{"tool": "memory_append", "args": {"label": "user", "text": "likes blue"}}, {"text": "ok"}]
+    )
+    proc = cli("run", "remember blue", "--json", "--model", first)
+    assert proc.returncode == 0, proc.stderr
+    assert '"status":"completed"' in proc.stdout and "likes blue" in proc.stdout
+    # A new process: the replace only succeeds if the first run's edit was kept in the store.
+    second = script(
+        tmp_path,
+        [
+            {"tool": "memory_replace", "args": {"label": "user", "old": "likes blue", "new": "likes green"}},
+            {"text": "ok"},
+        ],
+    )
+    proc = cli("run", "now green", "--json", "--model", second)
+    assert proc.returncode == 0, proc.stderr
+    assert "likes green" in proc.stdout and '"status":"failed"' not in proc.stdout

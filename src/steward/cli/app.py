@@ -314,7 +314,7 @@ def run(
     read_only: ReadOnly = False,
 ) -> None:
     """Run an agent on GOAL in the workspace and show its progress live."""
-    from steward.agent import Agent
+    from steward.agent import Agent, check_goal, check_workspace
     from steward.errors import ModelError
 
     if resume_id is not None:
@@ -336,7 +336,8 @@ def run(
     agent.config_file = workspace.resolve() / "steward.toml"
     _warn_about_sandbox(agent, flag_given=no_sandbox)
     try:
-        agent.start(goal, workspace=workspace)  # checks the goal and the workspace before anything runs
+        check_goal(goal)  # before anything runs
+        check_workspace(workspace)
         agent.model.check()
     except ModelError as exc:  # before the run starts, a model problem is a configuration problem
         raise _fail(str(exc)) from None
