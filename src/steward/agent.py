@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 # Events that must be durable before the run goes on: a tool is about to run, a human's
 # decision is about to be acted on, or the process may stop here.
-_BARRIERS = frozenset({"tool_use", "approval_result", "answer", "waiting", "done"})
+_BARRIERS = frozenset({"run_start", "tool_use", "approval_result", "answer", "waiting", "done"})
 
 
 def check_goal(goal: str) -> None:
@@ -196,11 +196,15 @@ class Run:
             )  # fmt: skip
             self._log = store.log(st.run_id, session_id=st.session_id, last_seq=0)
         log = self._log
+        if st.status == "running":  # going on (again): this process owns the run now
+            log.status("running", owner=process_owner())
         try:
             async for event in events:
                 if event.seq > log.last_seq:
                     log.add(event)
                     if event.type in _BARRIERS:
+                        if event.type in ("waiting", "done"):  # one transaction with the event
+                            log.status(st.status, st.end_status, output=st.output)
                         await log.flush()
                 elif event.seq:  # rebuilt from the log: recorded and shown before
                     continue
@@ -562,11 +566,14 @@ class Agent:
         row = await store.find_run(run_id)
         recorded = await store.events(row.id)
         first = recorded[0] if recorded else None
-        if not isinstance(first, RunStart):
+        if recorded and not isinstance(first, RunStart):
             raise StewardError(f"run {row.id} has no recorded start; there is nothing to resume")
         log = resumable_prefix(recorded)
-        if len(log) == len(recorded) and isinstance(recorded[-1], DoneEvent):
-            raise RunError("the run already finished; start a new one", run_id=row.id, status=row.status)
+        if recorded and len(log) == len(recorded) and isinstance(recorded[-1], DoneEvent):
+            done = recorded[-1]
+            if row.status != done.status:  # the process died between the event and the row
+                await store.set_status(row.id, done.status, done.end_status, output=done.message)
+            raise RunError("the run already finished; start a new one", run_id=row.id, status=done.status)
         attempts = row.attempts
         if row.status == "running":  # its process stopped without closing it: a crash
             if row.owner and not force and owner_alive(row.owner):
@@ -600,10 +607,15 @@ class Agent:
 
             history = await session_history(self, row.session_id, before_run=row.id)
         await self.prepare()
-        run = self.start(
-            first.goal, workspace=first.workspace, run_id=row.id, session_id=row.session_id, history=history
+        # A run killed before its start was durable has no events: it starts over.
+        goal, workspace = (
+            (first.goal, first.workspace) if isinstance(first, RunStart) else (row.goal, row.workspace)
         )
-        await run._rebuild(log, recorded[-1].seq)
+        run = self.start(goal, workspace=workspace, run_id=row.id, session_id=row.session_id, history=history)
+        if recorded:
+            await run._rebuild(log, recorded[-1].seq)
+        else:
+            run._log = store.log(row.id, session_id=row.session_id, last_seq=0)
         await store.set_status(
             row.id, run.status, run.state.end_status, output=run.state.output,
             owner=process_owner() if run.status == "running" else None, attempts=attempts,

@@ -546,7 +546,7 @@ class Loop:
                 async for event in self._compact_output(call, tool, arguments, result):
                     yield event
                 yield CONTINUE
-            case ApprovalGateEvent() if announce:
+            case ApprovalGateEvent():  # asked (again, if it was approved and interrupted before)
                 request = ApprovalRequired(
                     tool=recorded.tool,
                     arguments=recorded.input,
