@@ -200,3 +200,48 @@ def _interrupted(events: list[Event]) -> list[_Interrupted]:
         and e.call_id in uses
         and (e.error_category == "interrupted" or "it already ran" in e.output)
     ]
+
+
+async def test_a_cancelled_run_resumes_and_its_cut_call_is_reported(
+    store: EventStore, tmp_path: Path
+) -> None:
+    import asyncio
+
+    from steward import tool
+    from steward.models.base import AssistantMessage, ModelRequest, ToolCall
+    from steward.models.scripted import FunctionModel
+
+    started = asyncio.Event()
+
+    @tool
+    async def slow() -> str:
+        """Take a while."""
+        started.set()
+        await asyncio.sleep(30)
+        return "finished"
+
+    def reply(request: ModelRequest) -> AssistantMessage:
+        n = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
+        return (
+            AssistantMessage(tool_calls=(ToolCall("c1", "slow", {}),))
+            if n == 0
+            else AssistantMessage(text="ok")
+        )
+
+    agent = Agent(FunctionModel(reply), tools=[slow], builtin_tools=False, store=store)
+    run = agent.start("be slow", workspace=tmp_path)
+    task = asyncio.create_task(run.result())
+    await asyncio.wait_for(started.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    row = await store.get_run(run.id)
+    assert row is not None and row.status == "cancelled"
+
+    again = await Agent(FunctionModel(reply), tools=[slow], builtin_tools=False, store=store).resume(run.id)
+    result = await again.result()
+    assert result.solved and result.output == "ok"
+    events = await store.events(run.id)
+    cut = next(e for e in events if isinstance(e, ToolResultEvent))
+    assert cut.error_category == "interrupted"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
