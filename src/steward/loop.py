@@ -188,22 +188,15 @@ class Loop:
         c.step += 1
         self.ctx.step = c.step
         yield self.emit(StepStart(step=c.step, max_steps=c.max_steps))
-        signal_text = sig.render(self._signals())
-        built: BuiltRequest | None = None
-        async for part in self._build(signal_text):
-            if isinstance(part, BuiltRequest):
-                built = part
-            else:
-                yield part
-        if built is not None:
-            async for item in self._ask(built):
-                yield item
-
-    async def _ask(self, built: BuiltRequest) -> AsyncIterator[Event | Outcome]:
-        """Get the model's reply to the request and carry out what it says."""
-        st, c = self.state, self.state.counters
+        events, built = await self._build(sig.render(self._signals()))
+        for event in events:  # summaries of old turns, if the request would not fit otherwise
+            yield event
+        if isinstance(built, Fail):
+            yield built
+            return
         response: ModelResponse | None = None
-        async for piece in self._reply_to(built.request):
+        source = self._call_model(built.request) if self.replay is None else self._reply_to(built.request)
+        async for piece in source:
             if isinstance(piece, ModelResponse):
                 response = piece
             else:
@@ -259,9 +252,10 @@ class Loop:
             else:
                 return
 
-    async def _build(self, signal_text: str) -> AsyncIterator[Event | BuiltRequest | Fail]:
+    async def _build(self, signal_text: str) -> tuple[list[Event], BuiltRequest | Fail]:
         """The step's request within its budget; old turns that no longer fit are summarised."""
         st = self.state
+        events: list[Event] = []
         try:
             tools = [*await self.toolset.get_tools(self.ctx), AGENT_STEP_SPEC]
             static = self.static_prompt
@@ -269,16 +263,14 @@ class Loop:
                 static += "\n\n" + self.core_memory.render()
             built = self.context.build(static, st.memory, signal_text, st.transcript, tools)
             if built.dropped_turns and self.settings.summarize_turns:
-                async for event in self._fold("turns", st.transcript.foldable(self.settings.keep_turns)):
-                    yield event
+                folds = self._fold("turns", st.transcript.foldable(self.settings.keep_turns))
+                events.extend([event async for event in folds])
                 built = self.context.build(static, st.memory, signal_text, st.transcript, tools)
         except ConfigError as exc:
-            yield Fail("config_error", str(exc))
-            return
+            return events, Fail("config_error", str(exc))
         except Exception as exc:  # a broken toolset (e.g. a crashed server) ends the run cleanly
-            yield Fail("toolset_error", f"listing tools failed: {type(exc).__name__}: {exc}")
-            return
-        yield built
+            return events, Fail("toolset_error", f"listing tools failed: {type(exc).__name__}: {exc}")
+        return events, built
 
     async def _reply_to(self, request: ModelRequest) -> AsyncIterator[Event | ModelResponse | Fail]:
         """The model's reply: the recorded one while rebuilding a run, else a new one."""
@@ -515,8 +507,9 @@ class Loop:
         self.ctx.notes.clear()
         duration = (time.perf_counter() - started) * 1000
         yield self._record(call, tool, arguments, thinking, summary, result, duration, n)
-        async for event in self._compact_output(call, tool, arguments, result):
-            yield event
+        if self._compactable(tool, result):
+            async for event in self._compact_output(call, tool, arguments, result):
+                yield event
         yield CONTINUE
 
     async def _recorded_call(
@@ -543,8 +536,9 @@ class Loop:
                     call, tool, arguments, thinking, summary, result, recorded.duration_ms, n,
                     recorded.error_category,
                 )  # fmt: skip
-                async for event in self._compact_output(call, tool, arguments, result):
-                    yield event
+                if self._compactable(tool, result):
+                    async for event in self._compact_output(call, tool, arguments, result):
+                        yield event
                 yield CONTINUE
             case ApprovalGateEvent():  # asked (again, if it was approved and interrupted before)
                 request = ApprovalRequired(
@@ -620,14 +614,15 @@ class Loop:
 
     # --- compression ---------------------------------------------------------------------
 
+    def _compactable(self, tool: str, result: ToolResult) -> bool:
+        limit = self.settings.compact_output_chars
+        return bool(limit) and len(result.content) > limit and tool not in self.settings.compact_skip_tools
+
     async def _compact_output(
         self, call: ToolCall, tool: str, arguments: dict[str, Any], result: ToolResult
     ) -> AsyncIterator[Event]:
         """Replace a large output in the transcript by the model's digest of it."""
-        limit = self.settings.compact_output_chars
-        size = len(result.content)
-        if not limit or size <= limit or tool in self.settings.compact_skip_tools:
-            return
+        limit, size = self.settings.compact_output_chars, len(result.content)
         mem = self.state.memory
         current = mem.plan.get(mem.plan.current_sub_task) if mem.plan and mem.plan.current_sub_task else None
         compacted = await self._summary(
