@@ -216,7 +216,10 @@ class ContextBuilder:
         self.settings = settings
         self.chars_per_token = DEFAULT_CHARS_PER_TOKEN
         self._elided_upto = 0  # entries before this index stay elided (keeps prefixes stable)
-        self._tools_key: tuple[int, int] = (0, 0)
+        # The schemas' size, keyed by the identity of the tool specs (the toolsets hand out the
+        # same spec objects step after step; the list around them is new each time).
+        self._tools_key: tuple[int, ...] = ()
+        self._tools_chars = 0
 
     def calibrate(self, chars_sent: int, input_tokens: int) -> None:
         if input_tokens <= 0 or chars_sent <= 0:
@@ -234,9 +237,10 @@ class ContextBuilder:
     ) -> BuiltRequest:
         s = self.settings
         budget = int(s.request_tokens * self.chars_per_token)
-        if self._tools_key[0] != id(tools):
-            self._tools_key = (id(tools), _schema_chars(tools))
-        fixed = self._tools_key[1]
+        key = tuple(map(id, tools))
+        if key != self._tools_key:
+            self._tools_key, self._tools_chars = key, _schema_chars(tools)
+        fixed = self._tools_chars
         entries = transcript.entries
         last_assistant = max(
             (i for i, e in enumerate(entries) if isinstance(e.message, AssistantMessage)), default=-1
