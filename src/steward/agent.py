@@ -7,6 +7,7 @@ that run's state; a run that waits for a human is answered through ``Run.answer`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from steward.config import Config, Limits, ProviderSettings
 from steward.context import BudgetSettings, ContextBuilder
-from steward.errors import ConfigError
+from steward.errors import ConfigError, StoreError
 from steward.events import Event, RunStart
 from steward.loop import Loop
 from steward.models.base import AssistantMessage, Model, Usage
@@ -69,35 +70,35 @@ def check_workspace(workspace: str | Path) -> Path:
 
 
 def process_owner() -> str:
-    """Who runs a run, as recorded in the store: ``host:pid``."""
+    """Who runs a run, as recorded in the store: ``host:pid:start`` (start tells reused pids apart)."""
     import socket
 
-    return f"{socket.gethostname()}:{os.getpid()}"
+    from steward._proc import process_start
+
+    return f"{socket.gethostname()}:{os.getpid()}:{process_start(os.getpid()) or ''}"
 
 
 def owner_alive(owner: str) -> bool:
     """Whether the recorded owner of a run is a live process other than this one.
 
-    Only processes on this host can be checked; one elsewhere is taken to be alive.
+    Only processes on this host can be checked; one elsewhere is taken to be alive. A zombie,
+    or another process that got the same pid later, is not the owner.
     """
     import socket
 
-    host, _, pid_text = owner.rpartition(":")
+    from steward._proc import pid_alive
+
+    host, _, rest = owner.partition(":")
     if host != socket.gethostname():
         return True
+    pid_text, _, start = rest.partition(":")
     try:
         pid = int(pid_text)
     except ValueError:
         return False
     if pid == os.getpid():
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid, start or None)
 
 
 @dataclass(slots=True)
@@ -143,6 +144,7 @@ class Run:
         self._store = store
         self._log: RunLog | None = None
         self._suspended: AsyncIterator[Event] | None = None  # the loop, stopped where a rebuild ended
+        self._closing: Event | None = None  # the done event of a cancelled run
         self._model_name = model_name
         self._max_steps = max_steps
         self._started = False
@@ -210,10 +212,25 @@ class Run:
                     continue
                 yield event
         finally:
-            if log.error is None:
-                owner = process_owner() if st.status == "running" else None
-                log.status(st.status, st.end_status, output=st.output, owner=owner)
-                await log.flush()
+            await self._close(events, log)
+
+    async def _close(self, events: AsyncIterator[Event], log: RunLog) -> None:
+        """After a stream: record how the run stands now (and a cancellation, as its ending)."""
+        st = self._loop.state
+        # Close the loop now, not whenever it is collected: its own cleanup decides whether the
+        # run was cancelled, and a cancellation belongs in the log like any other ending.
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            await close()
+        if log.error is not None:
+            return
+        with contextlib.suppress(StoreError):  # a closed or broken store: resume recovers
+            if st.status == "cancelled" and self._closing is None:
+                self._closing = self._loop.cancel()
+                log.add(self._closing)
+            owner = process_owner() if st.status == "running" else None
+            log.status(st.status, st.end_status, output=st.output, owner=owner)
+            await log.flush()
 
     async def _rebuild(self, events: list[Event], last_seq: int) -> None:
         """Bring this run to where its log ends, running the loop against the log."""
@@ -282,7 +299,9 @@ class Run:
 
     def cancelled(self) -> Event:
         """Mark the run cancelled (its task was cancelled) and return the closing event."""
-        return self._loop.cancel()
+        if self._closing is None:
+            self._closing = self._loop.cancel()
+        return self._closing
 
     async def result(self) -> RunResult:
         """Run to the end (or the next pause) and return where it stands."""
@@ -722,9 +741,14 @@ class RunStream:
 
 
 async def _prepend(first: Event, rest: AsyncIterator[Event]) -> AsyncIterator[Event]:
-    yield first
-    async for event in rest:
-        yield event
+    try:
+        yield first
+        async for event in rest:
+            yield event
+    finally:  # closing this closes the run's stream too (see Run._close)
+        close = getattr(rest, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def _recaller(memory: WorkingMemory) -> Callable[[str], str | None]:

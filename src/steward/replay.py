@@ -37,12 +37,15 @@ def resumable_prefix(events: Sequence[Event]) -> list[Event]:
 
     A run stopped by Ctrl-C, or failed because the model's API or a toolset was down, goes
     on from where it stopped; its closing events stay in the store as a record of the stop.
+    A run marked failed because it kept killing its process stays failed.
     """
     end = len(events)
     closing = events[end - 1] if end else None
     if isinstance(closing, DoneEvent) and closing.status in ("cancelled", "failed"):
+        last = events[end - 2] if end > 1 else None
+        if isinstance(last, ErrorEvent) and last.code == "crashed":
+            return list(events)  # it kept killing its process: that ending is final
         end -= 1
-        last = events[end - 1] if end else None
         if isinstance(last, ErrorEvent) and not last.recoverable:
             end -= 1
     return list(events[:end])

@@ -140,3 +140,108 @@ def test_resume_names_the_fix_for_unknown_runs(cli: Any, tmp_path: Path) -> None
     assert proc.returncode == 1 and "no run 'nope'" in proc.stderr and "Traceback" not in proc.stderr
     both = cli("run", "goal", "--resume", "x")
     assert both.returncode == 2 and "either a GOAL or --resume" in both.stderr
+
+
+SLOW = [
+    {
+        "tool": "bash",
+        "args": {"command": "echo one >> log.txt; touch started; sleep 30; echo three >> log.txt"},
+    },
+    {"tool": "bash", "args": {"command": "cat log.txt"}},
+    {"text": "finished"},
+]
+
+
+def _start(tmp_path: Path, model: str, *args: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "OPENAI_", "ANTHROPIC_"))}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config-home")
+    return subprocess.Popen(
+        [sys.executable, "-m", "steward", "run", "log things", "--model", model, "--json", *args],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 30
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists()
+
+
+def test_sigterm_and_sigint_are_recorded_as_a_stop_that_resume_continues(cli: Any, tmp_path: Path) -> None:
+    model = script(tmp_path, SLOW)
+    for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+        (tmp_path / "started").unlink(missing_ok=True)
+        proc = _start(tmp_path, model)
+        _wait_for(tmp_path / "started")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == code, err
+        assert "the run was cancelled; `steward resume" in err
+        shown = events_of(out)[-1]
+        assert shown["type"] == "done" and shown["data"]["status"] == "cancelled"
+        log = events_of(cli("runs", "export", shown["run_id"]).stdout)
+        assert log[-1] == shown  # what the consumer saw is what the log holds
+        assert not (tmp_path / ".git").exists()  # the sandbox's placeholders are gone too
+        resumed = cli("resume", shown["run_id"], "--json")
+        assert resumed.returncode == 0, resumed.stderr
+        after = events_of(resumed.stdout)
+        assert after[0]["seq"] == shown["seq"] + 1 and after[0]["data"]["error_category"] == "interrupted"
+
+
+def test_a_reader_that_goes_away_stops_the_run_without_hanging(cli: Any, tmp_path: Path) -> None:
+    model = script(tmp_path, SLOW)
+    proc = _start(tmp_path, model)
+    assert proc.stdout is not None
+    proc.stdout.readline()  # like `| head -1`
+    proc.stdout.close()
+    proc.wait(timeout=60)  # it notices at its next event and stops there
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert "Traceback" not in err
+    listed = cli("runs", "list").stdout
+    assert "cancelled" in listed, listed
+
+
+def test_kill_9_leaves_no_placeholder_behind_after_resume(cli: Any, tmp_path: Path) -> None:
+    model = script(tmp_path, SLOW)
+    proc = _start(tmp_path, model)
+    _wait_for(tmp_path / "started")
+    assert (tmp_path / ".git").is_dir()  # a read-only mount point while the command runs
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert (tmp_path / ".git").is_dir()  # the killed process could not remove it
+    resumed = cli("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert not (tmp_path / ".git").exists()
+
+
+def test_last_means_the_newest_waiting_run_for_answers(cli: Any, tmp_path: Path) -> None:
+    waiting = script(tmp_path, [CURL, END])
+    assert cli("run", "check curl", "--model", waiting, stdin="").returncode == 1
+    (tmp_path / "s2.yaml").write_text(yaml.safe_dump([{"text": "later"}]))
+    assert cli("run", "newer", "--model", f"scripted:{tmp_path / 's2.yaml'}").returncode == 0
+    approved = cli("approve", "last", "--json")
+    assert approved.returncode == 0, approved.stderr
+    assert events_of(approved.stdout)[0]["data"]["decision"] == "approved"
+    empty = cli("answer", "last", " ")
+    assert empty.returncode == 2 and "the answer is empty" in empty.stderr
+
+
+def test_chat_ends_cleanly_when_input_ends_inside_a_pasted_block(cli: Any, tmp_path: Path) -> None:
+    model = script(tmp_path, [{"text": "hello"}, {"text": "never"}])
+    proc = cli("chat", "--model", model, stdin='hi\n"""\nunterminated\n', timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert "the block was not sent" in proc.stderr and "hello" in proc.stdout and "never" not in proc.stdout
+
+
+def test_stdio_refuses_a_run_id_already_recorded_with_that_run_id(cli: Any, tmp_path: Path) -> None:
+    model = script(tmp_path, [{"text": "one"}, {"text": "two"}])
+    request = json.dumps({"prompt": "x", "run_id": "job-1"}) + "\n"
+    assert cli("stdio", "--model", model, stdin=request).returncode == 0
+    again = cli("stdio", "--model", model, stdin=request)
+    error = next(e for e in events_of(again.stdout) if e["type"] == "error")
+    assert error["run_id"] == "job-1" and error["data"]["code"] == "bad_request"
+    assert '"resume": true' in error["data"]["message"]

@@ -117,4 +117,4 @@ def test_a_question_with_closed_stdin_says_how_to_answer(cli: Any, tmp_path: Pat
     script = write_script(tmp_path / "s.yaml", [ask, end()])
     proc = cli("run", "goal", "--model", f"scripted:{script}", stdin="")
     assert proc.returncode == 1
-    assert "waiting for an answer" in proc.stderr
+    assert "waiting for you" in proc.stderr and "steward answer" in proc.stderr

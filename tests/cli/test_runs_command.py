@@ -43,7 +43,13 @@ def test_show_prints_the_timeline(cli: Any, tmp_path: Path) -> None:
     assert "END" in shown.stdout and "■ solved" in shown.stdout
 
 
-def test_an_unknown_run_names_the_fix(cli: Any) -> None:
+def test_an_unknown_run_names_the_fix(cli: Any, tmp_path: Path) -> None:
+    proc = cli("runs", "show", "nope")  # nothing recorded here: and nothing is created by looking
+    assert proc.returncode == 2 and "no run 'nope' here: nothing is recorded yet" in proc.stderr
+    assert not (tmp_path / ".steward").exists()
+    script = tmp_path / "s.yaml"
+    script.write_text(yaml.safe_dump([END]))
+    assert cli("run", "x", "--model", f"scripted:{script}").returncode == 0
     proc = cli("runs", "show", "nope")
     assert proc.returncode == 2 and "`steward runs list`" in proc.stderr
 

@@ -19,6 +19,7 @@ class LineReader:
         self.stream = stream
         self._queue: asyncio.Queue[str] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._ended = False  # end of input is for good: every later read returns "" at once
 
     def _start(self) -> asyncio.Queue[str]:
         loop = asyncio.get_running_loop()
@@ -44,5 +45,9 @@ class LineReader:
         return self._queue
 
     async def readline(self) -> str:
-        """The next line ("" at end of input)."""
-        return await self._start().get()
+        """The next line ("" at end of input, and at every read after it)."""
+        if self._ended:
+            return ""
+        line = await self._start().get()
+        self._ended = not line
+        return line

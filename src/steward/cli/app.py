@@ -7,6 +7,7 @@ Exit codes: 0 solved, 1 partial, stuck or failed, 2 usage or configuration error
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -32,8 +33,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-EXIT_OK, EXIT_NOT_SOLVED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_NOT_SOLVED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 _STDIN = LineReader()
+_CURRENT: list[str] = []  # the id of the run being driven, for the message when it is stopped
 
 
 def _show_version(value: bool) -> None:
@@ -155,7 +157,26 @@ async def _drive(
         else:
             renderer.show(event)
 
+    _CURRENT.clear()
+    _CURRENT.append(run.id)
     events = first or run.stream()
+    try:
+        return await _drive_stream(run, events, show, json_lines=json_lines)
+    except BrokenPipeError:
+        # Whoever read the output is gone (e.g. `| head`): the run stops here, recorded as
+        # cancelled, and can be resumed. Further writes to the closed pipe would only fail.
+        _silence_stdout()
+        return EXIT_NOT_SOLVED
+
+
+def _silence_stdout() -> None:
+    # Python would report the broken pipe again when it flushes stdout at exit.
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115, PTH123 - replaces the closed stdout for good
+
+
+async def _drive_stream(
+    run: Run, events: AsyncIterator[Event], show: Callable[[Event], None], *, json_lines: bool
+) -> int:
     for _ in range(1000):  # a run may ask many questions, but not without bound
         try:
             async for event in events:
@@ -163,6 +184,10 @@ async def _drive(
         except asyncio.CancelledError:
             show(run.cancelled())  # consumers of the stream see how it ended
             raise
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()  # now, so that a stop is recorded before the process ends
         pending = run.pending
         if run.status != "waiting" or pending is None:
             break
@@ -194,7 +219,7 @@ def _still_waiting(run: Run) -> None:
 
 def _closed_stdin() -> None:
     typer.echo(
-        "steward: the agent is waiting for an answer and standard input is closed; run "
+        "steward: the agent is waiting for you and standard input is closed; run "
         "interactively, pipe the answer in, or use `steward stdio`.",
         err=True,
     )
@@ -419,6 +444,8 @@ def answer(
     quiet: QuietOpt = False,
 ) -> None:
     """Answer the question a waiting run asked, then let the run go on."""
+    if not text.strip():
+        raise _fail('the answer is empty; say what the agent should know, e.g. steward answer RUN "yes"')
     _continue(run_id, ("answer", text), workspace=workspace, model=model, json_lines=json_lines, quiet=quiet)
 
 
@@ -443,12 +470,15 @@ def _continue(
     _warn_about_sandbox(agent, flag_given=no_sandbox)
 
     async def go() -> int:
+        from steward.agent import owner_alive
         from steward.errors import ModelError
 
         assert agent.store is not None
-        row = await _find_run(agent, run_id)
+        row = await _find_run(agent, run_id, waiting=action is not None)
         if action is not None and row.status != "waiting":
             hint = f"; `steward resume {row.id}` continues it" if row.status != "done" else ""
+            if row.status == "running" and row.owner and owner_alive(row.owner):
+                hint = f" (process {row.owner} is running it)"
             raise _fail(f"run {row.id} is {row.end_status or row.status}, not waiting{hint}", EXIT_NOT_SOLVED)
         if not agent.model_spec:
             agent.model_spec = row.model  # the model the run was started with
@@ -469,16 +499,11 @@ def _continue(
     raise typer.Exit(code)
 
 
-async def _find_run(agent: Agent, run_id: str) -> Any:
-    from steward.errors import StewardError
-
+async def _find_run(agent: Agent, run_id: str, *, waiting: bool) -> Any:
     assert agent.store is not None
-    if run_id != "last":
-        return await agent.store.find_run(run_id)
-    for row in await agent.store.runs(limit=50):
-        if row.status != "done":
-            return row
-    raise StewardError("no unfinished run in this store; `steward runs list` shows the runs")
+    # "last": the newest run that waits (to answer or approve it), or that did not finish.
+    last = ("waiting",) if waiting else ("running", "waiting", "cancelled", "failed")
+    return await agent.store.find_run(run_id, last=last)
 
 
 def _apply(run: Run, action: tuple[str, str] | None) -> AsyncIterator[Event] | None:
@@ -557,9 +582,22 @@ def store_url(config: Config, workspace: Path) -> str:
 
 
 def _run_async(make: Callable[[], Awaitable[int]], agent: Agent, *, store_url: str | None = None) -> int:
+    terminated: list[bool] = []
+
     async def main() -> int:
+        import signal
+
         from steward.store.events import open_store
 
+        task = asyncio.current_task()
+        assert task is not None
+
+        def terminate() -> None:  # SIGTERM (docker stop, systemd) stops a run like Ctrl-C
+            terminated.append(True)
+            task.cancel()
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminate)
         try:
             if store_url is not None:
                 agent.store = await open_store(store_url)
@@ -570,11 +608,20 @@ def _run_async(make: Callable[[], Awaitable[int]], agent: Agent, *, store_url: s
             if agent.store is not None:
                 await agent.store.close()
 
+    def stopped(how: str) -> str:
+        resume = f"; `steward resume {_CURRENT[0]}` continues it" if _CURRENT and store_url else ""
+        return f"\nsteward: {how}; the run was cancelled{resume}."
+
     try:
         return asyncio.run(main())
     except KeyboardInterrupt:
-        typer.echo("\nsteward: interrupted; the run was cancelled.", err=True)
+        typer.echo(stopped("interrupted"), err=True)
         return EXIT_INTERRUPTED
+    except asyncio.CancelledError:
+        if not terminated:
+            raise
+        typer.echo(stopped("terminated"), err=True)
+        return EXIT_TERMINATED
 
 
 @app.command()

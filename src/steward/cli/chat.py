@@ -35,7 +35,12 @@ async def read_message(prompt: str = "you> ") -> str | None:
         lines: list[str] = []
         for _ in range(MAX_LINES):
             line = await _ask("", json_lines=False, prompt="... ")
-            if line is None or line.strip() == '"""':
+            if line is None:  # the input ended inside the block: nothing is sent half-pasted
+                typer.echo(
+                    'steward: the input ended before the closing """; the block was not sent', err=True
+                )
+                return None
+            if line.strip() == '"""':
                 break
             lines.append(line)
         return "\n".join(lines)

@@ -20,11 +20,21 @@ runs_app = typer.Typer(
 Workspace = Annotated[Path, typer.Option("--workspace", "-w", help="Workspace whose runs to read.")]
 
 
-def _url(workspace: Path) -> str:
+def reading_url(workspace: Path, *, wanted: str = "") -> str:
+    """The workspace's store; reading commands never create one (nor its folders)."""
     from steward.cli.app import store_url
     from steward.config import load_config
+    from steward.store.engine import parse_url, sqlite_path
 
-    return store_url(load_config(workspace), workspace)
+    url = store_url(load_config(workspace), workspace)
+    path = sqlite_path(parse_url(url))
+    if path is not None and not path.exists():
+        if wanted:  # asked for something in particular: that is an error
+            typer.echo(f"steward: no {wanted} here: nothing is recorded yet (no store at {path})", err=True)
+            raise typer.Exit(2)
+        typer.echo(f"nothing recorded here yet (no store at {path}); `steward run` or `chat` starts one")
+        raise typer.Exit(0)
+    return url
 
 
 def _when(ts: float) -> str:
@@ -40,7 +50,7 @@ def list_runs(
     from steward.store.events import open_store
 
     async def main() -> None:
-        async with await open_store(_url(workspace)) as store:
+        async with await open_store(reading_url(workspace)) as store:
             rows = await store.runs(limit=limit)
         if not rows:
             typer.echo("no runs recorded in this workspace yet")
@@ -58,7 +68,7 @@ def show(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Works
     from steward.store.events import open_store
 
     async def main() -> int:
-        async with await open_store(_url(workspace)) as store:
+        async with await open_store(reading_url(workspace, wanted=f"run {run_id!r}")) as store:
             row = await _find(store, run_id)
             if row is None:
                 return 2
@@ -72,7 +82,13 @@ def show(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Works
             if line:
                 typer.echo(f"{event.seq:>5}  {line}")
         if row.status == "waiting":
-            typer.echo(f'waiting: steward answer {row.id} "..."  or  steward approve/deny {row.id}')
+            gate = any(e.type == "approval_gate" for e in events[-2:])
+            how = (
+                f"steward approve {row.id}  or  steward deny {row.id}"
+                if gate
+                else f'steward answer {row.id} "..."'
+            )
+            typer.echo(f"waiting: {how}")
         elif row.status != "done":
             typer.echo(f"{row.status}: `steward resume {row.id}` continues it where it stopped")
         return 0
@@ -129,7 +145,7 @@ def export(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Wor
     from steward.store.events import open_store
 
     async def main() -> int:
-        async with await open_store(_url(workspace)) as store:
+        async with await open_store(reading_url(workspace, wanted=f"run {run_id!r}")) as store:
             row = await _find(store, run_id)
             if row is None:
                 return 2

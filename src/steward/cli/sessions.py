@@ -9,16 +9,11 @@ from typing import Annotated
 
 import typer
 
+from steward.cli.runs import reading_url
+
 sessions_app = typer.Typer(help="Sessions: list them, show one's turns.", no_args_is_help=True)
 
 Workspace = Annotated[Path, typer.Option("--workspace", "-w", help="Workspace whose sessions to read.")]
-
-
-def _url(workspace: Path) -> str:
-    from steward.cli.app import store_url
-    from steward.config import load_config
-
-    return store_url(load_config(workspace), workspace)
 
 
 def _when(ts: float) -> str:
@@ -32,7 +27,7 @@ def list_sessions(workspace: Workspace = Path()) -> None:
     from steward.store.sessions import SessionStore
 
     async def main() -> None:
-        async with await open_store(_url(workspace)) as store:
+        async with await open_store(reading_url(workspace)) as store:
             sessions = SessionStore(store.engine, where=store.where)
             rows = await sessions.list(limit=50)
             if not rows:
@@ -55,7 +50,7 @@ def show(
     from steward.store.sessions import SessionStore
 
     async def main() -> int:
-        async with await open_store(_url(workspace)) as store:
+        async with await open_store(reading_url(workspace, wanted=f"session {session_id!r}")) as store:
             sessions = SessionStore(store.engine, where=store.where)
             try:
                 row = await sessions.get(session_id)

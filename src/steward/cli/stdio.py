@@ -142,6 +142,12 @@ class StdioServer:
             raise BadRequestError('no model configured: pass --model, set STEWARD_MODEL, or send "model"')
         check_workspace(workspace)  # before its store is opened (which would create folders)
         agent = await self._agent(config, store_url(config, workspace))
+        assert agent.store is not None
+        if run_id and await agent.store.get_run(run_id) is not None:
+            raise BadRequestError(
+                f'run_id {run_id!r} is already recorded; choose another, or send {{"run_id": "{run_id}", '
+                '"resume": true} to continue it'
+            )
         run = agent.start(prompt, workspace=workspace, run_id=run_id or None)
         self._remember(run)
         self._spawn(run.stream(), run.id)
@@ -155,8 +161,11 @@ class StdioServer:
         agent = await self._agent(config, store_url(config, self.workspace))
         assert agent.store is not None
         row = await agent.store.get_run(run_id)
-        if row is None or row.status != "waiting":
+        if row is None:
             return None
+        if row.status != "waiting":
+            hint = ' (send {"run_id": ..., "resume": true} to continue it)' if row.status != "done" else ""
+            raise BadRequestError(f"run {run_id!r} is {row.end_status or row.status}, not waiting{hint}")
         if not agent.model_spec:
             agent.model_spec = row.model
         run = await agent.resume(run_id)

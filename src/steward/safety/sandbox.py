@@ -223,16 +223,25 @@ def sandbox_from_config(config: SandboxConfig) -> BubblewrapSandbox:
 class _Placeholders:
     """Empty files and directories made in the workspace as mount points for missing protected
     paths, counted per path across the sandboxes of this process, so that one command never
-    removes a placeholder another one still has mounted (the kernel would unmount it there)."""
+    removes a placeholder another one still has mounted (the kernel would unmount it there).
+
+    Each one made is noted with this process's id in ``.steward/placeholders`` of its workspace:
+    a process killed mid-command cannot remove its placeholders, so the next process to use the
+    workspace removes those of processes that are gone (if still empty).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[Path, int] = {}
+        self._swept: set[Path] = set()
 
-    def acquire(self, dirs: Sequence[Path], files: Sequence[Path], others: Sequence[Path]) -> list[Path]:
+    def acquire(
+        self, dirs: Sequence[Path], files: Sequence[Path], others: Sequence[Path], root: Path | None = None
+    ) -> list[Path]:
         """Claim each path that is missing (creating it: an empty directory or file, which is far
         cheaper than bwrap making the mount point) or already a placeholder; return the claimed."""
         claimed: list[Path] = []
+        made: list[Path] = []
         with self._lock:
             for path, kind in [
                 *((d, "dir") for d in dirs),
@@ -242,12 +251,24 @@ class _Placeholders:
                 if self._counts.get(path):
                     self._counts[path] += 1
                 elif kind and not os.path.lexists(path):
+                    if root is not None and not made:
+                        _note(root, [])  # the ledger first: .steward must not become a placeholder
                     _create_placeholder(path, kind)
                     self._counts[path] = 1
+                    made.append(path)
                 else:
                     continue
                 claimed.append(path)
+            if root is not None and made:
+                _note(root, made)
         return claimed
+
+    def sweep(self, root: Path) -> None:
+        """Once per workspace and process: remove placeholders left by processes now gone."""
+        with self._lock:
+            if root not in self._swept:
+                self._swept.add(root)
+                _sweep_stale(root)
 
     def release(self, paths: Sequence[Path]) -> None:
         with self._lock:
@@ -258,6 +279,42 @@ class _Placeholders:
                     continue
                 self._counts.pop(path, None)
                 _remove_if_empty(path)
+
+
+_LEDGER = Path(".steward") / "placeholders"
+
+
+def _note(root: Path, made: Sequence[Path]) -> None:
+    ledger = root / _LEDGER
+    try:
+        ledger.parent.mkdir(exist_ok=True)
+        if made:
+            with ledger.open("a", encoding="utf-8") as out:
+                out.writelines(f"{os.getpid()} {path}\n" for path in made)
+    except OSError:
+        pass  # best effort: without the note a killed process leaves an empty placeholder behind
+
+
+def _sweep_stale(root: Path) -> None:
+    """Remove the placeholders that processes now gone noted and could not remove themselves."""
+    from steward._proc import pid_alive
+
+    ledger = root / _LEDGER
+    try:
+        lines = ledger.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return
+    kept = []
+    for line in lines[:10_000]:
+        pid_text, _, path = line.partition(" ")
+        if not path or not pid_text.isdigit():
+            continue
+        if pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
+            kept.append(line)
+        else:
+            _remove_if_empty(Path(path))
+    with contextlib.suppress(OSError):
+        ledger.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
 
 
 def _create_placeholder(path: Path, kind: str) -> None:
@@ -525,12 +582,13 @@ class BubblewrapSandbox:
         if root == Path("/") or not root.is_dir():
             raise ToolError(f"The workspace {str(root)!r} is not a directory that can be sandboxed.")
         scratch = _SCRATCH.files(self.settings.uid, self.settings.gid)
+        _PLACEHOLDERS.sweep(root)  # before looking: a stale empty .git would pass for a repository
         protection = find_protected(root) if writable else None
         placeholders: list[Path] = []
         if protection is not None:
             _create_harmless(protection)
             placeholders = _PLACEHOLDERS.acquire(
-                protection.missing_dirs, protection.missing_files, protection.existing
+                protection.missing_dirs, protection.missing_files, protection.existing, root
             )
         cgroup = None
         try:

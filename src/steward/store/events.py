@@ -243,8 +243,23 @@ class EventStore:
             found = row.one_or_none()
         return None if found is None else RunRow(**found)
 
-    async def find_run(self, prefix: str) -> RunRow:
-        """The run whose id is ``prefix`` or starts with it; a clear error otherwise."""
+    async def find_run(self, prefix: str, *, last: Sequence[str] = ()) -> RunRow:
+        """The run whose id is ``prefix`` or starts with it; a clear error otherwise.
+
+        ``"last"`` is the newest run, or the newest whose status is in ``last`` if given.
+        """
+        if not prefix.strip():
+            raise StewardError("give a run id (or a unique prefix of one); `steward runs list` shows them")
+        if prefix == "last":
+            query = sa.select(runs_table).order_by(runs_table.c.created_at.desc(), runs_table.c.id.desc())
+            if last:
+                query = query.where(runs_table.c.status.in_(list(last)))
+            async with self._engine.connect() as conn:
+                newest = (await conn.execute(query.limit(1))).mappings().one_or_none()
+            if newest is None:
+                which = f"{' or '.join(last)} run" if last else "run"
+                raise StewardError(f"no {which} in the store at {self.where}; `steward runs list` shows them")
+            return RunRow(**newest)
         exact = await self.get_run(prefix)
         if exact is not None:
             return exact
@@ -345,12 +360,18 @@ class _Writer:
         self._queued = 0  # ops ever queued
         self._written = 0  # ops whose batch has been written (or has failed)
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._closed = False
 
     @property
     def busy(self) -> bool:
         return self._written < self._queued
 
     def put(self, log: RunLog, op: _Op) -> None:
+        if self._closed:
+            raise StoreError(
+                f"the store at {self._where} is closed; run {log.run_id} was not recorded past seq "
+                f"{log.durable_seq}. `steward resume {log.run_id}` continues it"
+            )
         self._queue.append(op)
         self._queued += 1
         self._start()
@@ -366,6 +387,7 @@ class _Writer:
 
     async def close(self) -> None:
         await self.flush()
+        self._closed = True
         if self._task is not None:
             await asyncio.shield(self._task)
         if self._thread is not None:
@@ -386,9 +408,10 @@ class _Writer:
             batch, self._queue = self._queue, []
             try:
                 await self._write_with_retries(batch)
-            except StoreError as exc:
+            except Exception as exc:  # whatever it was, the waiters must hear of it, not hang
+                error = exc if isinstance(exc, StoreError) else write_error(self._where, exc, "failed")
                 for op in batch:
-                    op.log.error = exc
+                    op.log.error = error
             else:
                 for op in batch:
                     op.log.durable_seq = max(op.log.durable_seq, op.seq)
