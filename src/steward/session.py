@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from steward.context import DEFAULT_CHARS_PER_TOKEN
+
 if TYPE_CHECKING:
     from steward.agent import Agent, Run
     from steward.store.sessions import SessionRow, SessionStore, Turn
@@ -105,7 +107,7 @@ async def session_history(agent: Agent, session_id: str, *, before_run: str | No
     if covered is not None:
         ids = [t.run_id for t in finished]
         finished = finished[ids.index(covered) + 1 :] if covered in ids else finished
-    budget = int(agent.limits.request_token_budget * 3.5 * HISTORY_SHARE)
+    budget = int(agent.limits.request_token_budget * DEFAULT_CHARS_PER_TOKEN * HISTORY_SHARE)
     if sum(len(t.goal) + len(t.output) for t in finished) > budget and len(finished) > KEEP_TURNS:
         old, finished = finished[:-KEEP_TURNS], finished[-KEEP_TURNS:]
         summary = await _summarise_turns(agent, session_id, summary, old)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from steward.config import Config
     from steward.events import Event
     from steward.run_state import Approval
+    from steward.store.events import RunRow
 
 app = typer.Typer(
     name="steward",
@@ -499,7 +500,7 @@ def _continue(
     raise typer.Exit(code)
 
 
-async def _find_run(agent: Agent, run_id: str, *, waiting: bool) -> Any:
+async def _find_run(agent: Agent, run_id: str, *, waiting: bool) -> RunRow:
     assert agent.store is not None
     # "last": the newest run that waits (to answer or approve it), or that did not finish.
     last = ("waiting",) if waiting else ("running", "waiting", "cancelled", "failed")

@@ -38,7 +38,7 @@ from steward.cli.app import store_url
 from steward.config import Config, load_config
 from steward.errors import StewardError
 from steward.events import ErrorEvent, Event, encode_event
-from steward.store.events import EventStore, open_store
+from steward.store.events import EventStore, RunRow, open_store
 
 _KEYS = {
     "prompt", "workspace", "model", "max_steps", "run_id", "answer", "approve", "remember", "deny", "resume",
@@ -157,8 +157,7 @@ class StdioServer:
         run = self.runs.get(run_id)
         if run is not None or not run_id:
             return run
-        config = load_config(self.workspace, overrides={"model": self.model} if self.model else None)
-        agent = await self._agent(config, store_url(config, self.workspace))
+        agent = await self._store_agent()
         assert agent.store is not None
         row = await agent.store.get_run(run_id)
         if row is None:
@@ -166,29 +165,29 @@ class StdioServer:
         if row.status != "waiting":
             hint = ' (send {"run_id": ..., "resume": true} to continue it)' if row.status != "done" else ""
             raise BadRequestError(f"run {run_id!r} is {row.end_status or row.status}, not waiting{hint}")
-        if not agent.model_spec:
-            agent.model_spec = row.model
-        run = await agent.resume(run_id)
-        self._remember(run)
-        return run
+        return await self._rebuild(agent, row)
 
     async def _resume(self, request: dict[str, Any], run_id: str) -> None:
         if request.get("resume") is not True or not run_id:
             raise BadRequestError('resume a recorded run with {"run_id": "...", "resume": true}')
         if run_id in self.runs and self.runs[run_id].status != "waiting":
             raise BadRequestError(f"run {run_id!r} is {self.runs[run_id].status} in this server already")
-        config = load_config(self.workspace, overrides={"model": self.model} if self.model else None)
-        agent = await self._agent(config, store_url(config, self.workspace))
+        agent = await self._store_agent()
         assert agent.store is not None
-        row = await agent.store.find_run(run_id)
+        run = await self._rebuild(agent, await agent.store.find_run(run_id))
+        self._spawn(_replay_waiting(run) if run.status == "waiting" else run.stream(), run.id)
+
+    async def _store_agent(self) -> Agent:
+        """The agent of the server's own workspace and its store (where earlier servers recorded)."""
+        config = load_config(self.workspace, overrides={"model": self.model} if self.model else None)
+        return await self._agent(config, store_url(config, self.workspace))
+
+    async def _rebuild(self, agent: Agent, row: RunRow) -> Run:
         if not agent.model_spec:
-            agent.model_spec = row.model
+            agent.model_spec = row.model  # the model the run was started with
         run = await agent.resume(row.id)
         self._remember(run)
-        if run.status == "waiting":
-            self._spawn(_replay_waiting(run), run.id)
-        else:
-            self._spawn(run.stream(), run.id)
+        return run
 
     async def _answer(self, request: dict[str, Any], run_id: str) -> None:
         text = _field(request, "answer", str, "a string")

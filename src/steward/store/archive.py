@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from steward.store.engine import write_transaction
+from steward.store.engine import like_pattern, write_transaction
 from steward.store.schema import archive, events, runs
 
 
@@ -72,7 +72,7 @@ class ArchiveStore:
         needle = text.strip().lower()
         if not needle:
             return []
-        pattern = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        pattern = like_pattern(needle)
         hits: list[Hit] = []
         async with self._engine.connect() as conn:
             found = await conn.execute(

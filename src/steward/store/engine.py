@@ -74,8 +74,7 @@ def make_sync_engine(url: str) -> sa.Engine | None:
     if parsed.get_backend_name() != "sqlite":
         return None
     engine = sa.create_engine(parsed.set(drivername="sqlite"), poolclass=sa.pool.SingletonThreadPool)
-    event.listen(engine, "connect", _sqlite_on_connect)
-    event.listen(engine, "begin", _sqlite_on_begin)
+    event.listen(engine, "connect", _sqlite_on_connect)  # the writer itself says BEGIN IMMEDIATE
     return engine
 
 
@@ -116,9 +115,6 @@ def _sqlite_on_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
 
 
-WRITE_OPTIONS = {_WRITE: True}  # for sync connections of the writer thread
-
-
 @asynccontextmanager
 async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """A short transaction that will write; on SQLite it holds the write lock from its start."""
@@ -126,6 +122,22 @@ async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
         await conn.execution_options(**{_WRITE: True})
         async with conn.begin():
             yield conn
+
+
+def like_pattern(text: str, *, prefix: bool = False) -> str:
+    """``text`` as a LIKE pattern (with ``escape="\\"``): a substring, or a prefix."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%" if prefix else "%" + escaped + "%"
+
+
+async def by_id_or_prefix(engine: AsyncEngine, table: sa.Table, text: str) -> list[sa.RowMapping]:
+    """The row whose id is ``text``, else up to two rows whose id starts with it (two: ambiguous)."""
+    async with engine.connect() as conn:
+        exact = (await conn.execute(sa.select(table).where(table.c.id == text))).mappings().all()
+        if exact:
+            return list(exact)
+        query = sa.select(table).where(table.c.id.like(like_pattern(text, prefix=True), escape="\\"))
+        return list((await conn.execute(query.limit(2))).mappings().all())
 
 
 def open_error(url: URL, exc: BaseException) -> ConfigError:

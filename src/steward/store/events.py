@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from steward.errors import StewardError, StoreError
 from steward.events import Event, decode_event
 from steward.store.engine import (
+    by_id_or_prefix,
     make_engine,
     make_sync_engine,
     open_error,
@@ -260,13 +261,7 @@ class EventStore:
                 which = f"{' or '.join(last)} run" if last else "run"
                 raise StewardError(f"no {which} in the store at {self.where}; `steward runs list` shows them")
             return RunRow(**newest)
-        exact = await self.get_run(prefix)
-        if exact is not None:
-            return exact
-        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        query = sa.select(runs_table).where(runs_table.c.id.like(escaped + "%", escape="\\")).limit(2)
-        async with self._engine.connect() as conn:
-            rows = (await conn.execute(query)).mappings().all()
+        rows = await by_id_or_prefix(self._engine, runs_table, prefix)
         if len(rows) == 1:
             return RunRow(**rows[0])
         if not rows:
@@ -323,7 +318,7 @@ class RunLog:
 
     async def flush(self) -> None:
         """Wait until everything this run queued is committed; raise ``StoreError`` if it failed."""
-        if self.error is None and (self.durable_seq < self.last_seq or self._writer.busy):
+        if self.error is None:
             await self._writer.flush()
         if self.error is not None:
             raise self.error
@@ -361,10 +356,6 @@ class _Writer:
         self._written = 0  # ops whose batch has been written (or has failed)
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._closed = False
-
-    @property
-    def busy(self) -> bool:
-        return self._written < self._queued
 
     def put(self, log: RunLog, op: _Op) -> None:
         if self._closed:

@@ -16,7 +16,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from steward.errors import StewardError
-from steward.store.engine import write_transaction
+from steward.store.engine import by_id_or_prefix, write_transaction
 from steward.store.schema import runs as runs_table
 from steward.store.schema import sessions as sessions_table
 
@@ -74,13 +74,7 @@ class SessionStore:
 
     async def get(self, id_or_prefix: str) -> SessionRow:
         """The session whose id is ``id_or_prefix`` or starts with it; a clear error otherwise."""
-        exact = await self._one(sessions_table.c.id == id_or_prefix)
-        if exact is not None:
-            return exact
-        escaped = id_or_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        query = sa.select(sessions_table).where(sessions_table.c.id.like(escaped + "%", escape="\\")).limit(2)
-        async with self._engine.connect() as conn:
-            rows = (await conn.execute(query)).mappings().all()
+        rows = await by_id_or_prefix(self._engine, sessions_table, id_or_prefix)
         if len(rows) == 1:
             return SessionRow(**rows[0])
         if not rows:

@@ -9,7 +9,6 @@ SIGKILL right after writing its line, a crash in the middle of a tool call.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
@@ -114,7 +113,3 @@ def trajectory_agent(*, approvals: bool = True) -> Agent:
 def markers(workspace: Path) -> list[str]:
     path = workspace / MARKERS
     return path.read_text(encoding="utf-8").split() if path.exists() else []
-
-
-def encode_args(arguments: dict[str, Any]) -> str:
-    return json.dumps(arguments, sort_keys=True)
