@@ -37,6 +37,7 @@ from steward.tools.recall import recall_toolset
 from steward.working_memory import WorkingMemory
 
 if TYPE_CHECKING:
+    from steward.mcp.toolset import McpToolset
     from steward.memory.blocks import CoreMemory, MemoryBlock
     from steward.safety.policy import Policy
     from steward.session import History
@@ -421,6 +422,7 @@ class Agent:
         self._builtin_tools = builtin_tools
         self._toolset: Toolset | None = None
         self._toolset_store: EventStore | None = None
+        self._mcp: list[Toolset] | None = None
         self._static = _static_prompt(name, self.instructions)
 
     @property
@@ -462,6 +464,8 @@ class Agent:
             await self._model.aclose()
         if self._toolset is not None:
             await self._toolset.aclose()
+        for server in self._mcp or ():
+            await server.aclose()  # already closed through the toolset when it was built; harmless
 
     def warnings(self) -> list[str]:
         """What the user should hear once the agent is no longer used."""
@@ -556,12 +560,42 @@ class Agent:
                 from steward.tools.history import history_toolset
 
                 parts.append(history_toolset(self.store))
+            parts.extend(self._mcp_toolsets())
+            from steward.context import DEFAULT_CHARS_PER_TOKEN
+            from steward.rules import RulesToolset
             from steward.safety.guard import Guard
             from steward.safety.toolset import GuardedToolset
+            from steward.tools.discovery import DiscoveryToolset
 
-            # One safety model for every tool surface: built-in, user and MCP tools alike.
-            self._toolset = GuardedToolset(CombinedToolset(parts), guard=Guard(), policy=self.policy)
+            # Rules (nested AGENTS.md, skills) and discovery wrap every tool; the guard and the
+            # policy wrap them all: one safety model for built-in, user and MCP tools alike.
+            budget_chars = int(self.limits.request_token_budget * DEFAULT_CHARS_PER_TOKEN)
+            offered = DiscoveryToolset(
+                RulesToolset(CombinedToolset(parts), settings=self.config.rules),
+                settings=self.config.tools,
+                budget_chars=budget_chars,
+            )
+            self._toolset = GuardedToolset(offered, guard=Guard(), policy=self.policy)
         return self._toolset
+
+    def mcp_toolset(self) -> McpToolset | None:
+        """The toolset of the configured MCP servers (None when there are none)."""
+        from steward.mcp.toolset import McpToolset
+
+        found = [t for t in self._mcp_toolsets() if isinstance(t, McpToolset)]
+        return found[0] if found else None
+
+    def _mcp_toolsets(self) -> list[Toolset]:
+        """One toolset per configured MCP server, made once (they own processes/connections)."""
+        if self._mcp is None:
+            servers = {n: c for n, c in self.config.mcp_servers.items() if c.enabled}
+            if servers:
+                from steward.mcp import mcp_toolsets
+
+                self._mcp = list(mcp_toolsets(servers, config=self.config))
+            else:
+                self._mcp = []
+        return list(self._mcp)
 
     async def resume(self, run_id: str, *, max_attempts: int = 3, force: bool = False) -> Run:
         """The run ``run_id`` (or a unique prefix of it) rebuilt from the store, ready to go on.
@@ -661,6 +695,13 @@ class Agent:
             rid, goal, ws, memory, counters=LoopCounters(max_steps=lim.max_steps), session_id=session_id
         )
         static = self._static
+        if self.config.rules.agents_md or self.config.rules.skill_dirs:
+            from steward.rules import rules_prompt
+
+            # The root AGENTS.md, the topics of the documents it links, and the skills' names.
+            extra = rules_prompt(ws, self.config.rules)
+            if extra:
+                static += "\n\n" + extra
         if history is not None:
             # Earlier turns of the session: goals and final answers only, never their tool calls.
             for asked, answered in history.turns:

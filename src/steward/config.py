@@ -61,7 +61,7 @@ class Limits:
         4_000, "Tool outputs longer than this are compacted by the model (0: never).", ge=0
     )
     compact_skip_tools: list[str] = field(
-        default_factory=lambda: ["recall_output", "read_file"],
+        default_factory=lambda: ["recall_output", "read_file", "load_skill", "read_rules"],
         metadata={"doc": "Tools whose outputs are never compacted (the agent needs them verbatim)."},
     )
     summarize_turns: bool = _f(True, "Summarise the oldest turns when the transcript outgrows the budget.")
@@ -119,6 +119,94 @@ class StoreSettings:
     )
 
 
+@dataclass(slots=True)
+class ToolsSettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    discovery: Literal["auto", "on", "off"] = _f(
+        "auto",
+        "auto: offer discover_tools instead of every schema when the tools would take more than "
+        "discovery_share of the request budget or number more than discovery_max_tools; on; off.",
+    )
+    discovery_share: float = _f(
+        0.2, "Share of the request budget tool schemas may take before discovery.", gt=0, le=1
+    )
+    discovery_max_tools: int = _f(40, "More tools than this turn discovery on (auto).", ge=1)
+    always_offer: list[str] = field(
+        default_factory=lambda: [
+            "bash", "read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "recall_output",
+            "load_skill", "read_rules", "memory_*",
+        ],
+        metadata={"doc": "Tools (glob patterns) offered even when discovery is on."},
+    )  # fmt: skip
+
+
+@dataclass(slots=True)
+class RulesSettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    agents_md: bool = _f(
+        True, "Read AGENTS.md: the root file into the prompt, nested ones when their files are touched."
+    )
+    max_chars: int = _f(12_000, "Most characters of one AGENTS.md given to the model.", ge=500)
+    skill_dirs: list[str] = field(
+        default_factory=lambda: [".steward/skills", ".agents/skills", "~/.config/steward/skills"],
+        metadata={
+            "doc": "Folders searched for skills (each a folder with a SKILL.md); relative to the workspace."
+        },
+    )
+
+
+@dataclass(slots=True)
+class McpServerConfig:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    command: str | None = _f(None, "stdio: the program to start (found on PATH).")
+    args: list[str] = field(default_factory=list, metadata={"doc": "stdio: its arguments."})
+    env: dict[str, str] = field(
+        default_factory=dict,
+        metadata={"doc": "stdio: variables set for it; ${NAME} takes NAME from our environment."},
+    )
+    env_passthrough: list[str] = field(
+        default_factory=list,
+        metadata={"doc": "stdio: variables of ours passed through by name (others are not)."},
+    )
+    cwd: str | None = _f(
+        None, "stdio: its working directory, relative to the workspace (default: the workspace)."
+    )
+    url: str | None = _f(None, "streamable HTTP: the server's URL.")
+    headers: dict[str, str] = field(
+        default_factory=dict, metadata={"doc": "HTTP: headers sent with every request; ${NAME} is expanded."}
+    )
+    enabled: bool = _f(True, "false keeps the server configured but not started.")
+    startup_timeout_s: float = _f(
+        30.0, "Seconds the server may take to start and answer the handshake.", gt=0
+    )
+    call_timeout_s: float = _f(120.0, "Seconds one call (tool, resource, prompt) may take.", gt=0)
+    tool_timeouts: dict[str, float] = field(
+        default_factory=dict, metadata={"doc": "Per-tool timeouts in seconds, by the server's tool name."}
+    )
+    approval: Literal["ask", "read_only", "allow"] = _f(
+        "ask",
+        "Default for its tools when no policy rule matches: ask; read_only: run tools the server marks "
+        "read-only without asking; allow: trust every tool.",
+    )
+    include_tools: list[str] = field(
+        default_factory=list, metadata={"doc": "Offer only these tools (globs)."}
+    )
+    exclude_tools: list[str] = field(
+        default_factory=list, metadata={"doc": "Never offer these tools (globs)."}
+    )
+    sandbox: bool = _f(
+        False, "stdio: run the server inside bubblewrap (workspace read-only unless writable)."
+    )
+    network: bool = _f(False, "With sandbox: allow the server the network.")
+    readable: list[str] = field(
+        default_factory=list, metadata={"doc": "With sandbox: extra paths it may read."}
+    )
+    writable: list[str] = field(default_factory=list, metadata={"doc": "With sandbox: paths it may write."})
+
+
 PROVIDERS = ("anthropic", "ollama", "openai")
 
 
@@ -137,6 +225,11 @@ class Config:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig, metadata={"doc": "The OS sandbox."})
     store: StoreSettings = field(default_factory=StoreSettings, metadata={"doc": "Where runs are recorded."})
     memory: MemorySettings = field(default_factory=MemorySettings, metadata={"doc": "Core memory blocks."})
+    tools: ToolsSettings = field(default_factory=ToolsSettings, metadata={"doc": "Tool discovery."})
+    rules: RulesSettings = field(default_factory=RulesSettings, metadata={"doc": "AGENTS.md and skills."})
+    mcp_servers: dict[str, McpServerConfig] = field(
+        default_factory=dict, metadata={"doc": "MCP servers by name: [mcp_servers.NAME] with command or url."}
+    )
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -147,6 +240,9 @@ _SECTIONS: dict[str, type[Any]] = {
     "sandbox": SandboxConfig,
     "store": StoreSettings,
     "memory": MemorySettings,
+    "tools": ToolsSettings,
+    "rules": RulesSettings,
+    "mcp_servers": McpServerConfig,
 }
 
 
@@ -201,7 +297,9 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _allowed(loc: list[str]) -> str:
-    section = _SECTIONS["models" if loc and loc[0] == "models" else (loc[0] if len(loc) > 1 else "")]
+    if loc and loc[0] in ("models", "mcp_servers"):
+        return ", ".join(f.name for f in fields(_SECTIONS[loc[0]]))
+    section = _SECTIONS[loc[0] if len(loc) > 1 else ""]
     return ", ".join(f.name for f in fields(section))
 
 

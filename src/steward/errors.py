@@ -54,7 +54,14 @@ class ApprovalRequired(StewardError):  # noqa: N818 - control flow: the run paus
     """A call needs a human's approval before it runs; the loop pauses the run on it."""
 
     def __init__(
-        self, *, tool: str, arguments: dict[str, Any], call_hash: str, reason: str, suggestion: str | None
+        self,
+        *,
+        tool: str,
+        arguments: dict[str, Any],
+        call_hash: str,
+        reason: str,
+        suggestion: str | None,
+        description: str = "",
     ) -> None:
         super().__init__(f"{tool} needs approval: {reason}")
         self.tool = tool
@@ -62,6 +69,8 @@ class ApprovalRequired(StewardError):  # noqa: N818 - control flow: the run paus
         self.call_hash = call_hash
         self.reason = reason
         self.suggestion = suggestion
+        #: What the tool says it does, shown to the human (MCP tools: the server's own words).
+        self.description = description
 
 
 class RunError(StewardError):

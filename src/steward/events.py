@@ -185,6 +185,7 @@ class ApprovalGateEvent(Event):
     default: str  # "deny" | "allow": what happens at the deadline
     suggestion: str | None = None  # the rule "approve always" would remember
     call_hash: str = ""  # binds the approval to these exact arguments
+    description: str = ""  # what the tool says it does (an MCP server's own description)
 
 
 @dataclass(slots=True)

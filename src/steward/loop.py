@@ -506,7 +506,7 @@ class Loop:
             )
         self.ctx.notes.clear()
         duration = (time.perf_counter() - started) * 1000
-        yield self._record(call, tool, arguments, thinking, summary, result, duration, n)
+        yield self._record(call, tool, arguments, thinking, summary, result, duration, n, result.category)
         if self._compactable(tool, result):
             async for event in self._compact_output(call, tool, arguments, result):
                 yield event
@@ -532,6 +532,7 @@ class Loop:
         match recorded:
             case ToolResultEvent(call_id=call_id) if call_id == call.id:
                 result = ToolResult(recorded.output, is_error=recorded.status == "failed")
+                self.toolset.replayed(tool, arguments, result, self.ctx)
                 yield self._record(
                     call, tool, arguments, thinking, summary, result, recorded.duration_ms, n,
                     recorded.error_category,
@@ -547,6 +548,7 @@ class Loop:
                     call_hash=recorded.call_hash,
                     reason=recorded.reason,
                     suggestion=recorded.suggestion,
+                    description=recorded.description,
                 )
                 yield Pause(self._approval(call, request, thinking, summary, deadline=recorded.deadline))
             case None if announce:
@@ -702,6 +704,7 @@ class Loop:
             call_hash=request.call_hash,
             reason=request.reason,
             suggestion=request.suggestion,
+            description=request.description,
             deadline=deadline if deadline is not None else time.time() + s.approval_timeout_s,
             default=s.approval_default,
             call=call,
@@ -835,6 +838,7 @@ def _gate_event(pending_id: str, a: Approval) -> Event:
         default=a.default,
         suggestion=a.suggestion,
         call_hash=a.call_hash,
+        description=a.description,
     )
 
 

@@ -60,6 +60,7 @@ class Approval:
     call: ToolCall
     thinking: str
     summary: str
+    description: str = ""
 
 
 @dataclass(slots=True, frozen=True)

@@ -734,6 +734,15 @@ def _sessions_app() -> typer.Typer:
 app.add_typer(_sessions_app(), name="sessions")
 
 
+def _mcp_app() -> typer.Typer:
+    from steward.cli.mcp import mcp_app
+
+    return mcp_app
+
+
+app.add_typer(_mcp_app(), name="mcp")
+
+
 @app.command()
 def version() -> None:
     """Print Steward's version."""

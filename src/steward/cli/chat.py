@@ -2,24 +2,29 @@
 
 Input: a line is a message; end a line with a backslash to continue it on the next line, or
 paste a block between two lines of three double quotes. Commands: ``/new`` (close this
-session with a summary and start the next from it), ``/sessions``, ``/help``, ``/quit``.
+session with a summary and start the next from it), ``/sessions``, ``/help``, ``/quit``, and
+the MCP commands ``/mcp``, ``/resources``, ``/resource``, ``/prompts``, ``/prompt``.
 """
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
+from steward.cli.mcp import CHAT_COMMANDS, CHAT_HELP, chat_command
+
 if TYPE_CHECKING:
     from steward.agent import Agent
+    from steward.session import Session
 
 HELP = (
     "Type a message and press Enter. Multi-line: end a line with \\ to continue, or paste between "
     'lines of """.\n/new      close this session with a summary and start a new one from it\n'
-    "/sessions list recent sessions\n/quit     leave (also Ctrl-D)"
+    "/sessions list recent sessions\n/quit     leave (also Ctrl-D)\n"
 )
 MAX_LINES = 10_000  # one message's lines; a paste larger than this is cut
 
@@ -70,6 +75,7 @@ async def chat(
         err=True,
     )
     code = 0
+    attached = ""  # a resource read with /resource, sent with the next message
     for _ in range(1_000_000):  # messages of one chat; ends at /quit or end of input
         text = await read_message()
         if text is None:
@@ -77,27 +83,58 @@ async def chat(
         message = text.strip()
         if not message:
             continue
-        if message.startswith("/"):
-            match message.split()[0].lower():
-                case "/quit" | "/exit" | "/q":
-                    break
-                case "/help":
-                    typer.echo(HELP, err=True)
-                case "/sessions":
-                    await _list_sessions(agent, current=session.id)
-                case "/new":
-                    closed = session.id
-                    session = await session.new()
-                    summary = session.row.previous_id and await _summary_of(agent, closed)
-                    typer.echo(f"steward: session {closed} closed; new session {session.id}", err=True)
-                    if summary:
-                        typer.echo(f"summary carried over: {summary}", err=True)
-                case other:
-                    typer.echo(f"steward: unknown command {other}; /help lists them", err=True)
+        if message.split()[0].lower() in CHAT_COMMANDS:
+            # /resource attaches to the next message; /prompt sends the prompt as this one.
+            send, attached = await _mcp_command(agent, message, workspace, attached)
+            if not send:
+                continue
+            message = send
+        elif message.startswith("/"):
+            if message.split()[0].lower() in ("/quit", "/exit", "/q"):
+                break
+            session = await _command(agent, session, message.split()[0].lower())
             continue
+        if attached:
+            message, attached = f"{attached}\n\n{message}", ""
         run = await session.start(message, workspace=workspace)
         code = await _drive(run, json_lines=json_lines, quiet=quiet)
     return code
+
+
+async def _command(agent: Agent, session: Session, command: str) -> Session:
+    """A chat command other than /quit and the MCP ones; returns the session to go on with."""
+    match command:
+        case "/help":
+            typer.echo(HELP + CHAT_HELP, err=True)
+        case "/sessions":
+            await _list_sessions(agent, current=session.id)
+        case "/new":
+            closed = session.id
+            session = await session.new()
+            summary = session.row.previous_id and await _summary_of(agent, closed)
+            typer.echo(f"steward: session {closed} closed; new session {session.id}", err=True)
+            if summary:
+                typer.echo(f"summary carried over: {summary}", err=True)
+        case other:
+            typer.echo(f"steward: unknown command {other}; /help lists them", err=True)
+    return session
+
+
+async def _mcp_command(agent: Agent, message: str, workspace: Path, attached: str) -> tuple[str, str]:
+    """Run an MCP command of chat; return (message to send now or "", attachment for the next)."""
+    from steward.errors import StewardError
+
+    try:
+        words = shlex.split(message)
+        shown, send = await chat_command(agent.mcp_toolset(), words, workspace)
+    except ValueError as exc:
+        shown, send = f"steward: cannot read the command ({exc}); check its quotes", ""
+    except StewardError as exc:
+        shown, send = f"steward: {exc}", ""
+    typer.echo(shown, err=True)
+    if words[0].lower() == "/resource":
+        return "", send or attached
+    return send, attached
 
 
 async def _summary_of(agent: Agent, session_id: str) -> str:

@@ -315,7 +315,7 @@ async def _replay_waiting(run: Run) -> AsyncIterator[Event]:
         a = pending.approval
         gate = ApprovalGateEvent(
             id=pending.id, tool=a.tool, input=a.arguments, reason=a.reason, deadline=a.deadline,
-            default=a.default, suggestion=a.suggestion, call_hash=a.call_hash,
+            default=a.default, suggestion=a.suggestion, call_hash=a.call_hash, description=a.description,
         )  # fmt: skip
         shown.append(gate)
     shown.append(WaitingEvent(kind=pending.kind, id=pending.id, question=pending.question))

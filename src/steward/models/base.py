@@ -99,6 +99,15 @@ class ToolSpec:
     name: str
     description: str
     parameters: Mapping[str, Any]
+    #: Where the tool comes from ("" for Python tools, "mcp:SERVER" for an MCP server's). Never
+    #: sent to the model; the safety wrapper and discovery read it.
+    origin: str = field(default="", compare=False)
+    #: The policy's default for this tool when no rule matches: "allow", or "ask" (tools of
+    #: MCP servers not trusted by the user's configuration).
+    default_action: str = field(default="allow", compare=False)
+    #: A digest of what the tool says it does (description and schema); an approval holds
+    #: only while it stays the same. "" for tools that cannot change under us.
+    fingerprint: str = field(default="", compare=False)
 
 
 @dataclass(slots=True, frozen=True)

@@ -20,10 +20,13 @@ from steward.errors import ConfigError
 Verdict = Literal["approved", "denied", "expired"]
 
 
-def call_hash(tool: str, arguments: Mapping[str, Any]) -> str:
-    canonical = json.dumps(
-        {"tool": tool, "arguments": arguments}, sort_keys=True, separators=(",", ":"), default=str
-    )
+def call_hash(tool: str, arguments: Mapping[str, Any], fingerprint: str = "") -> str:
+    """Binds an approval to one tool, these exact arguments, and (for tools that can change
+    under us, such as an MCP server's) what the tool said it does when it was approved."""
+    subject: dict[str, Any] = {"tool": tool, "arguments": arguments}
+    if fingerprint:
+        subject["fingerprint"] = fingerprint
+    canonical = json.dumps(subject, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

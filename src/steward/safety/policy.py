@@ -177,13 +177,28 @@ class Policy:
         if rule not in self.rules:
             self.rules.append(rule)
 
-    def decide(self, tool: str, arguments: Mapping[str, Any], verdict: GuardVerdict) -> Decision:
-        """Decide one proposed call, after the guard judged it."""
+    def decide(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        verdict: GuardVerdict,
+        *,
+        default: str = "allow",
+        changed: str = "",
+    ) -> Decision:
+        """Decide one proposed call, after the guard judged it.
+
+        ``default``: the tool's own default when no rule matches ("ask" for MCP servers the
+        configuration does not trust). ``changed``: why an earlier approval no longer holds (the
+        tool's description changed); such a call asks whatever the rules say.
+        """
         if verdict.blocked:
             return Decision("deny", f"blocked by the guard: {verdict.reason()}")
         if not self.write and tool in WRITE_TOOLS:
             return Decision("deny", "writing is turned off for this agent (write = false)")
-        decision = self._by_rules(tool, _subjects(tool, arguments, verdict), verdict)
+        decision = self._by_rules(tool, _subjects(tool, arguments, verdict), verdict, default)
+        if changed and decision.action != "deny":
+            return self._changed(decision, changed)
         if decision.action == "ask" and self.mode == "autonomous":
             if any(f.category == "unparsable" for f in verdict.findings):
                 # What the guard cannot read, nobody has judged: without a human it is refused.
@@ -193,7 +208,13 @@ class Policy:
                             network=verdict.network, auto=True)  # fmt: skip
         return decision
 
-    def _by_rules(self, tool: str, subjects: Sequence[str], verdict: GuardVerdict) -> Decision:
+    def _changed(self, decision: Decision, why: str) -> Decision:
+        if self.mode == "autonomous":
+            # Nobody has read the new description: the tool is not run unattended.
+            return Decision("deny", f"{why}; a changed tool is not run unattended (autonomous mode)")
+        return Decision("ask", why, network=decision.network, suggestion=decision.suggestion)
+
+    def _by_rules(self, tool: str, subjects: Sequence[str], verdict: GuardVerdict, default: str) -> Decision:
         suggestion = _suggest(tool, subjects, exact=verdict.flagged)
         for action in ("deny", "ask"):
             for rule in self.rules:
@@ -209,6 +230,9 @@ class Policy:
             first = covering[0]
             return Decision("allow", f"allowed by the rule allow {first} ({first.source if first else ''})",
                             first, network=verdict.network)  # fmt: skip
+        if default == "ask" and not verdict.blocked:
+            return Decision("ask", "tools of this MCP server ask first unless a rule allows them",
+                            network=verdict.network, suggestion=suggestion)  # fmt: skip
         return _default(tool, verdict, suggestion)
 
 

@@ -63,7 +63,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -538,9 +538,18 @@ class BubblewrapSandbox:
 
     @contextlib.asynccontextmanager
     async def command(
-        self, argv: Sequence[str], *, workspace: Path, network: bool, writable: bool
+        self,
+        argv: Sequence[str],
+        *,
+        workspace: Path,
+        network: bool,
+        writable: bool,
+        env: Mapping[str, str] | None = None,
     ) -> AsyncIterator[list[str]]:
-        """Yield the argv that runs ``argv`` in a sandbox over ``workspace``; undo it afterwards."""
+        """Yield the argv that runs ``argv`` in a sandbox over ``workspace``; undo it afterwards.
+
+        ``env``: the command's whole environment (an MCP server's own), instead of the allowlist
+        taken from ours."""
         if not self.settings.enabled:  # the user's explicit choice (--no-sandbox)
             yield list(argv)
             return
@@ -551,7 +560,13 @@ class BubblewrapSandbox:
             )
         preparing = asyncio.ensure_future(
             asyncio.to_thread(
-                self._prepare, self._host, list(argv), workspace, network or self.settings.network, writable
+                self._prepare,
+                self._host,
+                list(argv),
+                workspace,
+                network or self.settings.network,
+                writable,
+                env,
             )
         )
         try:
@@ -576,7 +591,13 @@ class BubblewrapSandbox:
     # --- building the bwrap command ---------------------------------------------------------
 
     def _prepare(
-        self, host: _Host, argv: list[str], workspace: Path, network: bool, writable: bool
+        self,
+        host: _Host,
+        argv: list[str],
+        workspace: Path,
+        network: bool,
+        writable: bool,
+        env: Mapping[str, str] | None = None,
     ) -> _Prepared:
         root = workspace.resolve(strict=False)
         if root == Path("/") or not root.is_dir():
@@ -607,7 +628,8 @@ class BubblewrapSandbox:
         # bwrap itself gets only the allowlisted environment (not --clearenv/--setenv): the namespace's
         # init is a bwrap process whose /proc/1/environ the command can read, and values given as
         # arguments would show in the host's process list.
-        environment = [f"{name}={value}" for name, value in _environment(self.settings).items()]
+        chosen = _environment(self.settings) if env is None else {**env, **_sandboxed_basics()}
+        environment = [f"{name}={value}" for name, value in chosen.items()]
         command = [host.env, "-i", *environment, *command]
         sentinels = [p for p in protection.sentinels if not os.path.lexists(p)] if protection else []
         return _Prepared(command, placeholders, sentinels, cgroup, protection if writable else None)
@@ -892,6 +914,11 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def _looks_secret(name: str) -> bool:
     upper = name.upper()
     return any(fnmatch.fnmatchcase(upper, pattern) for pattern in ENV_SECRET_PATTERNS)
+
+
+def _sandboxed_basics() -> dict[str, str]:
+    """What a given environment needs to be right inside: the sandbox's HOME and user."""
+    return {"HOME": SANDBOX_HOME, "USER": SANDBOX_USER, "LOGNAME": SANDBOX_USER}
 
 
 def _environment(settings: SandboxSettings) -> dict[str, str]:

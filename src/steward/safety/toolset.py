@@ -6,8 +6,10 @@ for every tool surface.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 from steward.errors import ApprovalRequired
 from steward.models.base import ToolSpec
@@ -38,28 +40,105 @@ class GuardedToolset(WrapperToolset):
         return [t for t in tools if t.name not in WRITE_TOOLS]  # the write switch: not even offered
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        spec = await self.wrapped.spec_of(name, ctx)
+        fingerprint = spec.fingerprint if spec is not None else ""
+        pins = ToolPins.of(ctx.workspace) if fingerprint else None
+        changed = pins.changed(name, spec) if pins is not None and spec is not None else ""
         verdict = self.guard.check(name, arguments, workspace=ctx.workspace)
-        decision = self.policy.decide(name, arguments, verdict)
+        # A tool that is not listed now but belongs to a toolset (a server that is down) could
+        # come back as anything: it asks, as an untrusted MCP tool would.
+        default = spec.default_action if spec else ("ask" if self.wrapped.claims(name) else "allow")
+        decision = self.policy.decide(name, arguments, verdict, default=default, changed=changed)
         if decision.action == "deny":
             ctx.notes.append(("blocked", f"{name}: {decision.reason}"))
             return ToolResult(
                 f"Not run: {decision.reason}. Choose another way to reach the goal.", is_error=True
             )
         if decision.action == "ask":
-            digest = call_hash(name, arguments)
+            # The approval is bound to what the tool says it does: if the server changes the
+            # description between the question and the answer, the answer no longer applies.
+            digest = call_hash(name, arguments, fingerprint)
             if digest not in ctx.grants:
                 raise ApprovalRequired(
                     tool=name,
                     arguments=dict(arguments),
                     call_hash=digest,
                     reason=decision.reason,
-                    suggestion=str(decision.suggestion) if decision.suggestion else None,
+                    suggestion=str(decision.suggestion) if decision.suggestion and not changed else None,
+                    description=spec.description if spec is not None and spec.origin else "",
                 )
             ctx.grants.discard(digest)  # one approval, one call
         elif decision.auto:
             ctx.notes.append(("auto_approved", f"{name}: {decision.reason}"))
+        if pins is not None and spec is not None:
+            pins.pin(spec)  # what was approved (or allowed) to run: a later change asks again
         ctx.allow_network, ctx.writable = decision.network, self.policy.write
         try:
             return await self.wrapped.call_tool(name, arguments, ctx)
         finally:
             ctx.allow_network = False
+
+
+class ToolPins:
+    """The descriptions of tools as they were when first allowed to run, per workspace.
+
+    Kept in ``.steward/tool-pins.json``: an MCP server that later changes what a tool says it
+    does (a "rug pull") gets that tool asked about again, whatever the rules allow.
+    """
+
+    FILE = ".steward/tool-pins.json"
+    _cache: ClassVar[dict[Path, ToolPins]] = {}
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._pins: dict[str, dict[str, str]] | None = None
+        self._mtime: float | None = None
+
+    @classmethod
+    def of(cls, workspace: Path) -> ToolPins:
+        path = workspace / cls.FILE
+        found = cls._cache.get(path)
+        if found is None:
+            found = cls._cache[path] = ToolPins(path)
+        return found
+
+    def _load(self) -> dict[str, dict[str, str]]:
+        try:
+            mtime = self.path.stat().st_mtime
+        except OSError:
+            mtime = None
+        if self._pins is None or mtime != self._mtime:
+            self._mtime = mtime
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8")) if mtime is not None else {}
+            except (OSError, ValueError):
+                data = {}  # unreadable pins pin nothing: tools are asked about as if new
+            self._pins = (
+                {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+            )
+        return self._pins
+
+    def changed(self, name: str, spec: ToolSpec) -> str:
+        pinned = self._load().get(name)
+        if pinned is None or pinned.get("fingerprint") == spec.fingerprint:
+            return ""
+        before = " ".join(str(pinned.get("description", "")).split())[:300]
+        return (
+            f"the tool's description or arguments changed since it was approved (before: {before!r}); "
+            "read the new description before approving"
+        )
+
+    def pin(self, spec: ToolSpec) -> None:
+        pins = self._load()
+        current = pins.get(spec.name)
+        if current is not None and current.get("fingerprint") == spec.fingerprint:
+            return
+        pins[spec.name] = {"fingerprint": spec.fingerprint, "description": spec.description[:2000]}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(pins, indent=1, sort_keys=True), encoding="utf-8")
+            temporary.replace(self.path)
+            self._mtime = self.path.stat().st_mtime
+        except OSError:
+            pass  # a read-only workspace: pins then last for this process only

@@ -70,6 +70,10 @@ class ToolContext:
     grants: set[str] = field(default_factory=set)
     #: What wrappers decided on the way (kind, message), for the loop to report as events.
     notes: list[tuple[str, str]] = field(default_factory=list)
+    #: Tools this run has found with ``discover_tools`` (their schemas are offered from then on).
+    discovered: set[str] = field(default_factory=set)
+    #: Nested ``AGENTS.md`` files whose rules this run has already been given.
+    rules_seen: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True, frozen=True)
@@ -78,6 +82,9 @@ class ToolResult:
 
     content: str
     is_error: bool = False
+    #: The error's kind when the tool knows it better than a guess from the text (e.g.
+    #: "mcp_tool_error" for a tool's own failure, "mcp_protocol" for a broken conversation).
+    category: str | None = None
 
 
 # --- @tool ------------------------------------------------------------------------------
@@ -316,6 +323,20 @@ class Toolset(ABC):
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release what the toolset holds (processes, connections)."""
 
+    def claims(self, name: str) -> bool:
+        """Whether ``name`` is this toolset's even when it is not offered now (an MCP server's
+        tool while the server is down): the call is then routed here, to explain or restart."""
+        return False
+
+    async def spec_of(self, name: str, ctx: ToolContext) -> ToolSpec | None:
+        """The spec of tool ``name`` if this toolset runs it, offered to the model now or not
+        (a wrapper may hide tools from the model; the safety checks still need their specs)."""
+        return next((s for s in await self.get_tools(ctx) if s.name == name), None)
+
+    def replayed(self, name: str, arguments: Mapping[str, Any], result: ToolResult, ctx: ToolContext) -> None:  # noqa: B027
+        """A call's recorded result, taken from the log while a run is rebuilt (the tool does
+        not run again). Toolsets that keep per-run state in ``ctx`` restore it here."""
+
 
 def unknown_tool(name: str, available: Iterable[str]) -> ToolResult:
     names = ", ".join(sorted(available)) or "(none)"
@@ -381,10 +402,23 @@ class CombinedToolset(Toolset):
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         if not self._owner:
             await self.get_tools(ctx)
-        toolset = self._owner.get(name)
+        toolset = self._owner.get(name) or next((t for t in self.toolsets if t.claims(name)), None)
         if toolset is None:
             return unknown_tool(name, self._owner)
         return await toolset.call_tool(name, arguments, ctx)
+
+    def claims(self, name: str) -> bool:
+        return any(t.claims(name) for t in self.toolsets)
+
+    async def spec_of(self, name: str, ctx: ToolContext) -> ToolSpec | None:
+        if not self._owner:
+            await self.get_tools(ctx)
+        toolset = self._owner.get(name)
+        return await toolset.spec_of(name, ctx) if toolset is not None else None
+
+    def replayed(self, name: str, arguments: Mapping[str, Any], result: ToolResult, ctx: ToolContext) -> None:
+        for toolset in self.toolsets:  # the owner may not be known yet while rebuilding
+            toolset.replayed(name, arguments, result, ctx)
 
     async def aclose(self) -> None:
         for toolset in self.toolsets:
@@ -406,6 +440,15 @@ class WrapperToolset(Toolset):
     async def aclose(self) -> None:
         await self.wrapped.aclose()
 
+    async def spec_of(self, name: str, ctx: ToolContext) -> ToolSpec | None:
+        return await self.wrapped.spec_of(name, ctx)
+
+    def claims(self, name: str) -> bool:
+        return self.wrapped.claims(name)
+
+    def replayed(self, name: str, arguments: Mapping[str, Any], result: ToolResult, ctx: ToolContext) -> None:
+        self.wrapped.replayed(name, arguments, result, ctx)
+
 
 class PrefixedToolset(WrapperToolset):
     """Offers the wrapped tools as ``PREFIX__name`` (how MCP servers' tools are named)."""
@@ -415,15 +458,26 @@ class PrefixedToolset(WrapperToolset):
         self.prefix = f"{prefix}__"
 
     async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
-        return [
-            ToolSpec(self.prefix + s.name, s.description, s.parameters)
-            for s in await self.wrapped.get_tools(ctx)
-        ]
+        from dataclasses import replace
+
+        return [replace(s, name=self.prefix + s.name) for s in await self.wrapped.get_tools(ctx)]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         if not name.startswith(self.prefix):
             return unknown_tool(name, [])
         return await self.wrapped.call_tool(name.removeprefix(self.prefix), arguments, ctx)
+
+    async def spec_of(self, name: str, ctx: ToolContext) -> ToolSpec | None:
+        if not name.startswith(self.prefix):
+            return None
+        from dataclasses import replace
+
+        spec = await self.wrapped.spec_of(name.removeprefix(self.prefix), ctx)
+        return replace(spec, name=name) if spec is not None else None
+
+    def replayed(self, name: str, arguments: Mapping[str, Any], result: ToolResult, ctx: ToolContext) -> None:
+        if name.startswith(self.prefix):
+            self.wrapped.replayed(name.removeprefix(self.prefix), arguments, result, ctx)
 
 
 class FilteredToolset(WrapperToolset):

@@ -1,0 +1,164 @@
+"""``RulesToolset``: skills and rules as tools, and nested AGENTS.md where the agent works."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from steward.errors import ConfigError, ToolError
+from steward.rules.agents_md import LinkedDoc, find_doc, linked_docs, nested_rules, seen_in
+from steward.rules.skills import find_skills, skill_file, skill_text
+from steward.tools._paths import resolve_in_workspace, workspace_root
+from steward.tools.base import Tool, ToolContext, ToolResult, Toolset, WrapperToolset, tool
+
+if TYPE_CHECKING:
+    from steward.config import RulesSettings
+    from steward.models.base import ToolSpec
+
+PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir", "glob", "grep"})
+"""Built-in tools whose ``path`` argument says where the agent is working."""
+LOAD_SKILL, READ_RULES = "load_skill", "read_rules"
+
+
+def _topics(docs: Sequence[LinkedDoc]) -> str:
+    return "; ".join(f"{d.title} ({d.path})" for d in docs)
+
+
+def _make_tools(settings: RulesSettings) -> dict[str, Tool]:
+    @tool
+    def load_skill(ctx: ToolContext, name: str, file: str | None = None) -> str:
+        """Load a skill listed in the system prompt: its instructions, then the list of its
+        other files. With `file`, load one of those files instead.
+
+        Args:
+            name: The skill's name, as listed under Skills.
+            file: A file of the skill, relative to its folder, as listed by load_skill(name).
+        """
+        scan = find_skills(ctx.workspace, settings)
+        skill = scan.get(name.strip())
+        if skill is None:
+            known = ", ".join(s.name for s in scan.skills)
+            if not known:
+                raise ToolError(
+                    "No skills are installed. A skill is a folder with a SKILL.md under one of: "
+                    + ", ".join(settings.skill_dirs)
+                    + "."
+                )
+            raise ToolError(
+                f"No skill named {name!r}. Known skills: {known}. Call load_skill with one of them."
+            )
+        cap = ctx.settings.read_cap_chars
+        return skill_text(skill, cap) if file is None else skill_file(skill, file, cap)
+
+    @tool
+    def read_rules(ctx: ToolContext, topic: str) -> str:
+        """Read the project document that best matches a topic: the reference documents linked
+        from AGENTS.md, listed in the system prompt. Words match titles, paths and text, also as
+        prefixes ("deploy" finds "deployment"); a document's exact path always matches.
+
+        Args:
+            topic: A few words naming the topic, e.g. "testing" or "release process".
+        """
+        root = workspace_root(ctx.workspace)
+        docs = linked_docs(root) if settings.agents_md else ()
+        if not docs:
+            raise ToolError(
+                "There are no reference documents: AGENTS.md links no markdown file in the workspace."
+            )
+        found = find_doc(root, docs, topic, settings.max_chars)
+        if found is None:
+            raise ToolError(
+                f"No reference document matches {topic!r}. Topics: {_topics(docs)}. "
+                "Call read_rules with words from one of these titles, or with its path."
+            )
+        parts = [f"[{found.doc.path} — {found.doc.title}]\n{found.text.strip()}"]
+        if found.truncated:
+            rest = f"read_file(path='{found.doc.path}')"
+            parts.append(f"[cut at {settings.max_chars} characters; read the rest with {rest}]")
+        if found.others:
+            parts.append(f"Other matching documents: {_topics(found.others)}.")
+        return "\n\n".join(parts)
+
+    return {LOAD_SKILL: load_skill, READ_RULES: read_rules}
+
+
+class RulesToolset(WrapperToolset):
+    """The wrapped tools, plus ``load_skill`` (when there are skills) and ``read_rules`` (when
+    AGENTS.md links documents); a nested AGENTS.md is appended to the result of the first
+    successful file tool call of a run that touches its subtree."""
+
+    def __init__(self, wrapped: Toolset, *, settings: RulesSettings) -> None:
+        super().__init__(wrapped)
+        self.settings = settings
+        self._tools: dict[str, Tool] | None = None  # made on first use: constructors do no work
+        self._inner: Sequence[ToolSpec] | None = None
+        self._inner_names: frozenset[str] = frozenset()
+        self._key: tuple[Path, bool, bool] | None = None
+        self._specs: Sequence[ToolSpec] = ()
+
+    def _own(self) -> dict[str, Tool]:
+        if self._tools is None:
+            self._tools = _make_tools(self.settings)
+        return self._tools
+
+    def _offers(self, workspace: Path) -> tuple[Path, bool, bool]:
+        # A few stats per step (the scans are cached by file stamps): cheap enough for the loop.
+        has_skills = bool(find_skills(workspace, self.settings).skills)
+        has_docs = self.settings.agents_md and bool(linked_docs(workspace_root(workspace)))
+        return workspace, has_skills, has_docs
+
+    async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        inner = await self.wrapped.get_tools(ctx)
+        key = self._offers(ctx.workspace)
+        if inner is self._inner and key == self._key:
+            return self._specs  # the same list while nothing changed: context.py caches by identity
+        _, has_skills, has_docs = key
+        names = frozenset(spec.name for spec in inner)
+        wanted = [name for name, offered in ((LOAD_SKILL, has_skills), (READ_RULES, has_docs)) if offered]
+        clash = names.intersection(wanted)
+        if clash:
+            raise ConfigError(
+                f"Tool {sorted(clash)[0]!r} is defined twice: by a toolset and by the rules (skills, "
+                "AGENTS.md); rename the other tool."
+            )
+        own = self._own()
+        specs = [*inner, *(own[name].spec for name in wanted)] if wanted else inner
+        self._inner, self._inner_names, self._key, self._specs = inner, names, key, specs
+        return specs
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        if name in (LOAD_SKILL, READ_RULES) and name not in self._inner_names:
+            return await self._own()[name].call(arguments, ctx)
+        result = await self.wrapped.call_tool(name, arguments, ctx)
+        path = arguments.get("path", ".")
+        # Not after errors: their text feeds error categories and the working memory's error
+        # list, shown every step; the rules come with the next call that works.
+        if (
+            result.is_error
+            or not self.settings.agents_md
+            or name not in PATH_TOOLS
+            or not isinstance(path, str)
+        ):
+            return result
+        blocks = await asyncio.to_thread(self._nested, ctx.workspace, path, frozenset(ctx.rules_seen))
+        added = [(shown, block) for shown, block in blocks if shown not in ctx.rules_seen]
+        if not added:
+            return result
+        ctx.rules_seen.update(shown for shown, _ in added)
+        return replace(result, content=result.content + "".join(f"\n\n{block}" for _, block in added))
+
+    def _nested(self, workspace: Path, path: str, seen: frozenset[str]) -> list[tuple[str, str]]:
+        try:
+            target = resolve_in_workspace(workspace, path)
+        except ToolError:
+            return []
+        return nested_rules(workspace_root(workspace), target, seen, self.settings.max_chars)
+
+    def replayed(self, name: str, arguments: Mapping[str, Any], result: ToolResult, ctx: ToolContext) -> None:
+        # The markers in the recorded result say which rules the run was given.
+        if name in PATH_TOOLS and not result.is_error:
+            ctx.rules_seen.update(seen_in(result.content))
+        super().replayed(name, arguments, result, ctx)
