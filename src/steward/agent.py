@@ -469,7 +469,9 @@ class Agent:
 
     def warnings(self) -> list[str]:
         """What the user should hear once the agent is no longer used."""
-        return self._model.warnings() if self._model is not None else []
+        found = self._model.warnings() if self._model is not None else []
+        mcp = self.mcp_toolset() if self._mcp else None
+        return found + (mcp.warnings if mcp is not None else [])
 
     @property
     def policy(self) -> Policy:

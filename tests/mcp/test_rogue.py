@@ -241,6 +241,7 @@ async def test_an_unset_variable_in_env_names_it(ctx: ToolContext, monkeypatch: 
     finally:
         await hub.aclose()
     assert result.is_error and "STEWARD_TEST_UNSET" in result.content and "export" in result.content
+    assert result.category == "mcp_config" and "is not available" in result.content
 
 
 async def test_a_run_goes_on_after_every_kind_of_failure(workspace: Path) -> None:

@@ -713,7 +713,29 @@ def doctor(workspace: Workspace = Path()) -> None:
         f"approvals wait {policy.approval_timeout_s:g} s then {policy.on_timeout}"
     )
     typer.echo(f"model: {config.model or 'not configured (set STEWARD_MODEL or --model)'}")
+    _doctor_context(workspace, config)
     raise typer.Exit(EXIT_OK if status_ok else EXIT_NOT_SOLVED)
+
+
+def _doctor_context(workspace: Path, config: Config) -> None:
+    """What the agent will be told about this workspace: rules, skills, MCP servers."""
+    from steward.rules import find_skills
+
+    root = workspace.resolve()
+    agents_md = (root / "AGENTS.md").is_file()
+    typer.echo(f"rules: {'AGENTS.md found' if agents_md else 'no AGENTS.md'}"
+               f"{'' if config.rules.agents_md else ' (turned off: [rules] agents_md = false)'}")  # fmt: skip
+    scan = find_skills(root, config.rules)
+    typer.echo(f"skills: {len(scan.skills)} found in {', '.join(config.rules.skill_dirs) or '(no folders)'}")
+    for warning in scan.warnings:
+        typer.echo(f"  warning: {warning}")
+    servers = config.mcp_servers
+    enabled = [n for n, c in servers.items() if c.enabled]
+    if servers:
+        typer.echo(f"mcp: {len(enabled)} of {len(servers)} servers enabled ({', '.join(enabled)}); "
+                   "`steward mcp list` starts them and shows their tools")  # fmt: skip
+    else:
+        typer.echo("mcp: no servers configured ([mcp_servers.NAME] in steward.toml)")
 
 
 def _runs_app() -> typer.Typer:

@@ -39,10 +39,15 @@ _MAX_PAGES = 100  # pages of a listing read before giving up on a server that ne
 class McpCallError(Exception):
     """A call to a server failed; ``kind`` tells how, for the model and for the error category."""
 
-    def __init__(self, kind: Literal["down", "timeout", "protocol", "config"], message: str) -> None:
+    def __init__(
+        self, kind: Literal["down", "timeout", "protocol", "config"], message: str, *, sent: bool = True
+    ) -> None:
         super().__init__(message)
         self.kind = kind
-        self.message = message
+        self.message = message.rstrip(" .")
+        #: Whether the request reached the server (False: it could not be started or reached,
+        #: so the call certainly did nothing).
+        self.sent = sent
 
 
 @dataclass(slots=True)
@@ -77,6 +82,7 @@ class McpServer:
         self.sandbox = sandbox  # set only when the server runs sandboxed
         self.state: State = "stopped"
         self.problem = ""  # why it is not ready, for the model and `steward mcp list`
+        self.problem_kind: Literal["down", "timeout", "protocol", "config"] = "down"
         self.starts = 0
         self.listing = Listing()
         self.resources_changed = False
@@ -90,6 +96,10 @@ class McpServer:
         self._watch: ProcessWatch | None = None
         self._lock = asyncio.Lock()
         self._failed_at = 0.0
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
 
     @property
     def transport(self) -> str:
@@ -133,7 +143,8 @@ class McpServer:
             client = await self._race(ready, self.config.startup_timeout_s, starting=True)
         except McpCallError as failure:
             await self._shutdown()
-            self._fail(failure.message)
+            self._fail(failure.message, failure.kind)
+            failure.sent = False
             raise
         except BaseException:
             await self._shutdown()
@@ -147,9 +158,14 @@ class McpServer:
         self.listing.fresh = False
         return client
 
-    def _fail(self, problem: str) -> None:
-        self.state, self.problem, self._failed_at = "failed", problem, time.monotonic()
+    def _fail(self, problem: str, kind: Literal["down", "timeout", "protocol", "config"] = "down") -> None:
+        self.state, self.problem, self._failed_at = "failed", problem.rstrip(" ."), time.monotonic()
+        self.problem_kind = kind
         self._client = None
+
+    def failure(self) -> McpCallError:
+        """Why the server is not ready, as the error a call to it gets (nothing was sent)."""
+        return McpCallError(self.problem_kind, self.problem or "it is not running", sent=False)
 
     async def _own(self, workspace: Path, ready: asyncio.Future[Client]) -> None:
         """Hold the connection open (entered and left in this one task) until told to stop."""
@@ -234,9 +250,12 @@ class McpServer:
             self.state, self.problem = "stopped", ""
 
     async def _shutdown(self) -> None:
+        holding = self._client is not None  # past the handshake: the owner waits for _stop
         owner, self._owner, self._client = self._owner, None, None
         if self._stop is not None:
             self._stop.set()
+        if owner is not None and not owner.done() and not holding:
+            owner.cancel()  # stuck in the handshake: only a cancel ends it (its exit stops the process)
         if owner is not None and not owner.done():
             try:
                 await asyncio.wait_for(asyncio.shield(owner), timeout=5.0)

@@ -135,14 +135,14 @@ class McpToolset(Toolset):
             server = self.servers.get(server_name)
             if server is not None and server.state != "ready":
                 # Not listed because the server is down: this call is the one that restarts it.
-                try:
-                    await self.refresh(ctx.workspace, force=True)
-                except McpCallError as failure:
-                    return _failure(name, failure)
+                await self.refresh(ctx.workspace, force=True)
                 offered = self._offered.get(name)
+                if offered is None and not server.ready:
+                    return _failure(name, server.failure())
                 if offered is None:
-                    why = server.problem or "it does not offer this tool"
-                    return ToolResult(f"{name} is not available: {why}.", is_error=True, category=SERVER_DOWN)
+                    return ToolResult(
+                        f"{name} is not available: {server.name} does not offer it.", is_error=True
+                    )
             else:
                 return unknown_tool(name, self._offered)
         return await self._call(offered, dict(arguments), ctx)
@@ -409,6 +409,9 @@ def _cap(text: str, ctx: ToolContext) -> str:
 
 def _failure(name: str, failure: McpCallError) -> ToolResult:
     match failure.kind:
+        case "down" if not failure.sent:
+            text = f"{name} was not called: {failure.message}. The next call tries to start the server again."
+            return ToolResult(text, is_error=True, category=SERVER_DOWN)
         case "down":
             text = (
                 f"{name} failed: {failure.message}. Whether the call had any effect is unknown. The server "
