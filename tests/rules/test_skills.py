@@ -210,11 +210,16 @@ def ping() -> str:
 
 
 async def test_load_skill_is_offered_only_with_skills_and_the_list_is_reused(
-    workspace: Path, ctx: ToolContext, make_skill: MakeSkill
+    workspace: Path, ctx: ToolContext, make_skill: MakeSkill, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import steward.rules._toolset as rules_toolset
+
     toolset = RulesToolset(FunctionToolset([ping]), settings=RulesSettings())
     assert [s.name for s in await toolset.get_tools(ctx)] == ["ping"]
     make_skill(workspace / ".agents/skills", "deploy", "Ship it.")
+    # Within the recheck interval the answer is kept (the loop lists tools every step)...
+    assert [s.name for s in await toolset.get_tools(ctx)] == ["ping"]
+    monkeypatch.setattr(rules_toolset, "OFFER_RECHECK_S", 0.0)  # ...and then the folders are looked at again
     tools = await toolset.get_tools(ctx)
     assert [s.name for s in tools] == ["ping", "load_skill"]
     assert await toolset.get_tools(ctx) is tools

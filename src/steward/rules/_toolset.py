@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -85,6 +86,9 @@ def _make_tools(settings: RulesSettings) -> dict[str, Tool]:
     return {LOAD_SKILL: load_skill, READ_RULES: read_rules}
 
 
+OFFER_RECHECK_S = 2.0
+
+
 class RulesToolset(WrapperToolset):
     """The wrapped tools, plus ``load_skill`` (when there are skills) and ``read_rules`` (when
     AGENTS.md links documents); a nested AGENTS.md is appended to the result of the first
@@ -98,6 +102,7 @@ class RulesToolset(WrapperToolset):
         self._inner_names: frozenset[str] = frozenset()
         self._key: tuple[Path, bool, bool] | None = None
         self._specs: Sequence[ToolSpec] = ()
+        self._checked: dict[Path, tuple[float, tuple[Path, bool, bool]]] = {}
 
     def _own(self) -> dict[str, Tool]:
         if self._tools is None:
@@ -105,10 +110,20 @@ class RulesToolset(WrapperToolset):
         return self._tools
 
     def _offers(self, workspace: Path) -> tuple[Path, bool, bool]:
-        # A few stats per step (the scans are cached by file stamps): cheap enough for the loop.
+        # Every step lists tools; checking the skill folders and AGENTS.md links means resolving
+        # paths and a few stats (~0.3 ms), so the answer is kept for a moment per workspace. A
+        # skill added mid-run shows up within OFFER_RECHECK_S.
+        now = time.monotonic()
+        known = self._checked.get(workspace)
+        if known is not None and now - known[0] < OFFER_RECHECK_S:
+            return known[1]
         has_skills = bool(find_skills(workspace, self.settings).skills)
         has_docs = self.settings.agents_md and bool(linked_docs(workspace_root(workspace)))
-        return workspace, has_skills, has_docs
+        offers = (workspace, has_skills, has_docs)
+        if len(self._checked) > 64:  # one agent serving many workspaces: keep it bounded
+            self._checked.clear()
+        self._checked[workspace] = (now, offers)
+        return offers
 
     async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
         inner = await self.wrapped.get_tools(ctx)
