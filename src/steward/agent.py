@@ -27,6 +27,7 @@ from steward.signals import LoopCounters
 from steward.tools.base import (
     CombinedToolset,
     CommandSandbox,
+    FilteredToolset,
     FunctionToolset,
     Tool,
     ToolContext,
@@ -572,8 +573,14 @@ class Agent:
             # Rules (nested AGENTS.md, skills) and discovery wrap every tool; the guard and the
             # policy wrap them all: one safety model for built-in, user and MCP tools alike.
             budget_chars = int(self.limits.request_token_budget * DEFAULT_CHARS_PER_TOKEN)
+            from steward.safety.policy import WRITE_TOOLS
+
+            # The write switch applies below discovery too: a hidden tool must not be found.
+            writable = FilteredToolset(
+                CombinedToolset(parts), lambda name: self.policy.write or name not in WRITE_TOOLS
+            )
             offered = DiscoveryToolset(
-                RulesToolset(CombinedToolset(parts), settings=self.config.rules),
+                RulesToolset(writable, settings=self.config.rules),
                 settings=self.config.tools,
                 budget_chars=budget_chars,
             )

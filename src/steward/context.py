@@ -174,9 +174,12 @@ class Transcript:
 
 
 def _pointer(result: ToolResultMessage) -> ToolResultMessage:
+    from steward.rules.marks import split_rules
+
+    _, rules = split_rules(result.content)  # rules given once per run must stay in sight
     text = (
         f"[output elided to save context: {len(result.content):,} chars from {result.name}; "
-        f'recall_output(call_id="{result.call_id}") returns it]'
+        f'recall_output(call_id="{result.call_id}") returns it]{rules}'
     )
     return ToolResultMessage(result.call_id, result.name, text, result.is_error)
 

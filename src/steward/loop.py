@@ -617,28 +617,33 @@ class Loop:
     # --- compression ---------------------------------------------------------------------
 
     def _compactable(self, tool: str, result: ToolResult) -> bool:
+        from steward.rules.marks import split_rules
+
         limit = self.settings.compact_output_chars
-        return bool(limit) and len(result.content) > limit and tool not in self.settings.compact_skip_tools
+        if not limit or len(result.content) <= limit or tool in self.settings.compact_skip_tools:
+            return False
+        return len(split_rules(result.content)[0]) > limit  # the rules appended do not count
 
     async def _compact_output(
         self, call: ToolCall, tool: str, arguments: dict[str, Any], result: ToolResult
     ) -> AsyncIterator[Event]:
         """Replace a large output in the transcript by the model's digest of it."""
+        from steward.rules.marks import split_rules
+
         limit, size = self.settings.compact_output_chars, len(result.content)
         mem = self.state.memory
         current = mem.plan.get(mem.plan.current_sub_task) if mem.plan and mem.plan.current_sub_task else None
+        body, rules = split_rules(result.content)  # nested rules are given once: kept verbatim
         compacted = await self._summary(
-            "tool_output", call.id, result.content, limit=limit // 2,
+            "tool_output", call.id, body, limit=limit // 2,
             task=current.title if current else "", what=f"{tool} {compact_json(arguments)[:300]}",
         )  # fmt: skip
         if compacted is None:
             return
         text, event = compacted
         pointer = f'recall_output(call_id="{call.id}")'
-        self.state.transcript.replace_result(
-            call.id,
-            f"[{tool} output of {size:,} chars, compacted by the model; {pointer} returns all of it]\n{text}",
-        )
+        heading = f"[{tool} output of {size:,} chars, compacted by the model; {pointer} returns all of it]"
+        self.state.transcript.replace_result(call.id, f"{heading}\n{text}{rules}")
         yield event
 
     async def _fold(self, kind: str, count: int) -> AsyncIterator[Event]:

@@ -163,7 +163,11 @@ class RulesToolset(WrapperToolset):
         if not added:
             return result
         ctx.rules_seen.update(shown for shown, _ in added)
-        return replace(result, content=result.content + "".join(f"\n\n{block}" for _, block in added))
+        note = ""
+        if name in ("write_file", "edit_file"):
+            # The write happened before the model saw these rules: say so, or it never rechecks.
+            note = "\n\n(The change above was made before you saw the rules below: check it against them.)"
+        return replace(result, content=result.content + note + "".join(f"\n\n{block}" for _, block in added))
 
     def _nested(self, workspace: Path, path: str, seen: frozenset[str]) -> list[tuple[str, str]]:
         try:

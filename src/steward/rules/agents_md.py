@@ -199,7 +199,24 @@ def _directories(target: Path, root: Path) -> list[Path]:
     while current != root and current.is_relative_to(root):
         chain.append(current)
         current = current.parent
+    # Rules in .git, node_modules, virtual environments and the like were written by others
+    # (packages ship their own AGENTS.md): they are not this project's rules.
+    if any(part in VENDORED_DIRS or part.startswith(".venv") for part in _parts(target, root)):
+        return []
     return chain[::-1]
+
+
+#: Folders whose AGENTS.md files are not the project's (the file tools skip the same ones).
+VENDORED_DIRS = frozenset(
+    {".git", "node_modules", ".venv", "venv", "site-packages", "__pycache__", ".steward"}
+)
+
+
+def _parts(target: Path, root: Path) -> tuple[str, ...]:
+    try:
+        return target.relative_to(root).parts
+    except ValueError:
+        return ()
 
 
 def nested_rules(root: Path, target: Path, seen: AbstractSet[str], max_chars: int) -> list[tuple[str, str]]:

@@ -269,7 +269,7 @@ class DiscoveryToolset(WrapperToolset):
     # --- calling ----------------------------------------------------------------------------
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
-        if name == DISCOVER_TOOL:
+        if name == DISCOVER_TOOL and (self._active or name not in self._by_name):
             return await self._discover(arguments, ctx)
         if name not in self._by_name:
             self._observe(await self.wrapped.get_tools(ctx))  # the list may have changed since
