@@ -40,6 +40,7 @@ def test_chat_reads_resources_and_runs_prompts(workspace: Path) -> None:
         "/prompt ev args-prompt city=Paris",
         "/prompt ev args-prompt Paris",  # not key=value: explained, nothing sent
         "/resource nowhere x://y",
+        '/resource ev "demo://unbalanced',
         "/quit",
     ]
     proc = steward(workspace, "chat", "--model", "scripted:s.yaml", stdin="\n".join(lines) + "\n")
@@ -49,7 +50,8 @@ def test_chat_reads_resources_and_runs_prompts(workspace: Path) -> None:
     assert "running prompt args-prompt of ev" in proc.stderr
     assert "arguments are key=value pairs; not understood: Paris" in proc.stderr
     assert "Unknown MCP server 'nowhere'" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert "check its quotes" in proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
     assert "read it" in proc.stdout and "prompt done" in proc.stdout
     runs = steward(workspace, "runs", "list").stdout.splitlines()
     assert len(runs) == 2

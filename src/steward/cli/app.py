@@ -239,8 +239,11 @@ async def _approve(run: Run, approval: Approval, *, json_lines: bool) -> AsyncIt
     import time
 
     always = f"   [a] always: allow {approval.suggestion}" if approval.suggestion else ""
+    # An MCP tool's description is the server's own word for what it does: show it.
+    said = " ".join(approval.description.split())
+    said = f"  the tool says: {said[:600]}{'...' if len(said) > 600 else ''}\n" if said else ""
     typer.echo(
-        f"? approve {approval.tool} {_short_json(approval.arguments)}\n  because {approval.reason}\n"
+        f"? approve {approval.tool} {_short_json(approval.arguments)}\n  because {approval.reason}\n{said}"
         f"  [y] once{always}   [n] deny (optionally: n <reason>)   "
         f"default in {max(0, int(approval.deadline - time.time()))} s: {approval.default}",
         err=True,

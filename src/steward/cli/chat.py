@@ -126,14 +126,16 @@ async def _mcp_command(agent: Agent, message: str, workspace: Path, attached: st
 
     try:
         words = shlex.split(message)
-        shown, send = await chat_command(agent.mcp_toolset(), words, workspace)
     except ValueError as exc:
-        shown, send = f"steward: cannot read the command ({exc}); check its quotes", ""
+        typer.echo(f"steward: cannot read the command ({exc}); check its quotes", err=True)
+        return "", attached
+    try:
+        shown, send = await chat_command(agent.mcp_toolset(), words, workspace)
     except StewardError as exc:
         shown, send = f"steward: {exc}", ""
     typer.echo(shown, err=True)
-    if words[0].lower() == "/resource":
-        return "", send or attached
+    if words[0].lower() == "/resource":  # several resources add up for the next message
+        return "", "\n\n".join(part for part in (attached, send) if part)
     return send, attached
 
 

@@ -59,18 +59,15 @@ def make_servers(
 
     # The SDK logs transport failures with tracebacks; each one reaches the model and the user
     # as a one-line error already, so they must not also land on the user's terminal.
-    logging.getLogger("mcp").addHandler(logging.NullHandler())
-    logging.getLogger("mcp").propagate = False
+    for name in ("mcp", "client"):  # the SDK's session logs under "client"
+        logging.getLogger(name).addHandler(logging.NullHandler())
+        logging.getLogger(name).propagate = False
     from steward.mcp.server import McpServer
 
     made = []
     for name, cfg in servers.items():
-        jail = None
-        if cfg.sandbox and sandbox is not None and sandbox.enabled:
-            from steward.mcp.sandboxing import server_sandbox
-
-            jail = server_sandbox(cfg, sandbox)
-        made.append(McpServer(name, cfg, sandbox=jail))
+        jailed = cfg.sandbox and sandbox is not None and sandbox.enabled
+        made.append(McpServer(name, cfg, sandbox=sandbox if jailed else None))
     return made
 
 

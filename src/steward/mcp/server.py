@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     import mcp_types
 
     from mcp import Client
+    from steward.config import SandboxConfig
     from steward.mcp.transport import ProcessWatch
-    from steward.safety.sandbox import BubblewrapSandbox
 
 T = TypeVar("T")
 
@@ -74,12 +74,10 @@ class Listing:
 class McpServer:
     """A server's connection and what it offers. Constructing it starts nothing."""
 
-    def __init__(
-        self, name: str, config: McpServerConfig, *, sandbox: BubblewrapSandbox | None = None
-    ) -> None:
+    def __init__(self, name: str, config: McpServerConfig, *, sandbox: SandboxConfig | None = None) -> None:
         self.name = name
         self.config = config
-        self.sandbox = sandbox  # set only when the server runs sandboxed
+        self.sandbox = sandbox  # the [sandbox] settings, set only when the server runs sandboxed
         self.state: State = "stopped"
         self.problem = ""  # why it is not ready, for the model and `steward mcp list`
         self.problem_kind: Literal["down", "timeout", "protocol", "config"] = "down"
@@ -97,8 +95,7 @@ class McpServer:
         self._lock = asyncio.Lock()
         self._failed_at = 0.0
 
-    @property
-    def ready(self) -> bool:
+    def is_ready(self) -> bool:
         return self.state == "ready"
 
     @property
@@ -225,8 +222,11 @@ class McpServer:
         cwd = (workspace / cfg.cwd) if cfg.cwd else workspace
         argv = [str(cfg.command), *(expand(a, os.environ) if "${" in a else a for a in cfg.args)]
         if self.sandbox is not None:
+            from steward.mcp.sandboxing import server_sandbox
+
+            jail, writable = server_sandbox(cfg, self.sandbox, workspace)
             argv = await stack.enter_async_context(
-                self.sandbox.command(argv, workspace=workspace, network=cfg.network, writable=False, env=env)
+                jail.command(argv, workspace=workspace, network=cfg.network, writable=writable, env=env)
             )
         assert self._watch is not None
         return stdio_transport(argv, env=env, cwd=cwd, watch=self._watch)

@@ -66,10 +66,12 @@ class McpToolset(Toolset):
         await self.refresh(ctx.workspace)
         return self._specs
 
-    async def refresh(self, workspace: Path, *, force: bool = False) -> None:
-        """List the tools of every server that needs it, concurrently."""
+    async def refresh(self, workspace: Path, *, force: bool = False, only: str | None = None) -> None:
+        """List the tools of every server that needs it (or just ``only``), concurrently."""
 
         async def one(server: McpServer) -> None:
+            if only is not None and server.name != only:
+                return
             if not force and server.state != "ready" and not server.should_start_for_listing():
                 return
             if server.state == "ready" and server.listing.fresh:
@@ -135,9 +137,9 @@ class McpToolset(Toolset):
             server = self.servers.get(server_name)
             if server is not None and server.state != "ready":
                 # Not listed because the server is down: this call is the one that restarts it.
-                await self.refresh(ctx.workspace, force=True)
+                await self.refresh(ctx.workspace, force=True, only=server_name)
                 offered = self._offered.get(name)
-                if offered is None and not server.ready:
+                if offered is None and not server.is_ready():
                     return _failure(name, server.failure())
                 if offered is None:
                     return ToolResult(
@@ -149,6 +151,22 @@ class McpToolset(Toolset):
 
     async def _call(self, offered: Offered, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
         server, seen = offered.server, Progress()
+        if not server.is_ready():
+            # It restarts first, and may come back as a different program: the call was judged
+            # (and maybe approved) on the old description, so a changed tool is not run.
+            await self.refresh(ctx.workspace, force=True, only=server.name)
+            if not server.is_ready():
+                return _failure(offered.spec.name, server.failure())
+            now = self._offered.get(offered.spec.name)
+            if now is None or now.spec.fingerprint != offered.spec.fingerprint:
+                return ToolResult(
+                    f"{offered.spec.name} was not called: its server restarted and the tool "
+                    f"{'is gone' if now is None else 'changed its description or arguments'}. "
+                    "Call it again if it is still what you need; it is checked anew.",
+                    is_error=True,
+                    category=SERVER_DOWN,
+                )
+            offered = now
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             seen.updates += 1

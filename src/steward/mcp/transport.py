@@ -127,15 +127,17 @@ async def _pump_stdout(
 ) -> None:
     """Forward each line of the server's stdout that is a JSON-RPC message; count the rest."""
     assert process.stdout is not None
-    buffer = b""
+    buffer = bytearray()  # appended to in place and searched only where new bytes came: linear
     async for chunk in process.stdout:
+        start = len(buffer)
         buffer += chunk
-        if b"\n" not in buffer:
+        if b"\n" not in chunk:
             if len(buffer) > _LINE_LIMIT:
-                _garbage(watch, buffer[:200].decode("utf-8", "replace"))
-                buffer = b""
+                _garbage(watch, bytes(buffer[:200]).decode("utf-8", "replace"))
+                buffer = bytearray()
             continue
-        *lines, buffer = buffer.split(b"\n")
+        end = buffer.rindex(b"\n", start)
+        lines, buffer = bytes(buffer[:end]).split(b"\n"), buffer[end + 1 :]
         for raw in lines:
             message = _parse(raw, watch)
             if message is not None:

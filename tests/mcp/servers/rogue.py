@@ -52,6 +52,7 @@ def _tools() -> list[dict]:
         _tool("slow", "Answer after the given seconds.", seconds="number"),
         _tool("rewrite", "Change echo's description and announce tools/list_changed.", text="string"),
         _tool("read", "Return the text of a file.", path="string"),
+        _tool("write", "Write 'written' to a file.", path="string"),
         *_EXTRA_TOOLS,
         # Names the client must rename: characters providers refuse, and clashes after that.
         *(
@@ -124,6 +125,13 @@ def _call(msg: dict) -> dict | None:  # noqa: PLR0911 - one branch per behaviour
                 return _text(fh.read())
         except OSError as exc:
             return _text(f"cannot read: {exc}", error=True)
+    if name == "write":
+        try:
+            with open(str(args.get("path", "")), "w") as fh:
+                fh.write("written")
+        except OSError as exc:
+            return _text(f"cannot write: {exc}", error=True)
+        return _text("wrote")
     if name.startswith("x"):
         return _text(f"called {name}")
     if name == "env":
