@@ -264,3 +264,14 @@ async def test_a_run_goes_on_after_every_kind_of_failure(workspace: Path) -> Non
         "mcp_server_down", "mcp_timeout", "mcp_protocol", "mcp_tool_error", None,
     ]  # fmt: skip
     assert results[-1].output == "still here" and results[-1].status == "completed"
+
+
+async def test_an_unset_variable_in_args_names_it(ctx: ToolContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STEWARD_TEST_UNSET", raising=False)
+    hub = toolset(r=McpServerConfig(command=sys.executable, args=["${STEWARD_TEST_UNSET}"]))
+    try:
+        await hub.get_tools(ctx)
+        result = await hub.call_tool("r__echo", {}, ctx)
+    finally:
+        await hub.aclose()
+    assert result.category == "mcp_config" and "args uses ${STEWARD_TEST_UNSET}" in result.content

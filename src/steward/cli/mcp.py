@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from steward.config import Config
     from steward.mcp.server import McpServer
     from steward.mcp.toolset import McpToolset
+    from steward.tools.base import ToolContext
 
 mcp_app = typer.Typer(
     help="MCP servers: list them and their tools, call a tool by hand.", no_args_is_help=True
@@ -166,16 +167,18 @@ CHAT_HELP = (
 
 async def chat_command(toolset: McpToolset | None, words: list[str], workspace: Path) -> tuple[str, str]:
     """Run one MCP chat command: (text to show the user, text to send to the agent, or "")."""
+    from steward.tools.base import ToolContext
+
     if toolset is None:
         return "no MCP servers are configured (add [mcp_servers.NAME] to steward.toml)", ""
     await toolset.refresh(workspace)
     command = _CHAT.get(words[0].lower())
     if command is None:
         return f"unknown command {words[0]}", ""
-    return await command(toolset, words[1:], workspace)
+    return await command(toolset, words[1:], ToolContext(workspace=workspace))
 
 
-async def _servers(toolset: McpToolset, rest: list[str], workspace: Path) -> tuple[str, str]:
+async def _servers(toolset: McpToolset, rest: list[str], ctx: ToolContext) -> tuple[str, str]:
     lines = []
     for server in toolset.servers.values():
         count = len(server.listing.tools) if server.state == "ready" else 0
@@ -183,21 +186,13 @@ async def _servers(toolset: McpToolset, rest: list[str], workspace: Path) -> tup
     return "\n".join(lines), ""
 
 
-async def _resources(toolset: McpToolset, rest: list[str], workspace: Path) -> tuple[str, str]:
-    from steward.tools.base import ToolContext
-
-    result = await toolset.list_resources(
-        {"server": rest[0]} if rest else {}, ToolContext(workspace=workspace)
-    )
-    return result.content, ""
+async def _resources(toolset: McpToolset, rest: list[str], ctx: ToolContext) -> tuple[str, str]:
+    return (await toolset.list_resources({"server": rest[0]} if rest else {}, ctx)).content, ""
 
 
-async def _resource(toolset: McpToolset, rest: list[str], workspace: Path) -> tuple[str, str]:
-    from steward.tools.base import ToolContext
-
+async def _resource(toolset: McpToolset, rest: list[str], ctx: ToolContext) -> tuple[str, str]:
     if len(rest) != 2:
         return "usage: /resource SERVER URI", ""
-    ctx = ToolContext(workspace=workspace)
     result = await toolset.read_resource({"server": rest[0], "uri": rest[1]}, ctx)
     if result.is_error:
         return result.content, ""
@@ -205,23 +200,17 @@ async def _resource(toolset: McpToolset, rest: list[str], workspace: Path) -> tu
     return f"attached {rest[1]} ({len(result.content)} characters) to your next message", attached
 
 
-async def _prompts(toolset: McpToolset, rest: list[str], workspace: Path) -> tuple[str, str]:
-    from steward.tools.base import ToolContext
-
-    result = await toolset.list_prompts({"server": rest[0]} if rest else {}, ToolContext(workspace=workspace))
-    return result.content, ""
+async def _prompts(toolset: McpToolset, rest: list[str], ctx: ToolContext) -> tuple[str, str]:
+    return (await toolset.list_prompts({"server": rest[0]} if rest else {}, ctx)).content, ""
 
 
-async def _prompt(toolset: McpToolset, rest: list[str], workspace: Path) -> tuple[str, str]:
-    from steward.tools.base import ToolContext
-
+async def _prompt(toolset: McpToolset, rest: list[str], ctx: ToolContext) -> tuple[str, str]:
     if len(rest) < 2:
         return "usage: /prompt SERVER NAME [key=value ...]", ""
     bad = [part for part in rest[2:] if "=" not in part]
     if bad:
         return f"arguments are key=value pairs; not understood: {' '.join(bad)}", ""
     values = dict(part.split("=", 1) for part in rest[2:])
-    ctx = ToolContext(workspace=workspace)
     result = await toolset.get_prompt({"server": rest[0], "name": rest[1], "arguments": values}, ctx)
     if result.is_error:
         return result.content, ""

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -202,25 +203,19 @@ class McpServer:
 
             from steward.mcp.transport import expand
 
-            headers = {k: _expanded(self.name, "headers", v, expand) for k, v in cfg.headers.items()}
+            with _unset_variable(self.name, "headers"):
+                headers = {k: expand(v, os.environ) for k, v in cfg.headers.items()}
             http = await stack.enter_async_context(
                 httpx2.AsyncClient(headers=headers, timeout=cfg.call_timeout_s)
             )
             return streamable_http_client(cfg.url, http_client=http)
-        import os
-
         from steward.mcp.transport import child_environment, expand, stdio_transport
 
-        try:
+        with _unset_variable(self.name, "env"):
             env = child_environment(os.environ, set_vars=cfg.env, passthrough=cfg.env_passthrough)
-        except KeyError as missing:
-            raise McpCallError(
-                "config",
-                f"[mcp_servers.{self.name}] env uses ${{{missing.args[0]}}}, which is not set; "
-                f"export {missing.args[0]} or change the value",
-            ) from None
+        with _unset_variable(self.name, "args"):
+            argv = [str(cfg.command), *(expand(a, os.environ) for a in cfg.args)]
         cwd = (workspace / cfg.cwd) if cfg.cwd else workspace
-        argv = [str(cfg.command), *(expand(a, os.environ) if "${" in a else a for a in cfg.args)]
         if self.sandbox is not None:
             from steward.mcp.sandboxing import server_sandbox
 
@@ -354,11 +349,11 @@ class McpServer:
         return self.listing.tools
 
 
-def _expanded(server: str, key: str, value: str, expand: Callable[[str, Mapping[str, str]], str]) -> str:
-    import os
-
+@contextlib.contextmanager
+def _unset_variable(server: str, key: str) -> Iterator[None]:
+    """A ``${NAME}`` in ``key`` that names an unset variable is a config error naming it."""
     try:
-        return expand(value, os.environ)
+        yield
     except KeyError as missing:
         raise McpCallError(
             "config",
