@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from steward.errors import ConfigError
+from steward.safety.secrets import DEFAULT_SECRET_FILES
 
 # Plain dataclasses keep `import steward` fast; pydantic validates them only when a
 # configuration is loaded. Bounds live in field metadata and are checked the same way.
@@ -54,6 +55,9 @@ class Limits:
     model_retries: int = _f(2, "Extra tries after a retryable failure inside a stream.", ge=0, le=10)
     model_retry_backoff_s: float = _f(2.0, "First wait before such a retry; doubles each time.", ge=0)
     tool_timeout_s: float = _f(600.0, "Upper bound for any one tool call, in seconds.", gt=0)
+    run_timeout_s: float = _f(
+        0.0, "Wall-clock seconds a run may spend running; it then ends partial (0: no limit).", ge=0
+    )
     bash_timeout_s: float = _f(120.0, "Default timeout of a bash command, in seconds.", gt=0)
     output_cap_chars: int = _f(30_000, "Command output kept (head and tail) before truncation.", ge=1_000)
     read_cap_chars: int = _f(50_000, "Largest file excerpt read_file returns at once.", ge=1_000)
@@ -108,6 +112,38 @@ class SandboxConfig:
     memory_mb: int = _f(8192, "Address space per process, in MiB (RLIMIT_AS).", ge=64)
     file_size_mb: int = _f(1024, "Largest file a command may write, in MiB.", ge=1)
     max_processes: int = _f(256, "Processes per command.", ge=8)
+    allowed_domains: list[str] = field(
+        default_factory=list,
+        metadata={
+            "doc": "Domains a command granted the network may reach through the egress proxy "
+            '(e.g. "pypi.org", "*.github.com"); empty: none.'
+        },
+    )
+    secret_files: list[str] = field(
+        default_factory=lambda: list(DEFAULT_SECRET_FILES),
+        metadata={
+            "doc": "File names (globs) that hold secrets: masked inside the sandbox, refused by the "
+            "file tools unless a policy rule allows them, and their values redacted from tool output."
+        },
+    )
+
+
+@dataclass(slots=True)
+class CheckpointSettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    enabled: bool = _f(True, "Record the workspace before every call that can change files.")
+    ignore: list[str] = field(
+        default_factory=list,
+        metadata={"doc": "Extra ignore patterns (gitignore syntax) besides the workspace's .gitignore."},
+    )
+    max_file_mb: float = _f(
+        20.0, "Untracked files larger than this are not recorded (and are reported).", gt=0
+    )
+    state_dir: str | None = _f(
+        None,
+        "Where shadow repositories live (default: $XDG_STATE_HOME/steward, else ~/.local/state/steward).",
+    )
 
 
 @dataclass(slots=True)
@@ -230,6 +266,9 @@ class Config:
     mcp_servers: dict[str, McpServerConfig] = field(
         default_factory=dict, metadata={"doc": "MCP servers by name: [mcp_servers.NAME] with command or url."}
     )
+    checkpoints: CheckpointSettings = field(
+        default_factory=CheckpointSettings, metadata={"doc": "Workspace checkpoints and rewind."}
+    )
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -243,6 +282,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "tools": ToolsSettings,
     "rules": RulesSettings,
     "mcp_servers": McpServerConfig,
+    "checkpoints": CheckpointSettings,
 }
 
 

@@ -361,6 +361,7 @@ def _spec(server: McpServer, name: str, tool: mcp_types.Tool) -> ToolSpec:
         origin=f"mcp:{server.name}",
         default_action="allow" if allowed else "ask",
         fingerprint=fingerprint(tool),
+        read_only=read_only,
     )
 
 

@@ -108,6 +108,9 @@ class ToolSpec:
     #: A digest of what the tool says it does (description and schema); an approval holds
     #: only while it stays the same. "" for tools that cannot change under us.
     fingerprint: str = field(default="", compare=False)
+    #: The tool says it changes nothing (an MCP tool's ``readOnlyHint``): no workspace
+    #: checkpoint is recorded before it runs.
+    read_only: bool = field(default=False, compare=False)
 
 
 @dataclass(slots=True, frozen=True)

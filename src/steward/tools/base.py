@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, get_type_hints, overload
 
 from steward.errors import ConfigError, ToolError
 from steward.models.base import ToolSpec
+from steward.safety.secrets import DEFAULT_SECRET_FILES
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
@@ -33,6 +34,10 @@ class ToolSettings:
     bash_timeout_s: float = 120.0
     output_cap_chars: int = 30_000
     read_cap_chars: int = 50_000
+    #: Domains the egress proxy and ``fetch_url`` may reach (``*.`` wildcards); empty: none.
+    allowed_domains: tuple[str, ...] = ()
+    #: File-name globs of secret files (``steward.safety.secrets``).
+    secret_files: tuple[str, ...] = DEFAULT_SECRET_FILES
 
 
 class CommandSandbox(Protocol):
