@@ -40,6 +40,7 @@ from steward.working_memory import WorkingMemory
 if TYPE_CHECKING:
     from steward.mcp.toolset import McpToolset
     from steward.memory.blocks import CoreMemory, MemoryBlock
+    from steward.safety.checkpointing import Checkpointer
     from steward.safety.policy import Policy
     from steward.session import History
     from steward.store.events import EventStore, RunLog
@@ -584,8 +585,17 @@ class Agent:
                 settings=self.config.tools,
                 budget_chars=budget_chars,
             )
-            self._toolset = GuardedToolset(offered, guard=Guard(), policy=self.policy)
+            from steward.safety.checkpoint_toolset import CheckpointToolset
+
+            checkpointed = CheckpointToolset(offered, self.checkpointer)
+            self._toolset = GuardedToolset(checkpointed, guard=Guard(), policy=self.policy)
         return self._toolset
+
+    def checkpointer(self, workspace: Path) -> Checkpointer:
+        """Checkpoints and change detection for ``workspace`` (one per workspace and process)."""
+        from steward.safety.checkpointing import checkpointer_for
+
+        return checkpointer_for(workspace, self.config)
 
     def mcp_toolset(self) -> McpToolset | None:
         """The toolset of the configured MCP servers (None when there are none)."""
@@ -625,8 +635,13 @@ class Agent:
         store = self.store
         if store is None:
             raise ConfigError("resuming a run needs its store: Agent(store=await open_store(url))")
+        from steward.events import RewindEvent
+
         row = await store.find_run(run_id)
-        recorded = await store.events(row.id)
+        everything = await store.events(row.id)
+        # Rewinds were made from outside the loop: the rebuild does not meet them again.
+        recorded = [e for e in everything if not isinstance(e, RewindEvent)]
+        last_seq = everything[-1].seq if everything else 0
         first = recorded[0] if recorded else None
         if recorded and not isinstance(first, RunStart):
             raise StewardError(f"run {row.id} has no recorded start; there is nothing to resume")
@@ -649,7 +664,7 @@ class Agent:
                     f"The run stopped its process {attempts - 1} times (the limit is {max_attempts}); "
                     "it is marked failed so it does not crash again."
                 )
-                seq = recorded[-1].seq
+                seq = last_seq
                 closing: list[Event] = [
                     ErrorEvent(code="crashed", message=message, recoverable=False),
                     DoneEvent(
@@ -675,7 +690,7 @@ class Agent:
         )
         run = self.start(goal, workspace=workspace, run_id=row.id, session_id=row.session_id, history=history)
         if recorded:
-            await run._rebuild(log, recorded[-1].seq)
+            await run._rebuild(log, last_seq)
         else:
             run._log = store.log(row.id, session_id=row.session_id, last_seq=0)
         await store.set_status(
@@ -758,6 +773,7 @@ class Agent:
                 compact_skip_tools=frozenset(lim.compact_skip_tools),
                 summarize_turns=lim.summarize_turns,
                 summarize_failed_attempts=lim.summarize_failed_attempts,
+                run_timeout_s=lim.run_timeout_s,
             ),
         )
         loop.core_memory = self.core_memory

@@ -231,6 +231,21 @@ class DoneEvent(Event):
     usage: dict[str, int]
 
 
+@dataclass(slots=True)
+class RewindEvent(Event):
+    """The workspace was rewound to a checkpoint (``steward rewind``), from outside the loop.
+
+    Appended to the run's log when it happens, even after the run ended; a rebuild of the
+    run skips it (the loop never made it)."""
+
+    type: ClassVar[str] = "rewind"
+    checkpoint: int
+    step: int
+    restored: list[str]
+    removed: list[str]
+    undo_checkpoint: int
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -252,6 +267,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         AnswerEvent,
         CompactionEvent,
         DoneEvent,
+        RewindEvent,
     )
 }
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, assert_never
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 from steward import signals as sig
 from steward.context import BuiltRequest, ContextBuilder
@@ -42,6 +41,7 @@ from steward.models.base import (
     Model,
     ModelRequest,
     ModelResponse,
+    StreamItem,
     TextDelta,
     Thinking,
     ThinkingDelta,
@@ -65,10 +65,13 @@ from steward.run_state import (
     RunState,
     limit_outcome,
     progress_report,
+    timeout_outcome,
 )
 from steward.tools.base import ToolContext, ToolResult, Toolset
 
 if TYPE_CHECKING:
+    import asyncio
+
     from steward.memory.blocks import CoreMemory
 from steward.working_memory import ErrorEntry, Fact, Step, WorkingMemory, compact_json, plan_event_payload
 
@@ -99,6 +102,7 @@ class Loop:
         #: The recorded log while a run is being rebuilt from it (see ``steward.replay``).
         self.replay: Replay | None = None
         self._replayed = False  # whether the last emitted event came from the recorded log
+        self._since: float | None = None  # when the current stretch of running began (monotonic)
 
     def rebuilding(self) -> bool:
         """Whether the run is still being rebuilt from its recorded log."""
@@ -134,6 +138,9 @@ class Loop:
                     yield item
                 else:
                     outcome = item
+            if not isinstance(outcome, Continue):
+                # Waiting for a human is not running: the clock stops before the wait is announced.
+                self._stop_clock()
             match outcome:
                 case Continue():
                     continue
@@ -182,8 +189,9 @@ class Loop:
 
     async def _step(self) -> AsyncIterator[Event | Outcome]:
         st, c = self.state, self.state.counters
-        if c.step >= c.max_steps:
-            yield limit_outcome(st)
+        if stop := self._limit_reached():
+            for item in stop:
+                yield item
             return
         c.step += 1
         self.ctx.step = c.step
@@ -201,7 +209,7 @@ class Loop:
                 response = piece
             else:
                 yield piece
-                if isinstance(piece, Fail):
+                if isinstance(piece, Fail | Finish):
                     return
         if response is None:
             yield Fail("model_error", f"{self.model.name}: the reply ended without a response")
@@ -218,24 +226,40 @@ class Loop:
         async for item in self._route_reply(message):
             yield item
 
-    async def _call_model(self, request: ModelRequest) -> AsyncIterator[Event | ModelResponse | Fail]:
+    def _limit_reached(self) -> tuple[Event | Outcome, ...]:
+        """How the run ends if a limit is reached before the next step; empty if none is."""
+        if self.state.counters.step >= self.state.counters.max_steps:
+            return (limit_outcome(self.state),)
+        if self._timed_out():
+            return self._time_up()
+        return ()
+
+    async def _call_model(
+        self, request: ModelRequest
+    ) -> AsyncIterator[Event | ModelResponse | Fail | Finish]:
         """Stream one reply: deltas become partial events; failures become ``Fail``.
 
         A retryable failure (rate limit, overload, a stream broken or stalled midway) is tried
         again a bounded number of times, with backoff; consumers see an ``error`` event with
-        ``recoverable: true`` for each retry.
+        ``recoverable: true`` for each retry. When the run's time is up the reply (or the wait
+        before a retry) is cancelled and the run ends.
         """
         attempts = self.settings.model_retries + 1
+        delay = 0.0
         for attempt in range(1, attempts + 1):
+            stream = self.model.stream(request)  # nothing runs until the first piece is asked for
             try:
-                async for piece in self.model.stream(request):
-                    match piece:
-                        case TextDelta(text=text):
-                            yield self.emit(TextEvent(text=text, partial=True))
-                        case ThinkingDelta(text=text):
-                            yield self.emit(ThinkingEvent(text=text, partial=True))
-                        case ModelResponse():
-                            yield piece
+                if delay:
+                    await self._within_time(lambda: _sleep(delay))  # noqa: B023 - awaited at once
+                # Each wait for a piece is bounded, never a yield: a deadline must not cancel
+                # whoever consumes the events.
+                while (piece := await self._next_piece(stream)) is not None:
+                    yield self._shown(piece)
+            except _OutOfTime:
+                await _aclose(stream)  # a reply cut midway: release its connection now
+                for item in self._time_up():
+                    yield item
+                return
             except ModelError as exc:
                 if not exc.retryable or attempt == attempts:
                     yield Fail("model_error", str(exc))
@@ -243,7 +267,6 @@ class Loop:
                 delay = self.settings.model_retry_backoff_s * 2 ** (attempt - 1)
                 message = f"{exc} (attempt {attempt} of {attempts}; retrying in {delay:g} s)"
                 yield self.emit(ErrorEvent(code="model_retry", message=message, recoverable=True))
-                await _sleep(delay)
             except Exception as exc:  # a provider bug must end this run cleanly, not the process
                 yield Fail(
                     "model_error", f"{self.model.name} failed unexpectedly: {type(exc).__name__}: {exc}"
@@ -272,7 +295,7 @@ class Loop:
             return events, Fail("toolset_error", f"listing tools failed: {type(exc).__name__}: {exc}")
         return events, built
 
-    async def _reply_to(self, request: ModelRequest) -> AsyncIterator[Event | ModelResponse | Fail]:
+    async def _reply_to(self, request: ModelRequest) -> AsyncIterator[Event | ModelResponse | Fail | Finish]:
         """The model's reply: the recorded one while rebuilding a run, else a new one."""
         if self.replay is not None:
             recorded: ModelResponse | None = None
@@ -281,6 +304,8 @@ class Loop:
                     recorded = item
                 else:
                     yield item
+                    if isinstance(item, Finish):  # the run's time ran out while it was asked
+                        return
             if recorded is not None:
                 self.model.replayed()
                 yield recorded
@@ -288,7 +313,7 @@ class Loop:
         async for piece in self._call_model(request):
             yield piece
 
-    async def _recorded_reply(self) -> AsyncIterator[Event | ModelResponse]:
+    async def _recorded_reply(self) -> AsyncIterator[Event | ModelResponse | Finish]:
         """The recorded reply (and the retries before it), taken instead of asking again."""
         while self.replay is not None and isinstance(retry := self.replay.peek(), ErrorEvent):
             if retry.code != "model_retry":
@@ -297,6 +322,9 @@ class Loop:
         recorded = self.replay.peek() if self.replay is not None else None
         if isinstance(recorded, ModelReplyEvent):
             yield _response_from(recorded)
+        elif _is_time_up(recorded):
+            for item in self._time_up():
+                yield item
         elif recorded is not None:
             raise ReplayError(
                 f"cannot rebuild the run: at seq {recorded.seq} the log has '{recorded.type}' "
@@ -491,15 +519,10 @@ class Loop:
             return
         started = time.perf_counter()
         try:
-            async with _timeout(self.settings.tool_timeout_s):
-                result = await self.toolset.call_tool(tool, arguments, self.ctx)
+            result, cut = await self._run_tool(tool, arguments)
         except ApprovalRequired as request:
             yield Pause(self._approval(call, request, thinking, summary))
             return
-        except TimeoutError:
-            result = ToolResult(f"{tool} timed out after {self.settings.tool_timeout_s:g} s", is_error=True)
-        except Exception as exc:  # a broken toolset is the model's problem to route around, not a crash
-            result = ToolResult(f"{tool} failed: {type(exc).__name__}: {exc}", is_error=True)
         for kind, message in self.ctx.notes:
             yield self.emit(
                 SignalEvent(code=kind, level="warning" if kind == "blocked" else "info", message=message)
@@ -507,6 +530,48 @@ class Loop:
         self.ctx.notes.clear()
         duration = (time.perf_counter() - started) * 1000
         yield self._record(call, tool, arguments, thinking, summary, result, duration, n, result.category)
+        async for item in self._after_call(call, tool, arguments, result, cut=cut):
+            yield item
+
+    async def _run_tool(self, tool: str, arguments: dict[str, Any]) -> tuple[ToolResult, bool]:
+        """Run one call within its own timeout and the run's; also whether the run's limit cut it.
+
+        Raises ``ApprovalRequired`` when the call waits for a human.
+        """
+        own, limit = self.settings.tool_timeout_s, self.settings.run_timeout_s
+        remaining = self._remaining()
+        if remaining is not None and remaining <= 0:
+            late = f"Not run: the run's time limit ({limit:g} s of running) was reached before it started."
+            return ToolResult(late, is_error=True, category="timeout"), True
+        by_run = remaining is not None and remaining < own
+        deadline = _timeout(min(own, remaining) if remaining is not None else own)
+        try:
+            async with deadline:
+                return await self.toolset.call_tool(tool, arguments, self.ctx), False
+        except ApprovalRequired:
+            raise
+        except TimeoutError as exc:
+            if not deadline.expired():  # raised by the tool itself: a failure like any other
+                return ToolResult(f"{tool} failed: TimeoutError: {exc}", is_error=True), False
+            if by_run:
+                # Cancelling the call stopped what it started (bash stops its process group).
+                stopped = (
+                    f"Stopped by the run's time limit ({limit:g} s of running) before it finished; "
+                    "what it did until then is unknown."
+                )
+                return ToolResult(stopped, is_error=True, category="timeout"), True
+            return ToolResult(f"{tool} timed out after {own:g} s", is_error=True), False
+        except Exception as exc:  # a broken toolset is the model's problem to route around, not a crash
+            return ToolResult(f"{tool} failed: {type(exc).__name__}: {exc}", is_error=True), False
+
+    async def _after_call(
+        self, call: ToolCall, tool: str, arguments: dict[str, Any], result: ToolResult, *, cut: bool = False
+    ) -> AsyncIterator[Event | Outcome]:
+        """After a recorded call: the run's end if its time is up, else its output's compaction."""
+        if cut or self._timed_out():
+            for item in self._time_up():
+                yield item
+            return
         if self._compactable(tool, result):
             async for event in self._compact_output(call, tool, arguments, result):
                 yield event
@@ -537,10 +602,8 @@ class Loop:
                     call, tool, arguments, thinking, summary, result, recorded.duration_ms, n,
                     recorded.error_category,
                 )  # fmt: skip
-                if self._compactable(tool, result):
-                    async for event in self._compact_output(call, tool, arguments, result):
-                        yield event
-                yield CONTINUE
+                async for item in self._after_call(call, tool, arguments, result):
+                    yield item
             case ApprovalGateEvent():  # asked (again, if it was approved and interrupted before)
                 request = ApprovalRequired(
                     tool=recorded.tool,
@@ -681,15 +744,88 @@ class Loop:
             usage = Usage(**recorded.usage)
             written, by_model = recorded.text, recorded.by_model
         else:
-            summary = await summarize(
-                self.model, kind, text, goal=self.state.goal, limit=limit, task=task, what=what
-            )
+            try:
+                summary = await self._within_time(
+                    lambda: summarize(
+                        self.model, kind, text, goal=self.state.goal, limit=limit, task=task, what=what
+                    )
+                )
+            except _OutOfTime:
+                return None  # no time left to summarise: the text stays; the run ends at the next check
             written, usage, by_model = summary.text, summary.usage, summary.by_model
         self.state.usage.add(usage)
         compaction = CompactionEvent(
             kind=kind, ref=ref, chars_before=len(text), text=written, by_model=by_model, usage=usage.as_dict()
         )
         return written, self.emit(compaction)
+
+    # --- the run's time limit ---------------------------------------------------------
+
+    def _remaining(self) -> float | None:
+        """Seconds the run may still spend running, or None when no limit applies.
+
+        The clock runs only while the loop steps live: it starts at the first check after the
+        run starts, resumes or is rebuilt, and stops when the run pauses or ends (``run``), so
+        time waiting for a human is not counted. A rebuild from the log is never cut short.
+        """
+        if self.replay is not None:
+            return None
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+        limit = self.settings.run_timeout_s
+        return limit - self.state.run_time_s - (now - self._since) if limit > 0 else None
+
+    def _stop_clock(self) -> None:
+        if self._since is not None:
+            self.state.run_time_s += time.monotonic() - self._since
+            self._since = None
+
+    def _timed_out(self) -> bool:
+        """Whether the run's time is up: by the clock when live; where the log says so when rebuilt."""
+        if self.replay is not None:
+            return _is_time_up(self.replay.peek())
+        remaining = self._remaining()
+        return remaining is not None and remaining <= 0
+
+    def _time_up(self) -> tuple[Event, Finish]:
+        """The signal and the ending of a run whose time is up."""
+        limit = self.settings.run_timeout_s
+        message = f"The run reached its time limit ({limit:g} s of running) and stops here."
+        signal = self.emit(SignalEvent(code=RUN_TIMEOUT, level="warning", message=message))
+        return signal, timeout_outcome(self.state, limit)
+
+    async def _within_time(self, start: Callable[[], Awaitable[_T]]) -> _T:
+        """Await what ``start`` begins; cancelled (``_OutOfTime``) when the run's time is up."""
+        remaining = self._remaining()
+        if remaining is None:
+            return await start()
+        if remaining <= 0:
+            raise _OutOfTime  # not even started: nothing to cancel
+        deadline = _timeout(remaining)
+        try:
+            async with deadline:
+                return await start()
+        except TimeoutError:
+            if deadline.expired():
+                raise _OutOfTime from None
+            raise
+
+    async def _next_piece(self, stream: AsyncIterator[StreamItem]) -> StreamItem | None:
+        """The reply's next piece (None at its end), within the run's time."""
+        return await self._within_time(lambda: anext(stream, None))
+
+    def _shown(self, piece: StreamItem) -> Event | ModelResponse:
+        """A piece of the reply as it is passed on: deltas as partial (live-only) events."""
+        match piece:
+            case TextDelta(text=text):
+                return self.emit(TextEvent(text=text, partial=True))
+            case ThinkingDelta(text=text):
+                return self.emit(ThinkingEvent(text=text, partial=True))
+            case ModelResponse():
+                return piece
+            case _:
+                assert_never(piece)
 
     # --- approvals --------------------------------------------------------------------
 
@@ -820,10 +956,30 @@ async def _sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-def _timeout(seconds: float) -> AbstractAsyncContextManager[object]:
+def _timeout(seconds: float) -> asyncio.Timeout:
     import asyncio
 
     return asyncio.timeout(seconds)
+
+
+async def _aclose(stream: AsyncIterator[StreamItem]) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
+
+
+_T = TypeVar("_T")
+
+RUN_TIMEOUT = "run_timeout"
+"""The code of the signal a run emits when its time limit (``run_timeout_s``) ends it."""
+
+
+class _OutOfTime(Exception):  # noqa: N818 - control flow inside the loop, never raised past it
+    """The run's time limit cut an await short."""
+
+
+def _is_time_up(event: Event | None) -> bool:
+    return isinstance(event, SignalEvent) and event.code == RUN_TIMEOUT
 
 
 INTERRUPTED = (

@@ -103,6 +103,8 @@ class LoopSettings:
     summarize_turns: bool = True
     summarize_failed_attempts: bool = True
     keep_turns: int = 2  # the newest turns never folded into a summary
+    run_timeout_s: float = 0.0
+    """Seconds the run may spend running (time waiting for a human not counted); 0: no limit."""
 
 
 @dataclass(slots=True)
@@ -126,6 +128,8 @@ class RunState:
     empty_replies: int = 0
     call_ids: set[str] = field(default_factory=set)
     resume: Resume | None = None
+    #: Seconds spent running in this process so far, up to the last pause (see ``Loop``'s clock).
+    run_time_s: float = 0.0
 
 
 def limit_outcome(st: RunState) -> Finish:
@@ -136,6 +140,14 @@ def limit_outcome(st: RunState) -> Finish:
     return Finish(
         "partial" if progressed else "stuck",
         f"Stopped at the step limit ({c.max_steps} steps). " + progress_report(st),
+    )
+
+
+def timeout_outcome(st: RunState, limit_s: float) -> Finish:
+    """How a run ends at its time limit: partial, whatever it did, with what is done and not."""
+    # Not "stuck" even without progress: the run was cut off, not found going in circles.
+    return Finish(
+        "partial", f"Stopped at the run's time limit ({limit_s:g} s of running). " + progress_report(st)
     )
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-import steward.safety.protected as protected_module
 from steward.safety.protected import find_protected, protected_reason
 from steward.tools.base import ToolContext
 from steward.tools.files import edit_file, write_file
@@ -124,12 +123,19 @@ def test_the_scan_sorts_existing_missing_and_creatable_paths(workspace: Path) ->
     found = find_protected(workspace)
     git = workspace / ".git"
     assert {git / "hooks", git / "config", workspace / ".bashrc"} <= set(found.existing)
-    assert workspace / ".profile" in found.sentinels  # watched: a placeholder would pollute commits
-    assert workspace / "steward.toml" in found.sentinels
+    # Outside a home directory a missing start-up file gets no placeholder (nothing for `git add
+    # -A` to pick up); a new one is undone by the checkpoint comparison after the command.
+    assert workspace / ".profile" not in found.missing_files
+    assert workspace / "steward.toml" in found.missing_files  # no window for another Steward
     assert workspace / ".steward" in found.to_create
     assert found.pinned == [git]
-    assert git / "commondir" in found.sentinels
+    assert git / "commondir" in found.missing_commondirs
     assert found.missing_dirs == []
+
+
+def test_in_a_home_directory_start_up_files_get_placeholders(workspace: Path) -> None:
+    found = find_protected(workspace, home_like=True)
+    assert {workspace / ".profile", workspace / ".bashrc"} <= set(found.missing_files)
 
 
 def test_without_a_repository_the_git_directory_needs_a_placeholder(workspace: Path) -> None:
@@ -147,19 +153,23 @@ def test_protection_never_reaches_outside_the_workspace(workspace: Path, tmp_pat
     assert all(path.is_relative_to(workspace) for path in everything)
 
 
-def test_the_nested_repository_walk_skips_heavy_directories(workspace: Path) -> None:
+def test_nested_repositories_are_found_at_any_depth_in_any_directory(workspace: Path) -> None:
+    # No skipped directory, no depth limit: a repository in node_modules, deep down, or past a
+    # flood of files is protected like any other.
     make_repo(workspace / "node_modules" / "pkg" / ".git")
-    make_repo(workspace / "packages" / "app" / ".git")
+    deep = workspace.joinpath(*[f"d{i}" for i in range(12)])
+    make_repo(deep / ".git")
+    flood = workspace / "flood"
+    flood.mkdir()
+    for index in range(3000):
+        (flood / f"f{index}").write_text("")
+    make_repo(workspace / "zzz" / ".git")
     found = find_protected(workspace)
-    assert workspace / "packages" / "app" / ".git" in found.pinned
-    assert not any("node_modules" in path.parts for path in found.pinned)
-
-
-def test_the_nested_repository_walk_is_bounded(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for index in range(5):
-        (workspace / f"d{index}").mkdir()
-    monkeypatch.setattr(protected_module, "WALK_MAX_DIRS", 3)
-    assert find_protected(workspace).truncated
+    assert {
+        workspace / "node_modules" / "pkg" / ".git",
+        deep / ".git",
+        workspace / "zzz" / ".git",
+    } <= set(found.pinned)
 
 
 # --- the file tools -------------------------------------------------------------------------

@@ -74,6 +74,7 @@ async def test_the_environment_is_cleared_to_the_allowlist(
         "NO_COLOR",
         "PWD",
         "SHLVL",
+        "GIT_CONFIG_GLOBAL",
         "_",
     }
 

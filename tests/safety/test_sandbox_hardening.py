@@ -16,6 +16,8 @@ from steward.tools.base import ToolContext
 from steward.tools.files import write_file
 from steward.tools.shell import bash
 
+from .conftest import RunBash
+
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"
 )
@@ -49,11 +51,11 @@ async def test_an_existing_steward_toml_cannot_be_changed(
     assert (workspace / "steward.toml").read_text() == "[sandbox]\nenabled = true\n"
 
 
-async def test_a_new_steward_toml_is_removed_and_the_call_fails(
-    sandbox: BubblewrapSandbox, workspace: Path
-) -> None:
+async def test_a_new_steward_toml_cannot_be_written(sandbox: BubblewrapSandbox, workspace: Path) -> None:
+    # Held by an empty read-only placeholder while the command runs (another Steward starting
+    # meanwhile reads an empty configuration, the same as none), removed afterwards.
     code, output = await sh(sandbox, workspace, "printf '[sandbox]\\nenabled = false\\n' > steward.toml")
-    assert code is None and "steward.toml" in output and "removed" in output
+    assert code != 0 and "steward.toml" in output
     assert not (workspace / "steward.toml").exists()
 
 
@@ -65,11 +67,11 @@ async def test_the_file_tools_refuse_steward_toml(workspace: Path) -> None:
 
 
 async def test_a_repository_created_by_a_command_is_removed(
-    sandbox: BubblewrapSandbox, workspace: Path
+    sandbox: BubblewrapSandbox, workspace: Path, checkpointed_bash: RunBash
 ) -> None:
     command = 'mkdir sub && cd sub && git init -q && git config core.fsmonitor "$PWD/../fsm.sh" && echo made'
-    code, output = await sh(sandbox, workspace, command)
-    assert code is None and "sub/.git" in output and "removed" in output
+    result = await checkpointed_bash(sandbox, workspace, command)
+    assert result.is_error and "new sub/.git removed" in result.content
     assert not (workspace / "sub" / ".git").exists()
     assert (workspace / "sub").is_dir()  # only the repository goes; the agent's other files stay
 

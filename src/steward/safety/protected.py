@@ -7,7 +7,8 @@ runtime keeps its database and logs in ``.steward/``. Writing one of them is a w
 sandbox, so they stay read-only for the sandbox (``steward.safety.sandbox`` mounts them
 read-only) and for the file tools (``protected_reason``).
 
-What is protected, for the workspace and every nested repository the bounded walk finds:
+What is protected, for the workspace and every nested repository (found by the complete,
+cached scan of ``steward.safety.scan``: no depth limit, no skipped directory):
 
 * the git directory's ``hooks/``, ``config``, ``config.worktree`` and ``commondir`` (a
   ``commondir`` file redirects git to another directory's hooks and config), the directory
@@ -15,13 +16,22 @@ What is protected, for the workspace and every nested repository the bounded wal
   submodules kept in ``.git/modules``;
 * a ``.git`` *file* (``gitdir: PATH``, used by worktrees and submodules) and the git
   directory it names; a *symlinked* ``.git`` is followed to its target;
-* ``.steward/`` and the shell start-up files at the workspace root (``RC_FILES``).
+* ``.steward/``, ``steward.toml`` and the shell start-up files at the workspace root
+  (``RC_FILES``).
+
+A protected path that does not exist yet gets a read-only placeholder for the command's
+duration, so nothing can be created there *while* it runs (another Steward process or git on
+the host reads these paths at any time): ``steward.toml`` an empty file (an empty
+configuration), a git directory's ``commondir`` a file saying ``.`` (git reads it as "this
+directory", so git on the host works unchanged), a missing ``.git`` an empty directory (not a
+repository to git). Shell start-up files get one only when the workspace is a home directory,
+the one place a shell reads them; elsewhere a new one is removed after the command.
 
 Known limits (what mounts cannot express): a symlink cannot be a mount point, so a symlinked
-``.git`` or start-up file can itself be replaced (its target stays read-only); moving a whole
-nested repository aside and creating a new one in its place is not prevented; a hard link
+``.git`` or start-up file can itself be replaced (its target stays read-only); a hard link
 made *before* the run to a protected file shares its content (the file tools check for it,
-the sandbox cannot).
+the sandbox cannot). What a command changes anyway is compared with the checkpoint after it
+(``steward.safety.checkpointing``) and reverted.
 """
 
 from __future__ import annotations
@@ -59,36 +69,6 @@ RC_FILES = frozenset(
 GIT_CONFIG_FILES = ("config", "config.worktree", "commondir")
 """Files in a git directory that decide which hooks and programs git runs."""
 
-WALK_MAX_DEPTH = 4
-"""How deep below the workspace root nested repositories are looked for."""
-
-WALK_MAX_DIRS = 2000
-"""How many directories the nested-repository walk lists at most."""
-
-WALK_MAX_ENTRIES = 10_000
-"""How many directory entries the walk reads at most (~1 µs each with a warm cache)."""
-
-WALK_SKIP = frozenset(
-    {
-        ".git",
-        STATE_DIR,
-        "node_modules",
-        ".venv",
-        "venv",
-        "__pycache__",
-        ".tox",
-        ".nox",
-        ".mypy_cache",
-        ".pytest_cache",
-        ".ruff_cache",
-        "site-packages",
-        "target",
-        "dist",
-        "build",
-    }
-)
-"""Directories the walk does not descend into (heavy, or never holding a user's repository)."""
-
 _MODULES_DEPTH = 2
 _GITDIR_LINE = re.compile(r"^gitdir:\s*(.+?)\s*$", re.MULTILINE)
 _SECTION = re.compile(r"^\s*\[\s*([^\]\s\"]+)[^\]]*\]", re.MULTILINE)
@@ -116,10 +96,6 @@ _PROGRAM_REASON = (
 _STATE_REASON = "it is the runtime's own state (its database and logs); agents may not change it"
 _RC_REASON = "it is a shell start-up file that would run in a shell on the host, outside the sandbox"
 _PROJECT_CONFIG_REASON = "it is Steward's own configuration (policy and sandbox); only the user changes it"
-_NEW_REPO_REASON = (
-    "a repository created by a command could make git on the host run programs named in its "
-    "configuration; create repositories yourself, outside the agent"
-)
 _LINK_REASON = (
     "it is a hard link to a protected file (a git hook or git config), so writing it would change that file"
 )
@@ -141,29 +117,31 @@ class Protection:
     #: Git directories that stay writable but must not be renamed or removed (a mount point
     #: cannot be), or the protection of their hooks would move away with them.
     pinned: list[Path] = field(default_factory=list)
-    #: Paths that must not appear during a command (``commondir`` of a main repository; an
-    #: empty placeholder there would break git, so it is checked after the command instead).
-    sentinels: list[Path] = field(default_factory=list)
+    #: Missing ``commondir`` files: their placeholder says ``.`` (an empty one breaks git).
+    missing_commondirs: list[Path] = field(default_factory=list)
     #: Why each path above is protected (a clause for messages).
     reasons: dict[Path, str] = field(default_factory=dict)
-    #: The nested-repository walk stopped at its bound; deeper repositories were not looked at.
-    truncated: bool = False
-    #: The repositories found before the command (the root included): one that appears during
-    #: a command is removed afterwards.
+    #: The repositories found before the command (the root included).
     repositories: tuple[Path, ...] = ()
 
 
-def find_protected(workspace: Path) -> Protection:
-    """Scan ``workspace`` (reads only, bounded) for what must stay read-only."""
+def find_protected(workspace: Path, *, home_like: bool = False) -> Protection:
+    """Scan ``workspace`` (reads only) for what must stay read-only.
+
+    ``home_like``: the workspace is a home directory, where shells read start-up files."""
+    from steward.safety.scan import scanner_for
+
     root = workspace.resolve(strict=False)
     found = Protection(root)
     _add(found, root / STATE_DIR, "create_dir", _STATE_REASON)
-    _add(found, root / PROJECT_CONFIG, "sentinel", _PROJECT_CONFIG_REASON)
+    _add(found, root / PROJECT_CONFIG, "file", _PROJECT_CONFIG_REASON)
     for name in sorted(RC_FILES):
-        # A missing start-up file is watched, not held by a placeholder: an empty placeholder
-        # would show up in `git status` and end up in the agent's commits.
-        _add(found, root / name, "sentinel", _RC_REASON)
-    repos, found.truncated = _repositories(root)
+        # Outside a home directory no shell reads them: a new one is only removed afterwards,
+        # and no empty placeholder shows up in `git status` for the agent to commit.
+        _add(found, root / name, "file" if home_like else "existing", _RC_REASON)
+    repos = [root / r if r else root for r in scanner_for(root).scan().repositories]
+    if root not in repos:
+        repos.insert(0, root)
     found.repositories = tuple(repos)
     for repo in repos:
         _protect_repository(found, repo, top=repo == root)
@@ -188,51 +166,14 @@ def _add(found: Protection, path: Path, kind: str, reason: str) -> None:
         found.existing.append(real)
     elif kind == "create_dir":
         found.to_create.append(real)
-    elif kind == "sentinel":
-        found.sentinels.append(real)
+    elif kind == "existing":
+        del found.reasons[real]  # protected only once it exists
+    elif kind == "commondir":
+        found.missing_commondirs.append(real)
     elif kind == "dir":
         found.missing_dirs.append(real)
     else:
         found.missing_files.append(real)
-
-
-def new_repositories(protection: Protection) -> list[Path]:
-    """Git directories that appeared below the workspace since ``protection`` was taken."""
-    now, _ = _repositories(protection.root)
-    before = set(protection.repositories)
-    return [repo / ".git" for repo in now if repo not in before and repo != protection.root]
-
-
-def new_repository_reason() -> str:
-    return _NEW_REPO_REASON
-
-
-def _repositories(root: Path) -> tuple[list[Path], bool]:
-    """The workspace root and every directory below it (bounded walk) that holds a ``.git``."""
-    repos = [root]
-    queue: deque[tuple[Path, int]] = deque([(root, 0)])
-    visited = seen = 0
-    while queue:
-        directory, depth = queue.popleft()
-        visited += 1
-        if visited > WALK_MAX_DIRS:
-            return repos, True
-        try:
-            with os.scandir(directory) as scan:
-                entries = list(itertools.islice(scan, WALK_MAX_ENTRIES - seen + 1))
-        except OSError:
-            continue
-        seen += len(entries)
-        if seen > WALK_MAX_ENTRIES:
-            return repos, True
-        # One listing per directory, no stat per entry: d_type tells directories apart.
-        if directory != root and any(entry.name == ".git" for entry in entries):
-            repos.append(directory)
-        if depth < WALK_MAX_DEPTH:
-            for entry in entries:
-                if entry.name not in WALK_SKIP and entry.is_dir(follow_symlinks=False):
-                    queue.append((Path(entry.path), depth + 1))
-    return repos, False
 
 
 def _read_gitdir_file(dotgit: Path) -> Path | None:
@@ -283,8 +224,7 @@ def _protect_git_dir(found: Protection, gitdir: Path, *, worktree: Path | None, 
         if common:
             _protect_git_dir(found, (gitdir / common).resolve(strict=False), worktree=None, depth=depth + 1)
     elif not os.path.lexists(commondir):
-        found.sentinels.append(commondir)
-        found.reasons[commondir] = _CONFIG_REASON
+        _add(found, commondir, "commondir", _CONFIG_REASON)
     _protect_config_references(found, gitdir / "config", worktree or gitdir, depth=0)
     if depth < _MODULES_DEPTH:
         for module in _submodule_git_dirs(gitdir / "modules"):

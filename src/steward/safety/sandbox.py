@@ -69,7 +69,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from steward.errors import ToolError
-from steward.safety.protected import Protection, find_protected, new_repositories, new_repository_reason
+from steward.safety.protected import Protection, find_protected
+from steward.safety.scan import scanner_for
+from steward.safety.secrets import DEFAULT_SECRET_FILES
 
 if TYPE_CHECKING:
     from steward.config import SandboxConfig
@@ -177,6 +179,12 @@ class SandboxSettings:
     gid: int = 1000
     #: The bwrap executable; None finds ``bwrap`` on PATH.
     bwrap: str | None = None
+    #: Programs a deny rule forbids with any arguments: an empty file is mounted over each.
+    masked_programs: tuple[Path, ...] = ()
+    #: Domains the egress proxy lets commands granted the network reach.
+    allowed_domains: tuple[str, ...] = ()
+    #: Names of secret files (globs), masked inside the sandbox.
+    secret_files: tuple[str, ...] = DEFAULT_SECRET_FILES
 
 
 @dataclass(slots=True, frozen=True)
@@ -200,8 +208,9 @@ class SandboxStatus:
         return "\n".join(lines)
 
 
-def sandbox_from_config(config: SandboxConfig) -> BubblewrapSandbox:
-    """The sandbox the ``[sandbox]`` section of the configuration describes."""
+def sandbox_from_config(config: SandboxConfig, masked: Sequence[Path] = ()) -> BubblewrapSandbox:
+    """The sandbox the ``[sandbox]`` section of the configuration describes; ``masked``: the
+    programs deny rules forbid (``steward.safety.programs``)."""
     settings = SandboxSettings(
         enabled=config.enabled,
         network=config.network,
@@ -213,6 +222,9 @@ def sandbox_from_config(config: SandboxConfig) -> BubblewrapSandbox:
         file_size_mb=config.file_size_mb,
         max_processes=config.max_processes,
         env=tuple(config.env),
+        masked_programs=tuple(masked),
+        allowed_domains=tuple(config.allowed_domains),
+        secret_files=tuple(config.secret_files),
     )
     return BubblewrapSandbox(settings)
 
@@ -236,7 +248,12 @@ class _Placeholders:
         self._swept: set[Path] = set()
 
     def acquire(
-        self, dirs: Sequence[Path], files: Sequence[Path], others: Sequence[Path], root: Path | None = None
+        self,
+        dirs: Sequence[Path],
+        files: Sequence[Path],
+        others: Sequence[Path],
+        root: Path | None = None,
+        commondirs: Sequence[Path] = (),
     ) -> list[Path]:
         """Claim each path that is missing (creating it: an empty directory or file, which is far
         cheaper than bwrap making the mount point) or already a placeholder; return the claimed."""
@@ -246,6 +263,7 @@ class _Placeholders:
             for path, kind in [
                 *((d, "dir") for d in dirs),
                 *((f, "file") for f in files),
+                *((c, "commondir") for c in commondirs),
                 *((o, "") for o in others),
             ]:
                 if self._counts.get(path):
@@ -317,12 +335,22 @@ def _sweep_stale(root: Path) -> None:
         ledger.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
 
 
+_COMMONDIR_HERE = b".\n"
+"""A ``commondir`` placeholder's content: git reads it as "this directory", so git (inside
+and on the host) works as if there were none, while nothing else can be written there."""
+
+
 def _create_placeholder(path: Path, kind: str) -> None:
     try:
         if kind == "dir":
             path.mkdir(mode=0o555)
-        else:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444))
+            return
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+        try:
+            if kind == "commondir":
+                os.write(fd, _COMMONDIR_HERE)
+        finally:
+            os.close(fd)
     except OSError:
         pass  # bwrap makes the mount point itself (from the empty source), or fails loudly
 
@@ -332,7 +360,9 @@ def _remove_if_empty(path: Path) -> None:
         info = os.lstat(path)
         if stat.S_ISDIR(info.st_mode):
             path.rmdir()  # fails, and keeps it, when someone put something in it
-        elif stat.S_ISREG(info.st_mode) and info.st_size == 0:
+        elif stat.S_ISREG(info.st_mode) and (
+            info.st_size == 0 or (path.name == "commondir" and path.read_bytes() == _COMMONDIR_HERE)
+        ):
             path.unlink()
     except OSError:
         pass
@@ -493,7 +523,6 @@ class _Prepared:
 
     argv: list[str]
     placeholders: list[Path]
-    sentinels: list[Path]
     cgroup: Path | None
     #: What was protected before the command (None when the workspace was read-only).
     protection: Protection | None = None
@@ -575,18 +604,11 @@ class BubblewrapSandbox:
             # Cancelled while setting up: the set-up still finishes in its thread; undo it then.
             await asyncio.shield(_undo_when_prepared(preparing, workspace))
             raise
-        appeared: list[str] = []
         try:
             yield prepared.argv
         finally:
             # Shielded: a second cancellation must not leave placeholders or a cgroup behind.
-            appeared = await asyncio.shield(asyncio.to_thread(_finish, prepared, workspace))
-        if appeared:
-            raise ToolError(
-                f"The command created {', '.join(appeared)}: protected paths (git pointers, Steward's "
-                "configuration, shell start-up files) and new repositories may not be made by an agent, "
-                f"so they were removed. ({new_repository_reason()}.)"
-            )
+            await asyncio.shield(asyncio.to_thread(_finish, prepared, workspace))
 
     # --- building the bwrap command ---------------------------------------------------------
 
@@ -604,18 +626,25 @@ class BubblewrapSandbox:
             raise ToolError(f"The workspace {str(root)!r} is not a directory that can be sandboxed.")
         scratch = _SCRATCH.files(self.settings.uid, self.settings.gid)
         _PLACEHOLDERS.sweep(root)  # before looking: a stale empty .git would pass for a repository
-        protection = find_protected(root) if writable else None
+        protection = find_protected(root, home_like=_is_home_like(root)) if writable else None
         placeholders: list[Path] = []
         if protection is not None:
             _create_harmless(protection)
             placeholders = _PLACEHOLDERS.acquire(
-                protection.missing_dirs, protection.missing_files, protection.existing, root
+                protection.missing_dirs,
+                protection.missing_files,
+                protection.existing,
+                root,
+                commondirs=protection.missing_commondirs,
             )
         cgroup = None
         try:
             if host.cgroup is not None and self.settings.max_processes is not None:
                 cgroup = _open_cgroup(host.cgroup, self.settings.max_processes)
+            secrets = scanner_for(root, self.settings.secret_files).scan().secrets
             args = self._bwrap_args(host, scratch, root, network, writable, protection)
+            args[-2:-2] = _mask_args(root, secrets, self.settings.masked_programs, scratch)
+            args[-2:-2] = _git_exclude_args(scratch, root, placeholders)
             command = [*args, "--", *self._limits(host), *argv]
         except BaseException:
             _PLACEHOLDERS.release(placeholders)
@@ -631,8 +660,7 @@ class BubblewrapSandbox:
         chosen = _environment(self.settings) if env is None else {**env, **_sandboxed_basics()}
         environment = [f"{name}={value}" for name, value in chosen.items()]
         command = [host.env, "-i", *environment, *command]
-        sentinels = [p for p in protection.sentinels if not os.path.lexists(p)] if protection else []
-        return _Prepared(command, placeholders, sentinels, cgroup, protection if writable else None)
+        return _Prepared(command, placeholders, cgroup, protection if writable else None)
 
     def _bwrap_args(
         self,
@@ -658,7 +686,10 @@ class BubblewrapSandbox:
         args += ["--proc", "/proc", "--dev", "/dev"]
         for private in _PRIVATE_DIRS:
             args += [*size, "--tmpfs", private]
-        for path in _python_roots():
+        pythons = _python_roots()
+        # A Python whose prefix holds the workspace is shown first, under it; every other one
+        # is bound after the workspace, so a venv inside the workspace stays read-only too.
+        for path in [p for p in pythons if root.is_relative_to(p)]:
             args += ["--ro-bind", str(path), str(path)]
         for path in settings.readable:
             args += ["--ro-bind-try", str(path), str(path)]
@@ -668,6 +699,7 @@ class BubblewrapSandbox:
         if protection is not None:
             args += _protection_args(protection, scratch)
         args += _credential_args(root, scratch)
+        args += _sealed_args(root, settings.writable, [p for p in pythons if not root.is_relative_to(p)])
         args += ["--chdir", str(root)]
         # Last: nothing may be created at the sandbox's root from inside.
         return [*args, "--remount-ro", "/"]
@@ -694,33 +726,15 @@ async def _undo_when_prepared(preparing: asyncio.Future[_Prepared], workspace: P
         await asyncio.to_thread(_finish, await preparing, workspace)
 
 
-def _finish(prepared: _Prepared, workspace: Path) -> list[str]:
-    """Undo one command's set-up; return the protected paths that appeared (already removed)."""
+def _finish(prepared: _Prepared, workspace: Path) -> None:
+    """Undo one command's set-up: its cgroup and its placeholders.
+
+    What the command changed is judged by the checkpoint comparison that follows every call
+    that can change files (``steward.safety.checkpointing``), not here."""
+    del workspace
     if prepared.cgroup is not None:
         _close_cgroup(prepared.cgroup)
     _PLACEHOLDERS.release(prepared.placeholders)
-    appeared = []
-    root = workspace.resolve(strict=False)
-    for path in prepared.sentinels:
-        if not os.path.lexists(path):
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                path.unlink()
-        appeared.append(path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path))
-    if prepared.protection is not None:
-        # A repository made during the command is removed with what it holds: it is the agent's
-        # own creation of moments ago, and git on the host would obey its configuration.
-        for gitdir in new_repositories(prepared.protection):
-            if gitdir.is_dir() and not gitdir.is_symlink():
-                shutil.rmtree(gitdir, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    gitdir.unlink()
-            appeared.append(gitdir.relative_to(root).as_posix())
-    return appeared
 
 
 # --- pieces of the bwrap command ------------------------------------------------------------
@@ -757,6 +771,20 @@ class _Scratch:
     @property
     def empty_file(self) -> Path:
         return self.root / "empty-file"
+
+    def file(self, name: str, content: str) -> Path:
+        """A small read-only file of the scratch directory with this content (made once; a new
+        name is used whenever the content differs, so a file a running command has mounted is
+        never changed under it)."""
+        import hashlib
+
+        digest = hashlib.sha256(content.encode()).hexdigest()[:12]
+        path = self.root / f"{name}-{digest}"
+        if not path.exists():
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(content, encoding="utf-8")
+            temporary.replace(path)
+        return path
 
 
 class _ScratchFiles:
@@ -870,6 +898,55 @@ def _protection_args(protection: Protection, scratch: _Scratch) -> list[str]:
     return args
 
 
+def _sealed_args(root: Path, writable: Sequence[Path], pythons: Sequence[Path]) -> list[str]:
+    """The Python running Steward and the host's programs, read-only even where they lie in a
+    writable place (the README's own ``.venv`` inside the workspace): a ``.pth`` file or a
+    changed script there would run on the host at Steward's next start."""
+    args: list[str] = []
+    for path in pythons:
+        args += ["--ro-bind", str(path), str(path)]
+    open_places = [root, *(w.resolve(strict=False) for w in writable)]
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        if not entry or not Path(entry).is_absolute():
+            continue
+        real = Path(entry).resolve(strict=False)
+        exposed = real.is_dir() and any(real.is_relative_to(place) for place in open_places)
+        if exposed and not any(real.is_relative_to(p) for p in pythons):
+            args += ["--ro-bind", str(real), str(real)]
+    return args
+
+
+def _mask_args(root: Path, secrets: Sequence[str], programs: Sequence[Path], scratch: _Scratch) -> list[str]:
+    """Secret files of the workspace and programs a deny rule forbids: an empty, read-only,
+    non-executable file in their place (reading gives nothing, running is refused)."""
+    args: list[str] = []
+    for relative in secrets:
+        path = root / relative
+        if path.is_file() and not path.is_symlink():
+            args += ["--ro-bind", str(scratch.empty_file), str(path)]
+    for program in programs:
+        if program.is_file():
+            args += ["--ro-bind", str(scratch.empty_file), str(program)]
+    return args
+
+
+_GIT_CONFIG_MOUNT = "/run/steward/gitconfig"
+_GIT_EXCLUDE_MOUNT = "/run/steward/gitignore"
+
+
+def _git_exclude_args(scratch: _Scratch, root: Path, placeholders: Sequence[Path]) -> list[str]:
+    """Git inside the sandbox ignores this command's placeholders (an empty ``steward.toml``
+    must not end up in the agent's commits): a global git config naming an excludes file."""
+    patterns = sorted(
+        "/" + p.relative_to(root).as_posix()
+        for p in placeholders
+        if p.is_relative_to(root) and ".git" not in p.relative_to(root).parts
+    )
+    exclude = scratch.file(f"gitignore-{len(patterns)}", "".join(f"{p}\n" for p in patterns))
+    config = scratch.file("gitconfig", f"[core]\n\texcludesFile = {_GIT_EXCLUDE_MOUNT}\n")
+    return ["--ro-bind", str(config), _GIT_CONFIG_MOUNT, "--ro-bind", str(exclude), _GIT_EXCLUDE_MOUNT]
+
+
 def _is_home_like(root: Path) -> bool:
     homes = {Path("/root"), Path.home().resolve(strict=False)}
     return root in homes or root.parent == Path("/home")
@@ -918,7 +995,12 @@ def _looks_secret(name: str) -> bool:
 
 def _sandboxed_basics() -> dict[str, str]:
     """What a given environment needs to be right inside: the sandbox's HOME and user."""
-    return {"HOME": SANDBOX_HOME, "USER": SANDBOX_USER, "LOGNAME": SANDBOX_USER}
+    return {
+        "HOME": SANDBOX_HOME,
+        "USER": SANDBOX_USER,
+        "LOGNAME": SANDBOX_USER,
+        "GIT_CONFIG_GLOBAL": _GIT_CONFIG_MOUNT,
+    }
 
 
 def _environment(settings: SandboxSettings) -> dict[str, str]:
@@ -936,7 +1018,7 @@ def _environment(settings: SandboxSettings) -> dict[str, str]:
     python_bin = str(Path(sys.executable).parent)
     if python_bin not in path.split(":"):
         path = f"{path}:{python_bin}"  # last: `python` works, the user's PATH order still wins
-    env.update(PATH=path, HOME=SANDBOX_HOME, USER=SANDBOX_USER, LOGNAME=SANDBOX_USER)
+    env.update(PATH=path, **_sandboxed_basics())
     return env
 
 

@@ -7,6 +7,11 @@ Formats the model sees (pinned by the schema snapshots and the tests):
   file, naming the ``start_line`` to continue from.
 * ``list_dir``, ``glob`` and ``grep`` show workspace-relative '/'-separated paths, directories
   with a trailing '/'; ``grep`` prints ``path:line: text``. Every cap ends in a notice.
+
+Every path is checked (``check_path``) and then opened again beneath a file descriptor of the
+workspace (``workspace_fd``), and the I/O goes through the fds obtained there: a directory
+swapped for a symlink by another process between the check and the use cannot lead out.
+Walks (glob, grep) descend through directory fds with ``O_NOFOLLOW``.
 """
 
 from __future__ import annotations
@@ -14,14 +19,31 @@ from __future__ import annotations
 import asyncio
 import codecs
 import difflib
+import errno
+import io
 import os
 import re
-from collections.abc import Iterator, Sequence
+import stat
+from collections.abc import Generator, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from steward.errors import ToolError
-from steward.tools._paths import display_path, resolve_in_workspace, workspace_root
+from steward.safety.secrets import is_secret_path
+from steward.tools._beneath import LeadsOutside, Located, NotRegularFile, Root, locate_beneath
+from steward.tools._paths import (
+    Checked,
+    check_path,
+    display_path,
+    locate_checked,
+    open_checked,
+    read_checked,
+    workspace_fd,
+    workspace_root,
+    write_checked,
+)
 from steward.tools.base import Tool, ToolContext, tool
 
 SKIP_DIRS = frozenset({".git", "node_modules", ".venv", "__pycache__", ".steward"})
@@ -37,6 +59,9 @@ SCAN_LIMIT = 200_000
 _SNIFF_BYTES = 8192
 _SNIPPET_LINES = 30
 _GLOB_MAGIC = frozenset("*?[{")
+# O_NONBLOCK: a FIFO put where a file was must not hang the tool; O_NOFOLLOW: a name opened in
+# a held directory is never a symlink followed by surprise.
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
 
 
 # --- shared helpers -----------------------------------------------------------------------
@@ -46,28 +71,65 @@ def _shown(ctx: ToolContext, path: Path) -> str:
     return display_path(ctx.workspace, path)
 
 
-def _looks_binary(path: Path) -> bool:
-    with path.open("rb") as handle:
-        return b"\x00" in handle.read(_SNIFF_BYTES)
+def _looks_binary(fd: int) -> bool:
+    # pread leaves the file position where it was, at the start.
+    return b"\x00" in os.pread(fd, _SNIFF_BYTES, 0)
 
 
-def _existing_text_file(ctx: ToolContext, path: str) -> Path:
-    """The real path of a readable text file, or a ToolError that tells the model what to do."""
-    target = resolve_in_workspace(ctx.workspace, path)
-    shown = _shown(ctx, target)
-    if not target.exists():
-        raise ToolError(f"File {shown!r} not found. Use list_dir or glob to find the right path.")
-    if target.is_dir():
-        raise ToolError(f"{shown!r} is a directory, not a file; use list_dir to see what it contains.")
-    if not target.is_file():
-        # Opening a FIFO would block forever; devices and sockets are not text either.
-        raise ToolError(f"{shown!r} is not a regular file (a pipe, socket or device); it cannot be read.")
-    if _looks_binary(target):
+def _open_text_file(root: Root, checked: Checked, shown: str) -> BinaryIO:
+    """The checked file opened for reading if it is text, or a ToolError naming what to do."""
+    try:
+        fd = read_checked(root, checked)
+    except (FileNotFoundError, NotADirectoryError):
+        raise ToolError(f"File {shown!r} not found. Use list_dir or glob to find the right path.") from None
+    except IsADirectoryError:
+        raise ToolError(
+            f"{shown!r} is a directory, not a file; use list_dir to see what it contains."
+        ) from None
+    except NotRegularFile:
+        raise ToolError(
+            f"{shown!r} is not a regular file (a pipe, socket or device); it cannot be read."
+        ) from None
+    except OSError as exc:
+        raise ToolError(f"Could not read {shown!r}: {exc.strerror or exc}.") from exc
+    handle = os.fdopen(fd, "rb")
+    if _looks_binary(fd):
+        handle.close()
         raise ToolError(
             f"{shown!r} looks like a binary file (it contains NUL bytes); these tools handle text only. "
             "Use bash (e.g. `file PATH` or `xxd PATH | head`) to inspect it."
         )
-    return target
+    return handle
+
+
+def _existing(root: Root, checked: Checked) -> int | None:
+    """An ``O_PATH`` fd of the checked path, or None when nothing is there; the caller closes it."""
+    try:
+        return open_checked(root, checked, os.O_PATH)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _open_directory(root: Root, checked: Checked) -> int | None:
+    """A listable fd of the checked directory, None when nothing is there; the caller closes it.
+
+    Raises NotADirectoryError when something else is there.
+    """
+    fd = _existing(root, checked)
+    if fd is None:
+        return None
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        # The O_PATH fd cannot be listed; '.' beneath it is the same directory, not a name again.
+        return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _beneath_path(directory: str, relative: str) -> str:
+    """A path found ``relative`` below the checked ``directory``, relative to the workspace root."""
+    return relative if directory == "." else f"{directory}/{relative}"
 
 
 def _line_count(text: str) -> int:
@@ -115,11 +177,11 @@ class _Window:
     long_line_shown: int = 0
 
 
-def _read_window(target: Path, first: int, last: int | None, cap: int) -> _Window:
+def _read_window(source: BinaryIO, first: int, last: int | None, cap: int) -> _Window:
     window = _Window(lines=[])
     size = 0
     # newline=None reads '\n', '\r\n' and '\r' as line ends, the same rule edit_file counts by.
-    with target.open(encoding="utf-8", errors="replace", newline=None) as handle:
+    with io.TextIOWrapper(source, encoding="utf-8", errors="replace", newline=None) as handle:
         for number, line in enumerate(handle, start=1):
             window.total = number
             if number < first or (last is not None and number > last) or window.cut_at is not None:
@@ -170,9 +232,11 @@ def read_file(ctx: ToolContext, path: str, start_line: int | None = None, end_li
     first = start_line or 1
     if end_line is not None and end_line < first:
         raise ToolError(f"end_line ({end_line}) is before start_line ({first}); pass end_line >= start_line.")
-    target = _existing_text_file(ctx, path)
-    shown = _shown(ctx, target)
-    window = _read_window(target, first, end_line, ctx.settings.read_cap_chars)
+    checked = check_path(ctx.workspace, path)
+    shown = _shown(ctx, checked.real)
+    with workspace_fd(ctx.workspace) as root:
+        handle = _open_text_file(root, checked, shown)
+    window = _read_window(handle, first, end_line, ctx.settings.read_cap_chars)
     if window.total == 0:
         return f"[{shown} is empty]"
     if first > window.total:
@@ -203,21 +267,22 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
         path: File path, relative to the workspace root.
         content: The complete new content of the file, written as UTF-8 exactly as given.
     """
-    target = resolve_in_workspace(ctx.workspace, path)
-    shown = _shown(ctx, target)
+    checked = check_path(ctx.workspace, path)
+    shown = _shown(ctx, checked.real)
     _check_may_write(ctx, path, shown)
-    if target.is_dir():
-        raise ToolError(f"{shown!r} is a directory; pass a file path (e.g. '{shown}/name.txt').")
-    if target.exists() and not target.is_file():
-        raise ToolError(f"{shown!r} is not a regular file (a pipe, socket or device); it cannot be written.")
-    existed = target.exists()
     try:
         data = content.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ToolError(f"content cannot be encoded as UTF-8 ({exc.reason} at index {exc.start}).") from exc
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        with workspace_fd(ctx.workspace) as root:
+            existed = write_checked(root, checked, data)
+    except IsADirectoryError:
+        raise ToolError(f"{shown!r} is a directory; pass a file path (e.g. '{shown}/name.txt').") from None
+    except NotRegularFile:
+        raise ToolError(
+            f"{shown!r} is not a regular file (a pipe, socket or device); it cannot be written."
+        ) from None
     except OSError as exc:
         raise ToolError(f"Could not write {shown!r}: {exc.strerror or exc}.") from exc
     verb = "Overwrote" if existed else "Created"
@@ -307,8 +372,14 @@ def _snippet(text: str, first: int, last: int) -> str:
     return "\n".join(_numbered(n, lines[n - 1]) for n in range(start, end + 1))
 
 
-def _decode_for_edit(target: Path, shown: str) -> tuple[bool, str]:
-    raw = target.read_bytes()
+def _read_for_edit(ctx: ToolContext, checked: Checked, path: str, shown: str) -> tuple[os.stat_result, bytes]:
+    """The file's bytes and identity (to make sure the same file is replaced), once it may be written."""
+    with workspace_fd(ctx.workspace) as root, _open_text_file(root, checked, shown) as handle:
+        _check_may_write(ctx, path, shown)
+        return os.fstat(handle.fileno()), handle.read()
+
+
+def _decode_for_edit(raw: bytes, shown: str) -> tuple[bool, str]:
     bom = raw.startswith(codecs.BOM_UTF8)
     try:
         return bom, raw[len(codecs.BOM_UTF8) if bom else 0 :].decode("utf-8")
@@ -339,10 +410,10 @@ def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str) -> str:
         )
     if old_text == new_text:
         raise ToolError("old_text and new_text are identical; there is nothing to change.")
-    target = _existing_text_file(ctx, path)
-    shown = _shown(ctx, target)
-    _check_may_write(ctx, path, shown)
-    bom, text = _decode_for_edit(target, shown)
+    checked = check_path(ctx.workspace, path)
+    shown = _shown(ctx, checked.real)
+    identity, raw = _read_for_edit(ctx, checked, path, shown)
+    bom, text = _decode_for_edit(raw, shown)
     newline = _newline_style(text)
     if newline is not None:
         # A consistent file is edited in '\n' form, so text copied from read_file matches CRLF files.
@@ -365,8 +436,10 @@ def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str) -> str:
     edited = text[:offset] + new_text + text[offset + len(old_text) :]
     out = edited if newline in (None, "\n") else edited.replace("\n", newline)
     try:
-        target.write_bytes((codecs.BOM_UTF8 if bom else b"") + out.encode("utf-8"))
-    except (OSError, UnicodeEncodeError) as exc:
+        data = (codecs.BOM_UTF8 if bom else b"") + out.encode("utf-8")
+        with workspace_fd(ctx.workspace) as root:
+            write_checked(root, checked, data, same_as=identity)
+    except (OSError, UnicodeEncodeError, NotRegularFile) as exc:
         raise ToolError(f"Could not write {shown!r}: {exc}.") from exc
     start = _line_at(text, offset)
     old_span = _lines_label(start, _span_end(start, old_text))
@@ -380,13 +453,23 @@ def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str) -> str:
 # --- list_dir -----------------------------------------------------------------------------
 
 
-def _describe_entry(ctx: ToolContext, root: Path, entry: os.DirEntry[str]) -> str:
+def _describe_link(ctx: ToolContext, root: Root, relative: str, name: str) -> str:
+    """Where the symlink ``relative`` leads, followed beneath the workspace like any open."""
+    try:
+        located = locate_beneath(root, relative)
+    except LeadsOutside:
+        return f"{name} -> (outside the workspace)"
+    except OSError as exc:
+        return f"{name} -> ({'a loop of symlinks' if exc.errno == errno.ELOOP else 'missing'})"
+    located.close()
+    is_dir = not located.name or (located.stat is not None and stat.S_ISDIR(located.stat.st_mode))
+    slash = "/" if is_dir else ""
+    return f"{name}{slash} -> {_shown(ctx, root.path / located.relative)}{slash}"
+
+
+def _describe_entry(ctx: ToolContext, root: Root, directory: Checked, entry: os.DirEntry[str]) -> str:
     if entry.is_symlink():
-        real = Path(entry.path).resolve(strict=False)
-        if real != root and not real.is_relative_to(root):
-            return f"{entry.name} -> (outside the workspace)"
-        slash = "/" if real.is_dir() else ""
-        return f"{entry.name}{slash} -> {_shown(ctx, real)}{slash}"
+        return _describe_link(ctx, root, _beneath_path(directory.relative, entry.name), entry.name)
     if entry.is_dir():
         return f"{entry.name}/"
     if entry.is_file():
@@ -404,18 +487,24 @@ def list_dir(ctx: ToolContext, path: str = ".") -> str:
     Args:
         path: Directory path, relative to the workspace root. Default: the root.
     """
-    target = resolve_in_workspace(ctx.workspace, path)
-    shown = _shown(ctx, target)
-    if not target.exists():
-        raise ToolError(f"Directory {shown!r} not found. List its parent to see what exists.")
-    if not target.is_dir():
-        raise ToolError(f"{shown!r} is a file, not a directory; use read_file to read it.")
-    root = workspace_root(ctx.workspace)
-    with os.scandir(target) as scan:
-        entries = sorted(scan, key=lambda entry: entry.name)
+    checked = check_path(ctx.workspace, path)
+    shown = _shown(ctx, checked.real)
+    with workspace_fd(ctx.workspace) as root:
+        try:
+            fd = _open_directory(root, checked)
+        except NotADirectoryError:
+            raise ToolError(f"{shown!r} is a file, not a directory; use read_file to read it.") from None
+        if fd is None:
+            raise ToolError(f"Directory {shown!r} not found. List its parent to see what exists.")
+        try:
+            # Listed by fd; the entries' stat() calls use the same fd, so it stays open meanwhile.
+            with os.scandir(fd) as scan:
+                entries = sorted(scan, key=lambda entry: entry.name)
+            lines = [_describe_entry(ctx, root, checked, entry) for entry in entries[:LIST_CAP]]
+        finally:
+            os.close(fd)
     if not entries:
         return f"[{shown}/ is empty]"
-    lines = [_describe_entry(ctx, root, entry) for entry in entries[:LIST_CAP]]
     if len(entries) > LIST_CAP:
         lines.append(
             f"[truncated: showing the first {LIST_CAP} of {len(entries)} entries; "
@@ -470,42 +559,66 @@ def glob_regex(parts: Sequence[str]) -> re.Pattern[str]:
 
 @dataclass(slots=True)
 class _Walk:
-    """Walks a tree in name order without following symlinks, pruning SKIP_DIRS, bounded by SCAN_LIMIT."""
+    """Walks a tree in name order without following symlinks, pruning SKIP_DIRS, bounded by SCAN_LIMIT.
 
-    base: Path
+    It descends through directory fds, each opened with O_NOFOLLOW in its parent's fd, so a
+    directory swapped for a symlink meanwhile is not entered. ``base_fd`` belongs to the caller.
+    """
+
+    base_fd: int
     keep: frozenset[str] = frozenset()
     scanned: int = 0
     hit_limit: bool = False
     unreadable: int = 0
 
-    def _listing(self, directory: str) -> Iterator[os.DirEntry[str]]:
+    def _listing(self, dir_fd: int) -> Iterator[os.DirEntry[str]]:
         try:
-            with os.scandir(directory) as scan:
+            with os.scandir(dir_fd) as scan:
                 return iter(sorted(scan, key=lambda entry: entry.name))
         except OSError:
             self.unreadable += 1
             return iter(())
 
-    def entries(self) -> Iterator[tuple[str, os.DirEntry[str]]]:
-        """Yield (path relative to base, entry); a directory's contents follow it directly."""
+    def _enter(self, dir_fd: int, name: str) -> int | None:
+        try:
+            return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except NotADirectoryError:
+            return None  # replaced by a file or a symlink since it was listed: not a directory now
+        except OSError:
+            self.unreadable += 1
+            return None
+
+    def entries(self) -> Generator[tuple[str, int, os.DirEntry[str]]]:
+        """Yield (path relative to base, fd of the directory holding it, entry); a directory's
+        contents follow it directly. The fd is open until the walk leaves that directory."""
         # An explicit stack rather than recursion: trees can be deeper than Python's recursion limit.
-        stack = [("", self._listing(str(self.base)))]
-        while stack:
-            prefix, listing = stack[-1]
-            entry = next(listing, None)
-            if entry is None:
-                stack.pop()
-                continue
-            self.scanned += 1
-            if self.scanned > SCAN_LIMIT:
-                self.hit_limit = True
-                return
-            relative = prefix + entry.name
-            yield relative, entry
-            if entry.is_dir(follow_symlinks=False) and (
-                entry.name not in SKIP_DIRS or entry.name in self.keep
-            ):
-                stack.append((relative + "/", self._listing(entry.path)))
+        stack = [("", self.base_fd, self._listing(self.base_fd))]
+        try:
+            while stack:
+                prefix, dir_fd, listing = stack[-1]
+                entry = next(listing, None)
+                if entry is None:
+                    self._close(stack.pop()[1])
+                    continue
+                self.scanned += 1
+                if self.scanned > SCAN_LIMIT:
+                    self.hit_limit = True
+                    return
+                relative = prefix + entry.name
+                yield relative, dir_fd, entry
+                if entry.is_dir(follow_symlinks=False) and (
+                    entry.name not in SKIP_DIRS or entry.name in self.keep
+                ):
+                    child = self._enter(dir_fd, entry.name)
+                    if child is not None:
+                        stack.append((relative + "/", child, self._listing(child)))
+        finally:
+            for _, dir_fd, _ in stack:
+                self._close(dir_fd)
+
+    def _close(self, dir_fd: int) -> None:
+        if dir_fd != self.base_fd:
+            os.close(dir_fd)
 
     def notes(self) -> list[str]:
         notes = []
@@ -525,6 +638,17 @@ def _skipped_dirs(keep: frozenset[str] = frozenset()) -> str:
     return ", ".join(sorted(SKIP_DIRS - keep))
 
 
+def _glob_one(root: Root, base: Checked, pattern: str, shown: str) -> str:
+    """A pattern without wildcards: the one path it names, if something is there."""
+    fd = _existing(root, base)
+    if fd is None:
+        return f"No paths match {pattern!r}."
+    try:
+        return shown + ("/" if stat.S_ISDIR(os.fstat(fd).st_mode) else "")
+    finally:
+        os.close(fd)
+
+
 def _glob_sync(ctx: ToolContext, pattern: str, path: str) -> str:
     if not pattern.strip():
         raise ToolError("The pattern is empty; pass a glob such as '**/*.py'.")
@@ -540,22 +664,29 @@ def _glob_sync(ctx: ToolContext, pattern: str, path: str) -> str:
     while literal < len(parts) and not _GLOB_MAGIC & set(parts[literal]):
         literal += 1
     # The wildcard-free head of the pattern narrows where the walk starts (and is checked like a path).
-    base = resolve_in_workspace(ctx.workspace, str(Path(path).joinpath(*parts[:literal])))
+    base = check_path(ctx.workspace, str(Path(path).joinpath(*parts[:literal])))
+    prefix = _shown(ctx, base.real)
     rest = parts[literal:]
-    if not rest:  # no wildcards: the pattern names one path
-        if not base.exists():
-            return f"No paths match {pattern!r}."
-        return _shown(ctx, base) + ("/" if base.is_dir() else "")
-    if not base.is_dir():
-        return f"No paths match {pattern!r} ({_shown(ctx, base)!r} is not a directory)."
+    with workspace_fd(ctx.workspace) as root:
+        if not rest:  # no wildcards: the pattern names one path
+            return _glob_one(root, base, pattern, prefix)
+        try:
+            fd = _open_directory(root, base)
+        except NotADirectoryError:
+            fd = None
+    if fd is None:
+        return f"No paths match {pattern!r} ({prefix!r} is not a directory)."
     matcher = glob_regex(rest)
-    walk = _Walk(base, keep=frozenset(parts) & SKIP_DIRS)
-    prefix = _shown(ctx, base)
-    found = [
-        _under(prefix, relative) + ("/" if entry.is_dir() else "")
-        for relative, entry in walk.entries()
-        if matcher.fullmatch(relative)
-    ]
+    walk = _Walk(fd, keep=frozenset(parts) & SKIP_DIRS)
+    try:
+        with closing(walk.entries()) as entries:
+            found = [
+                _under(prefix, relative) + ("/" if entry.is_dir() else "")
+                for relative, _, entry in entries
+                if matcher.fullmatch(relative)
+            ]
+    finally:
+        os.close(fd)
     found.sort()
     lines = found[:GLOB_CAP] or [
         f"No paths match {pattern!r} "
@@ -599,17 +730,15 @@ def _compile_grep(pattern: str, ignore_case: bool) -> re.Pattern[str]:
 
 
 def _grep_candidates(
-    base: Path, file_glob: str | None
-) -> tuple[_Walk | None, Iterator[tuple[str, Path, bool]]]:
-    """The files to search as (path relative to base, path, is a symlink)."""
-    if base.is_file():
-        return None, iter([("", base, False)])
-    walk = _Walk(base)
+    entries: Iterator[tuple[str, int, os.DirEntry[str]]], file_glob: str | None
+) -> Iterator[tuple[str, int, os.DirEntry[str]]]:
+    """The files to search among a walk's entries: (path relative to the base, fd of their
+    directory, entry)."""
     matcher = glob_regex(PurePosixPath(file_glob).parts) if file_glob else None
     by_name = file_glob is not None and "/" not in file_glob  # '*.py' filters names, 'src/**' paths
-    return walk, (
-        (relative, Path(entry.path), entry.is_symlink())
-        for relative, entry in walk.entries()
+    return (
+        (relative, dir_fd, entry)
+        for relative, dir_fd, entry in entries
         if not entry.is_dir() and (matcher is None or matcher.fullmatch(entry.name if by_name else relative))
     )
 
@@ -621,31 +750,67 @@ class _GrepRun:
     ctx: ToolContext
     regex: re.Pattern[str]
     max_results: int
-    root: Path
+    root: Root
     hits: list[str] = field(default_factory=list)
     size: int = 0
     more: bool = False
     binary: int = 0
     large: int = 0
     outside: int = 0
+    secret: int = 0
 
-    def searchable(self, full: Path, is_symlink: bool) -> Path | None:
-        # Only a symlink can lead out: the walk never descends into linked directories.
-        real = full.resolve(strict=False) if is_symlink else full
-        if not real.is_relative_to(self.root):
-            self.outside += 1
-        elif not real.is_file():
-            pass  # a dangling link, pipe, socket or device: nothing to read
-        elif real.stat().st_size > GREP_MAX_FILE_BYTES:
-            self.large += 1
-        elif _looks_binary(real):
-            self.binary += 1
-        else:
-            return real
-        return None
+    def _is_secret(self, name: str) -> bool:
+        if is_secret_path(name, self.ctx.settings.secret_files):
+            self.secret += 1
+            return True
+        return False
 
-    def search(self, real: Path, shown: str) -> None:
-        with real.open(encoding="utf-8", errors="replace", newline=None) as handle:
+    def entry(self, dir_fd: int, entry: os.DirEntry[str], relative: str, shown: str) -> None:
+        """Search a file the walk found; ``relative`` is its path below the workspace root."""
+        if self._is_secret(entry.name):
+            return
+        if entry.is_symlink():
+            # Followed only beneath the workspace: the walk itself never follows links.
+            try:
+                located = locate_beneath(self.root, relative)
+            except LeadsOutside:
+                self.outside += 1
+                return
+            except OSError:
+                return  # a dangling link or a loop: nothing to read
+            with closing(located):
+                self.located(located, shown)
+        elif entry.is_file(follow_symlinks=False):
+            self._search_at(dir_fd, entry.name, shown)
+        # else a pipe, socket or device: nothing to read (and not opened)
+
+    def located(self, located: Located, shown: str) -> None:
+        """Search the file at ``located``, where a path (or a symlink) ends."""
+        info = located.stat
+        if not located.name or info is None or not stat.S_ISREG(info.st_mode):
+            return  # a directory, a dangling link, a pipe, socket or device
+        if not self._is_secret(located.name):
+            self._search_at(located.dir_fd, located.name, shown)
+
+    def _search_at(self, dir_fd: int, name: str, shown: str) -> None:
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            return  # gone since it was listed, or now a symlink (O_NOFOLLOW refuses it)
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return
+            if info.st_size > GREP_MAX_FILE_BYTES:
+                self.large += 1
+            elif _looks_binary(fd):
+                self.binary += 1
+            else:
+                os.set_blocking(fd, True)
+                self.search(handle, shown)
+
+    def search(self, source: BinaryIO, shown: str) -> None:
+        with io.TextIOWrapper(source, encoding="utf-8", errors="replace", newline=None) as handle:
             for number, line in enumerate(handle, start=1):
                 if not self.regex.search(line):
                     continue
@@ -681,23 +846,49 @@ class _GrepRun:
         ]
         if skipped:
             notes.append(f"[skipped {', '.join(skipped)}]")
+        if self.secret:
+            were, their = ("was", "its name matches") if self.secret == 1 else ("were", "their names match")
+            notes.append(f"[{_count(self.secret, 'secret file')} {were} not searched: {their} secret_files]")
         return notes
 
 
-def _grep_sync(ctx: ToolContext, pattern: str, path: str, file_glob: str | None, run: _GrepRun) -> str:
-    base = resolve_in_workspace(ctx.workspace, path)
-    if not base.exists():
-        raise ToolError(f"Path {_shown(ctx, base)!r} not found. Use list_dir or glob to find it.")
-    walk, candidates = _grep_candidates(base, file_glob)
-    prefix = _shown(ctx, base)
-    for relative, full, is_symlink in candidates:
-        real = run.searchable(full, is_symlink)
-        if real is not None:
-            run.search(real, _under(prefix, relative) if relative else prefix)
-        if run.more:
-            break
+def _grep_tree(run: _GrepRun, walk: _Walk, base: Checked, prefix: str, file_glob: str | None) -> None:
+    # closing(): a search stopped at a cap still closes the directory fds the walk holds.
+    with closing(walk.entries()) as entries:
+        for relative, dir_fd, entry in _grep_candidates(entries, file_glob):
+            run.entry(dir_fd, entry, _beneath_path(base.relative, relative), _under(prefix, relative))
+            if run.more:
+                break
+
+
+def _grep_start(run: _GrepRun, base: Checked, prefix: str) -> _Walk | None:
+    """A walk over the directory ``base``; a file is searched right away (and None returned)."""
+    try:
+        fd = _open_directory(run.root, base)
+    except NotADirectoryError:
+        with closing(locate_checked(run.root, base)) as located:
+            run.located(located, prefix)
+        return None
+    if fd is None:
+        raise ToolError(f"Path {prefix!r} not found. Use list_dir or glob to find it.")
+    return _Walk(fd)
+
+
+def _grep_sync(
+    ctx: ToolContext, pattern: str, path: str, file_glob: str | None, regex: re.Pattern[str], max_results: int
+) -> str:
+    base = check_path(ctx.workspace, path)
+    prefix = _shown(ctx, base.real)
+    with workspace_fd(ctx.workspace) as root:
+        run = _GrepRun(ctx, regex, max_results, root)
+        walk = _grep_start(run, base, prefix)
+        if walk is not None:
+            try:
+                _grep_tree(run, walk, base, prefix, file_glob)
+            finally:
+                os.close(walk.base_fd)
     lines = run.hits or [
-        f"No matches for {pattern!r} in {_shown(ctx, base)!r} "
+        f"No matches for {pattern!r} in {prefix!r} "
         f"(binary files and directories named {_skipped_dirs()} are skipped)."
     ]
     return "\n".join(lines + run.notes() + (walk.notes() if walk else []))
@@ -727,8 +918,8 @@ async def grep(
     """
     if not 1 <= max_results <= GREP_MAX_RESULTS:
         raise ToolError(f"max_results must be between 1 and {GREP_MAX_RESULTS} (got {max_results}).")
-    run = _GrepRun(ctx, _compile_grep(pattern, ignore_case), max_results, workspace_root(ctx.workspace))
-    return await asyncio.to_thread(_grep_sync, ctx, pattern, path, glob, run)
+    regex = _compile_grep(pattern, ignore_case)
+    return await asyncio.to_thread(_grep_sync, ctx, pattern, path, glob, regex, max_results)
 
 
 def file_tools() -> list[Tool]:

@@ -1,0 +1,181 @@
+"""``steward checkpoints RUN`` and ``steward rewind RUN --to STEP``: undo what a run did to files."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from steward.config import Config
+    from steward.safety.checkpointing import Checkpointer
+    from steward.safety.checkpoints import Checkpoint, RewindReport
+
+Workspace = Annotated[Path, typer.Option("--workspace", "-w", help="The workspace the run worked in.")]
+
+
+@dataclass(slots=True)
+class _Target:
+    run_id: str
+    workspace: Path
+    config: Config
+    recorded: bool  # the run is in the store (the rewind is logged there too)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"steward: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _find(run: str, workspace: Path) -> _Target:
+    """The run by id or prefix from the workspace's store; else a run id the shadow knows."""
+    from steward.cli.app import store_url
+    from steward.config import load_config
+    from steward.errors import StewardError
+    from steward.store.engine import parse_url, sqlite_path
+    from steward.store.events import open_store
+
+    config = load_config(workspace)
+    url = store_url(config, workspace)
+    path = sqlite_path(parse_url(url))
+    if path is None or path.exists():
+
+        async def lookup() -> tuple[str, str]:
+            async with await open_store(url) as store:
+                row = await store.find_run(run)
+                return row.id, row.workspace
+
+        try:
+            run_id, where = asyncio.run(lookup())
+        except StewardError:
+            pass
+        else:
+            root = Path(where) if where else workspace.resolve()
+            return _Target(run_id, root, load_config(root), True)
+    return _Target(run, workspace.resolve(), config, False)
+
+
+def _checkpointer(target: _Target) -> Checkpointer:
+    from steward.safety.checkpointing import checkpointer_for
+
+    return checkpointer_for(target.workspace, target.config)
+
+
+def _label(checkpoint: Checkpoint) -> str:
+    when = time.strftime("%H:%M:%S", time.localtime(checkpoint.ts))
+    if checkpoint.kind == "rewind":
+        return f"#{checkpoint.n:<3} {when}  before a rewind"
+    return f"#{checkpoint.n:<3} {when}  step {checkpoint.step:<4} before {checkpoint.tool}"
+
+
+def _changes(changes: list[tuple[str, str]], limit: int = 8) -> str:
+    if not changes:
+        return "no files changed"
+    shown = ", ".join(f"{letter} {path}" for letter, path in changes[:limit])
+    more = f", and {len(changes) - limit} more" if len(changes) > limit else ""
+    noun = "file" if len(changes) == 1 else "files"
+    return f"{len(changes)} {noun} changed: {shown}{more}"
+
+
+def checkpoints_command(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix, or 'last').")],
+    workspace: Workspace = Path(),
+) -> None:
+    """List a run's checkpoints, with the files each call changed."""
+    target = _find(run, workspace)
+    checkpointer = _checkpointer(target)
+    found = checkpointer.checkpoints(target.run_id)
+    if not found:
+        typer.echo(f"no checkpoints for run {target.run_id} in {target.workspace}")
+        raise typer.Exit(0)
+    typer.echo(f"checkpoints of run {target.run_id} ({target.workspace}):")
+    for index, checkpoint in enumerate(found):
+        changes = checkpointer.changes_of(target.run_id, found, index)
+        typer.echo(f"  {_label(checkpoint)}  {_changes(changes)}")
+        if checkpoint.skipped:
+            typer.echo(f"       not recorded (larger than the cap): {', '.join(checkpoint.skipped[:5])}")
+    typer.echo(
+        f"rewind: steward rewind {target.run_id} --to STEP (as before that step's first call), "
+        "--last (undo the last call), or --checkpoint N"
+    )
+
+
+def rewind_command(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix, or 'last').")],
+    to: Annotated[int | None, typer.Option("--to", help="Restore the workspace as before this step.")] = None,
+    last: Annotated[
+        bool, typer.Option("--last", help="Undo the run's last call that changed files.")
+    ] = False,
+    checkpoint: Annotated[int | None, typer.Option("--checkpoint", help="Restore checkpoint #N.")] = None,
+    workspace: Workspace = Path(),
+) -> None:
+    """Restore the workspace as it was before a call of the run (deleted files included)."""
+    if sum(x is not None and x is not False for x in (to, checkpoint, last or None)) != 1:
+        raise _fail("say where to rewind to: --to STEP, --last or --checkpoint N (one of them)")
+    target = _find(run, workspace)
+    checkpointer = _checkpointer(target)
+    found = checkpointer.checkpoints(target.run_id)
+    calls = [c for c in found if c.kind == "call"]
+    chosen: Checkpoint | None
+    if checkpoint is not None:
+        chosen = next((c for c in found if c.n == checkpoint), None)
+    elif last:
+        chosen = calls[-1] if calls else None
+    else:
+        chosen = next((c for c in calls if c.step == to), None)
+        if chosen is None:
+            chosen = next((c for c in calls if c.step > (to or 0)), None)
+    if chosen is None:
+        steps = sorted({c.step for c in calls})
+        raise _fail(
+            f"run {target.run_id} has no such checkpoint; steps with checkpoints: "
+            f"{', '.join(map(str, steps)) or 'none'} (`steward checkpoints {target.run_id}` lists them)"
+        )
+    report = checkpointer.rewind(target.run_id, chosen)
+    _print_report(target, report)
+    if target.recorded:
+        _log_rewind(target, report)
+
+
+def _print_report(target: _Target, report: RewindReport) -> None:
+    typer.echo(
+        f"rewound {target.workspace} to checkpoint #{report.to.n} ({_label(report.to).split('  ', 1)[1]})"
+    )
+    for label, paths in (("restored", report.restored), ("removed", report.removed)):
+        if paths:
+            shown = ", ".join(paths[:20]) + (f" and {len(paths) - 20} more" if len(paths) > 20 else "")
+            typer.echo(f"  {label} {len(paths)}: {shown}")
+    if not report.restored and not report.removed:
+        typer.echo("  nothing differed: the workspace was already as it was then")
+    if report.left:
+        typer.echo(f"  left as they are (never recorded, larger than the cap): {', '.join(report.left[:10])}")
+    typer.echo(f"undo this rewind: steward rewind {target.run_id} --checkpoint {report.before.n}")
+
+
+def _log_rewind(target: _Target, report: RewindReport) -> None:
+    from steward.cli.app import store_url
+    from steward.events import RewindEvent
+    from steward.store.events import open_store
+
+    async def log() -> None:
+        async with await open_store(store_url(target.config, target.workspace)) as store:
+            events = await store.events(target.run_id)
+            row = await store.find_run(target.run_id)
+            event = RewindEvent(
+                checkpoint=report.to.n,
+                step=report.to.step,
+                restored=report.restored[:1000],
+                removed=report.removed[:1000],
+                undo_checkpoint=report.before.n,
+                seq=(events[-1].seq if events else 0) + 1,
+                run_id=target.run_id,
+                session_id=row.session_id,
+                ts=time.time(),
+            )
+            await store.append(target.run_id, [event])
+
+    asyncio.run(log())

@@ -1,0 +1,72 @@
+"""The wrapper that records a checkpoint before every call that can change files.
+
+It sits right inside the guard and the policy, so only calls that are going to run are
+recorded, and it wraps every tool surface alike: built-in, user and MCP tools. After the call,
+the workspace is compared with the checkpoint (``Checkpointer.after``) and whatever may not
+change is reverted; the call then fails with a message naming what was undone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from steward.models.base import ToolSpec
+from steward.safety.checkpointing import Checkpointer
+from steward.safety.checkpoints import CheckpointError
+from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
+
+CHANGES_FILES = frozenset({"bash", "write_file", "edit_file", "run_code"})
+"""Built-in tools that can change files (MCP tools: every one not marked read-only)."""
+
+
+def changes_files(name: str, spec: ToolSpec | None) -> bool:
+    """Whether a call of this tool needs a checkpoint first."""
+    if name in CHANGES_FILES:
+        return True
+    return spec is not None and spec.origin.startswith("mcp:") and not spec.read_only
+
+
+class CheckpointToolset(WrapperToolset):
+    """Checkpoint, call, compare: see the module docstring."""
+
+    def __init__(self, wrapped: Toolset, checkpointer: Callable[[Path], Checkpointer]) -> None:
+        super().__init__(wrapped)
+        self._checkpointer = checkpointer
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        spec = await self.wrapped.spec_of(name, ctx)
+        if not ctx.writable or not changes_files(name, spec):
+            return await self.wrapped.call_tool(name, arguments, ctx)
+        checkpointer = self._checkpointer(ctx.workspace)
+        try:
+            before = await asyncio.to_thread(
+                checkpointer.before, ctx.run_id or "adhoc", step=ctx.step, tool=name
+            )
+        except (CheckpointError, OSError) as exc:
+            # Nothing that can change files runs unrecorded: the user turns checkpoints off.
+            return ToolResult(
+                f"Not run: the workspace could not be checkpointed before {name} ({exc}). Fix the "
+                "cause, or turn checkpoints off with [checkpoints] enabled = false in steward.toml.",
+                is_error=True,
+                category="checkpoint",
+            )
+        if before.checkpoint is not None:
+            ctx.notes.append(
+                (
+                    "checkpoint",
+                    f"checkpoint {before.checkpoint.n} before {name} at step {ctx.step}; "
+                    f"undo with: steward rewind {ctx.run_id} --to {ctx.step}",
+                )
+            )
+        try:
+            result = await self.wrapped.call_tool(name, arguments, ctx)
+        finally:
+            # Shielded: a cancelled call (timeout, Ctrl-C) is compared all the same.
+            undone = await asyncio.shield(asyncio.to_thread(checkpointer.after, before))
+        if not undone:
+            return result
+        ctx.notes.append(("undone", undone.message()))
+        return ToolResult(f"{result.content}\n\n{undone.message()}", is_error=True, category="protected")

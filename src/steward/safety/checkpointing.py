@@ -1,0 +1,355 @@
+"""Checkpoints around calls, and complete change detection after them.
+
+``Checkpointer.before`` records the workspace (``steward.safety.checkpoints``) and a complete
+scan of its repository metadata (``steward.safety.scan``); ``Checkpointer.after`` scans again and
+compares. What a call may never leave behind is reverted from the checkpoint, whatever the
+call was and however it was spelled:
+
+* a ``.git`` entry or a git-directory layout that was not there before (anywhere: no depth
+  limit, no skipped directory) is removed; one that moved is moved back;
+* an existing repository's ``.git`` that is gone, swapped or rewritten is put back (its history
+  comes from the checkpoint, or from the very directory when it was only moved);
+* a changed or new file that decides which programs git runs (``config``, ``config.worktree``,
+  ``commondir``, ``gitdir``, anything in ``hooks/``) of any existing git directory is restored;
+* a changed protected file of the workspace root (``steward.toml``, shell start-up files).
+
+The sandbox already keeps the existing ones of these read-only while a command runs; this is
+what holds for everything else (new paths, tools that run outside the sandbox, a sandbox turned
+off).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from steward.safety.checkpoints import Checkpoint, CheckpointSettings, RewindReport, Shadow, gitdir_key
+from steward.safety.protected import PROJECT_CONFIG, RC_FILES
+from steward.safety.scan import Marker, Scan, WorkspaceScanner, scanner_for
+from steward.safety.secrets import DEFAULT_SECRET_FILES
+
+if TYPE_CHECKING:
+    from steward.config import Config
+
+PROGRAM_FILES = ("config", "config.worktree", "commondir", "gitdir")
+"""Files of a git directory that decide where git looks and which programs it runs."""
+
+_ROOT_FILES = (PROJECT_CONFIG, *sorted(RC_FILES))
+
+
+@dataclass(slots=True)
+class Before:
+    """What ``before`` saw: the checkpoint and the scan it was taken with."""
+
+    checkpoint: Checkpoint | None
+    scan: Scan
+    sensitive: dict[str, tuple[object, ...]]
+    run_id: str
+
+
+@dataclass(slots=True)
+class Undone:
+    """What ``after`` reverted, for the message the call fails with."""
+
+    items: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def message(self) -> str:
+        shown = ", ".join(self.items[:12]) + (
+            f" and {len(self.items) - 12} more" if len(self.items) > 12 else ""
+        )
+        return (
+            f"Undone after the call: {shown}. Repository metadata (a .git, a bare repository, hooks, git "
+            "configuration, pointers) and Steward's protected files may not be created or changed by an "
+            "agent: git on the host would obey them. The rest of the call's changes were kept."
+        )
+
+
+class Checkpointer:
+    """Checkpoints and change detection for one workspace."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        settings: CheckpointSettings | None = None,
+        secret_patterns: tuple[str, ...] = DEFAULT_SECRET_FILES,
+    ) -> None:
+        self.workspace = workspace.resolve(strict=False)
+        self.settings = settings or CheckpointSettings()
+        self.shadow = Shadow(self.workspace, self.settings)
+        self.scanner: WorkspaceScanner = scanner_for(self.workspace, secret_patterns)
+
+    # --- around a call ------------------------------------------------------------------
+
+    def before(self, run_id: str, *, step: int = 0, call_id: str = "", tool: str = "") -> Before:
+        scan = self.scanner.scan()
+        checkpoint = None
+        if self.settings.enabled:
+            checkpoint = self.shadow.record(
+                run_id,
+                repositories=scan.repositories,
+                dotgits={p: m.ident for p, m in scan.dotgits().items()},
+                step=step,
+                call_id=call_id,
+                tool=tool,
+            )
+        return Before(checkpoint, scan, self._sensitive(scan), run_id)
+
+    def after(self, before: Before) -> Undone:
+        """Revert what may not change (see the module docstring); say what was reverted."""
+        undone = Undone()
+        now = self.scanner.scan()
+        self._dotgits(before, now, undone)
+        self._layouts(before, now, undone)
+        if undone:
+            now = self.scanner.scan()
+        self._sensitive_files(before, now, undone)
+        self._lost_objects(before, now, undone)
+        return undone
+
+    def _lost_objects(self, before: Before, now: Scan, undone: Undone) -> None:
+        """History deleted from an existing repository comes back from the checkpoint (see
+        ``Shadow.restore_missing_history``). Only repositories whose git directory or object
+        directories were listed anew are looked at: a deletion changes its directory."""
+        checkpoint = before.checkpoint
+        if checkpoint is None:
+            return
+        relisted = set(now.relisted)
+        for dotgit, described in sorted(checkpoint.dotgits.items()):
+            if described[0] != "dir" or not (self.workspace / dotgit).is_dir():
+                continue
+            objects = f"{dotgit}/objects"
+            if dotgit not in relisted and not any(
+                p == objects or p.startswith(objects + "/") for p in relisted
+            ):
+                continue
+            restored = self.shadow.restore_missing_history(before.run_id, checkpoint, dotgit, described[1])
+            if restored:
+                undone.items.append(f"{restored} deleted files of the history in {dotgit} restored")
+
+    # --- .git entries -------------------------------------------------------------------
+
+    def _dotgits(self, before: Before, now: Scan, undone: Undone) -> None:
+        old, new = before.scan.dotgits(), now.dotgits()
+        moved: dict[tuple[object, ...], str] = {m.ident: p for p, m in new.items() if m.ident[0] == "dir"}
+        for path, marker in sorted(new.items(), key=lambda item: -item[0].count("/")):
+            if _inside(path, old):
+                continue  # inside an existing git directory: part of it, judged below
+            if path not in old:
+                self._remove_new(path, marker, old, moved, undone)
+        for path, marker in sorted(old.items(), key=lambda item: item[0].count("/")):
+            current = new.get(path)
+            if current is not None and current.ident == marker.ident:
+                continue
+            if current is None and marker.ident[0] == "dir":
+                origin = moved.get(marker.ident)
+                if origin is not None and origin != path and (self.workspace / origin).is_dir():
+                    target = self.workspace / path
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    (self.workspace / origin).rename(target)
+                    undone.items.append(f"{origin} moved back to {path}")
+                    self._restore_missing_files(before, path)
+                    continue
+            self._put_back(before, path, marker, undone)
+
+    def _remove_new(
+        self,
+        path: str,
+        marker: Marker,
+        old: dict[str, Marker],
+        moved: dict[tuple[object, ...], str],
+        undone: Undone,
+    ) -> None:
+        original = next((p for p, m in old.items() if m.ident == marker.ident and m.ident[0] == "dir"), None)
+        if original is not None and not (self.workspace / original).exists():
+            return  # an existing repository that moved here: moved back by the caller's next loop
+        _remove(self.workspace / path)
+        undone.items.append(f"new {path} removed")
+        del moved
+
+    def _put_back(self, before: Before, path: str, marker: Marker, undone: Undone) -> None:
+        checkpoint = before.checkpoint
+        if checkpoint is None or path not in checkpoint.dotgits:
+            return
+        self.shadow.restore_gitdir(before.run_id, checkpoint, path, prune=False)
+        undone.items.append(f"{path} restored")
+        self._restore_missing_files(before, path)
+        del marker
+
+    def _restore_missing_files(self, before: Before, dotgit: str) -> None:
+        repo = dotgit.rpartition("/")[0]
+        if before.checkpoint is not None and repo in before.checkpoint.units:
+            self.shadow.restore_unit_missing(before.run_id, repo, before.checkpoint)
+
+    # --- git-directory layouts ------------------------------------------------------------
+
+    def _layouts(self, before: Before, now: Scan, undone: Undone) -> None:
+        old = before.scan.layouts()
+        for path, marker in sorted(now.layouts().items()):
+            if path in old and old[path].ident == marker.ident:
+                continue
+            directory = self.workspace / path
+            removed = []
+            for name in ("HEAD", *PROGRAM_FILES, "hooks"):
+                if os.path.lexists(directory / name):
+                    _remove(directory / name)
+                    removed.append(name)
+            if removed:
+                undone.items.append(f"new repository {path}/ disabled (removed {', '.join(removed)})")
+
+    # --- files that decide what git runs, and the root's protected files ------------------
+
+    def _sensitive(self, scan: Scan) -> dict[str, tuple[object, ...]]:
+        found: dict[str, tuple[object, ...]] = {}
+        for name in _ROOT_FILES:
+            found[name] = _ident(self.workspace / name)
+        gitdirs = [p for p, m in scan.dotgits().items() if m.ident[0] == "dir"]
+        gitdirs += list(scan.layouts())
+        for gitdir in gitdirs:
+            base = self.workspace / gitdir
+            for name in PROGRAM_FILES:
+                found[f"{gitdir}/{name}"] = _ident(base / name)
+            hooks = base / "hooks"
+            found[f"{gitdir}/hooks"] = _ident(hooks)
+            with contextlib.suppress(OSError):
+                for entry in sorted(hooks.iterdir())[:1000]:
+                    found[f"{gitdir}/hooks/{entry.name}"] = _ident(entry)
+            with contextlib.suppress(OSError):
+                for worktree in sorted(base.joinpath("worktrees").iterdir())[:200]:
+                    for name in PROGRAM_FILES:
+                        relative = f"{gitdir}/worktrees/{worktree.name}/{name}"
+                        found[relative] = _ident(self.workspace / relative)
+        return found
+
+    def _sensitive_files(self, before: Before, now: Scan, undone: Undone) -> None:
+        current = self._sensitive(now)
+        for path in sorted(set(before.sensitive) | set(current)):
+            was = before.sensitive.get(path, ())
+            if path not in before.sensitive:
+                # A program file of a git directory that did not exist before (a new hook).
+                if current[path] and _within_known(path, before):
+                    _remove(self.workspace / path)
+                    undone.items.append(f"new {path} removed")
+                continue
+            if current.get(path, ()) == was:
+                continue
+            if self._restore_file(before, path, was):
+                undone.items.append(f"{path} restored" if was else f"new {path} removed")
+
+    def _restore_file(self, before: Before, path: str, was: tuple[object, ...]) -> bool:
+        target = self.workspace / path
+        if not was:
+            if not os.path.lexists(target):
+                return False
+            _remove(target)
+            return True
+        if was[0] == "dir":
+            return False  # a hooks directory: its files are judged one by one
+        checkpoint = before.checkpoint
+        if checkpoint is None:
+            return False
+        content = self._content_then(before.run_id, checkpoint, path)
+        if content is None:
+            return False
+        _remove(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+        mode = was[1]
+        if isinstance(mode, int):
+            with contextlib.suppress(OSError):
+                target.chmod(stat.S_IMODE(mode))
+        return True
+
+    def _content_then(self, run_id: str, checkpoint: Checkpoint, path: str) -> bytes | None:
+        parts = path.split("/")
+        if ".git" in parts:
+            index = parts.index(".git")
+            repo = "/".join(parts[:index])
+            inner = "/".join(parts[index + 1 :])
+            return self.shadow.gitdir_blob(run_id, checkpoint, gitdir_key(repo), inner)
+        return self.shadow.blob(run_id, checkpoint, path)
+
+    # --- listing and rewinding ----------------------------------------------------------
+
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        return self.shadow.checkpoints(run_id)
+
+    def changes_of(self, run_id: str, checkpoints: list[Checkpoint], index: int) -> list[tuple[str, str]]:
+        """What changed from checkpoint ``index`` to the next one (or to now, for the last)."""
+        current = checkpoints[index]
+        if index + 1 < len(checkpoints):
+            return self.shadow.changes(run_id, current, checkpoints[index + 1])
+        return self.shadow.pending(run_id, current)
+
+    def rewind(self, run_id: str, target: Checkpoint) -> RewindReport:
+        scan = self.scanner.scan()
+        return self.shadow.rewind(
+            run_id,
+            target,
+            repositories=scan.repositories,
+            dotgits={p: m.ident for p, m in scan.dotgits().items()},
+        )
+
+
+def _inside(path: str, gitdirs: dict[str, Marker]) -> bool:
+    """Whether ``path`` lies inside one of the ``.git`` directories (not at it)."""
+    return any(path.startswith(g + "/") for g, m in gitdirs.items() if m.ident[0] == "dir")
+
+
+def _within_known(path: str, before: Before) -> bool:
+    """A new program file inside a git directory that existed before the call."""
+    gitdir = path.split("/hooks/", maxsplit=1)[0] if "/hooks/" in path else path.rpartition("/")[0]
+    if "/worktrees/" in gitdir:
+        gitdir = gitdir.split("/worktrees/")[0]
+    return f"{gitdir}/config" in before.sensitive or gitdir in before.scan.markers
+
+
+def _ident(path: Path) -> tuple[object, ...]:
+    """What tells whether a file changed: () when missing; ctime cannot be set back by a command."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return ()
+    kind = "dir" if stat.S_ISDIR(info.st_mode) else ("link" if stat.S_ISLNK(info.st_mode) else "file")
+    if kind == "dir":
+        return ("dir", info.st_mode, info.st_ino)
+    return (kind, info.st_mode, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _remove(path: Path) -> None:
+    from steward.safety.checkpoints import _remove as remove
+
+    remove(path)
+
+
+_CHECKPOINTERS: dict[tuple[Path, CheckpointSettings, tuple[str, ...]], Checkpointer] = {}
+_CHECKPOINTERS_LOCK = threading.Lock()
+
+
+def settings_from_config(config: Config) -> CheckpointSettings:
+    section = config.checkpoints
+    return CheckpointSettings(
+        enabled=section.enabled,
+        ignore=tuple(section.ignore),
+        max_file_bytes=int(section.max_file_mb * 1024 * 1024),
+        state_dir=Path(section.state_dir).expanduser() if section.state_dir else None,
+    )
+
+
+def checkpointer_for(workspace: Path, config: Config) -> Checkpointer:
+    """The process's checkpointer of ``workspace`` under ``config`` (shared by its runs)."""
+    settings = settings_from_config(config)
+    patterns = tuple(config.sandbox.secret_files)
+    key = (workspace.resolve(strict=False), settings, patterns)
+    with _CHECKPOINTERS_LOCK:
+        found = _CHECKPOINTERS.get(key)
+        if found is None:
+            found = _CHECKPOINTERS[key] = Checkpointer(key[0], settings, patterns)
+        return found

@@ -1,0 +1,820 @@
+"""Workspace checkpoints in a shadow git repository: whatever a call does to files, one rewind undoes.
+
+Before every call that can change files, the workspace's state is recorded in a *shadow*
+repository that lives outside the workspace (``$XDG_STATE_HOME/steward/checkpoints/``, or
+``[checkpoints] state_dir``), where no sandboxed command can reach it. Git's object store holds
+the content; each run has its own index per *unit*, so recording an unchanged workspace costs
+one ``git status`` (a stat of each file, with git's untracked cache for the directories).
+
+Units. Git refuses paths with a ``.git`` component, and a nested repository stops its parent's
+walk, so a workspace is recorded as:
+
+* one unit per work tree: the workspace root, and each nested repository's directory (found by
+  the complete scan of ``steward.safety.scan``, wherever it is) — ignore rules of the workspace
+  apply, and untracked files above ``[checkpoints] max_file_mb`` are left out and reported;
+* the git directories themselves (``.git`` folders and what ``.git`` files and links say),
+  walked by us, every file kept whatever its size, under ``g/<key>/`` of one more tree: a
+  repository's history survives whatever a command does to it.
+
+Every git started here runs with the system and global configuration off, hooks pointed at
+nothing, fsmonitor off, no filters or text conversion (``info/attributes`` unsets them, and it
+outranks the workspace's ``.gitattributes``), and never looks at the workspace's own ``.git``:
+``GIT_DIR`` is always the shadow's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from steward.errors import StewardError
+
+GIT_TIMEOUT_S = 300.0
+"""A git that runs longer than this is stopped (a first checkpoint of a huge tree is slow)."""
+
+_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+_ZERO = "0" * 40
+_IDENT = {
+    "GIT_AUTHOR_NAME": "steward",
+    "GIT_AUTHOR_EMAIL": "steward@localhost",
+    "GIT_COMMITTER_NAME": "steward",
+    "GIT_COMMITTER_EMAIL": "steward@localhost",
+}
+
+# What the shadow's git must never do: run a program named by anything, convert content, or
+# refuse a file name a Linux workspace may hold.
+_CONFIG = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.untrackedCache=true",
+    "status.showUntrackedFiles=all",
+    "status.renames=false",
+    "diff.renames=false",
+    "core.quotePath=false",
+    "core.autocrlf=false",
+    "core.safecrlf=false",
+    "core.symlinks=true",
+    "core.fileMode=true",
+    "core.ignoreCase=false",
+    "core.precomposeUnicode=false",
+    "core.protectNTFS=false",
+    "core.protectHFS=false",
+    "core.splitIndex=false",
+    "core.sshCommand=false",
+    "core.pager=cat",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "advice.detachedHead=false",
+    "safe.bareRepository=all",
+)
+_ATTRIBUTES = "* -text -eol -filter -ident -working-tree-encoding -diff -merge -crlf\n"
+_GITDIRS = "gitdirs"
+_SENSITIVE_FILES = frozenset({"config", "config.worktree", "commondir", "gitdir"})
+
+
+class CheckpointError(StewardError):
+    """A checkpoint could not be recorded or restored."""
+
+
+@dataclass(slots=True, frozen=True)
+class CheckpointSettings:
+    """How checkpoints are kept (the ``[checkpoints]`` section)."""
+
+    enabled: bool = True
+    ignore: tuple[str, ...] = ()
+    max_file_bytes: int = 20 * 1024 * 1024
+    state_dir: Path | None = None
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "steward"
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    """One recorded state of the workspace, taken before a call (or before a rewind)."""
+
+    n: int
+    step: int
+    call_id: str
+    tool: str
+    ts: float
+    #: Work-tree units ('' for the root) -> commit of the unit's tree.
+    units: dict[str, str] = field(default_factory=dict)
+    #: Tree of the git directories (``g/<key>/...``), '' when there are none.
+    gitdirs: str = ""
+    #: Each ``.git`` entry: path -> ["dir", key] | ["file", text] | ["link", target].
+    dotgits: dict[str, list[str]] = field(default_factory=dict)
+    #: Files left out (larger than the cap), workspace-relative.
+    skipped: list[str] = field(default_factory=list)
+    #: "call", or "rewind" for the state recorded just before a rewind (so it can be undone).
+    kind: str = "call"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Checkpoint:
+        data = json.loads(text)
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(slots=True)
+class RewindReport:
+    """What a rewind did to the workspace."""
+
+    to: Checkpoint
+    #: The state just before the rewind, recorded so the rewind itself can be undone.
+    before: Checkpoint
+    restored: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    #: Files the checkpoint could not hold (too large, or ignored), left as they are.
+    left: list[str] = field(default_factory=list)
+
+
+def gitdir_key(repo: str) -> str:
+    """The name of a repository's git directory inside the git-dirs tree."""
+    return hashlib.sha1(repo.encode(), usedforsecurity=False).hexdigest()[:16]
+
+
+def _unit_key(unit: str) -> str:
+    return "root" if not unit else "u-" + gitdir_key(unit)
+
+
+class _Git:
+    """Runs git for one unit of one run: its own small git dir, the shared object store."""
+
+    def __init__(self, shadow: Shadow, gitdir: Path, worktree: Path) -> None:
+        self.shadow = shadow
+        self.gitdir = gitdir
+        self.worktree = worktree
+
+    def env(self) -> dict[str, str]:
+        return {
+            "GIT_DIR": str(self.gitdir),
+            "GIT_OBJECT_DIRECTORY": str(self.shadow.objects),
+            "GIT_WORK_TREE": str(self.worktree),
+            "GIT_INDEX_FILE": str(self.gitdir / "index"),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_ATTR_NOSYSTEM": "1",
+            "GIT_NO_REPLACE_OBJECTS": "1",
+            "GIT_TERMINAL_PROMPT": "0",
+            "HOME": str(self.shadow.path),
+            "XDG_CONFIG_HOME": str(self.shadow.path),
+            "LC_ALL": "C",
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            **_IDENT,
+        }
+
+    def run(self, *args: str, stdin: bytes | None = None, check: bool = True) -> bytes:
+        argv = [
+            self.shadow.git,
+            *(x for c in (*_CONFIG, *self.shadow.extra_config) for x in ("-c", c)),
+            *args,
+        ]
+        try:
+            done = subprocess.run(
+                argv,
+                input=stdin,
+                capture_output=True,
+                env=self.env(),
+                cwd=self.worktree if self.worktree.is_dir() else self.shadow.path,
+                timeout=GIT_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise CheckpointError(f"git {args[0]} failed: {exc}") from None
+        if check and done.returncode != 0:
+            message = done.stderr.decode(errors="replace").strip().splitlines()
+            raise CheckpointError(f"git {args[0]} failed: {message[-1] if message else done.returncode}")
+        return done.stdout
+
+
+class Shadow:
+    """The shadow repository of one workspace."""
+
+    def __init__(self, workspace: Path, settings: CheckpointSettings | None = None) -> None:
+        self.workspace = workspace.resolve(strict=False)
+        self.settings = settings or CheckpointSettings()
+        base = self.settings.state_dir or default_state_dir()
+        digest = hashlib.sha256(str(self.workspace).encode()).hexdigest()[:16]
+        name = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.workspace.name)[:40] or "root"
+        self.path = base / "checkpoints" / f"{name}-{digest}"
+        self.objects = self.path / "objects"
+        self.git = shutil.which("git") or "git"
+        self.extra_config: tuple[str, ...] = (f"core.excludesFile={self.path / 'exclude'}",)
+        self._lock = threading.Lock()
+        self._ready = False
+
+    # --- layout -------------------------------------------------------------------------
+
+    def ensure(self) -> None:
+        """Create the shadow repository (once); private to this user."""
+        with self._lock:
+            if self._ready:
+                return
+            if shutil.which(self.git) is None and not Path(self.git).is_file():
+                raise CheckpointError(
+                    "git is not installed; install it (apt-get install git) to use checkpoints"
+                )
+            old = os.umask(0o077)
+            try:
+                for directory in (
+                    self.path,
+                    self.objects / "info",
+                    self.objects / "pack",
+                    self.path / "runs",
+                ):
+                    directory.mkdir(parents=True, exist_ok=True)
+                (self.path / "workspace").write_text(f"{self.workspace}\n", encoding="utf-8")
+                (self.path / "exclude").write_text(
+                    "".join(f"{p}\n" for p in self.settings.ignore), encoding="utf-8"
+                )
+            finally:
+                os.umask(old)
+            self._ready = True
+
+    def run_dir(self, run_id: str) -> Path:
+        safe = "".join(c for c in run_id if c.isalnum() or c in "-_")
+        if not safe:
+            raise CheckpointError(f"not a run id: {run_id!r}")
+        return self.path / "runs" / safe
+
+    def _unit(self, run_id: str, unit: str) -> _Git:
+        gitdir = self.run_dir(run_id) / _unit_key(unit)
+        if not (gitdir / "HEAD").exists():
+            for sub in ("refs/heads", "info"):
+                (gitdir / sub).mkdir(parents=True, exist_ok=True)
+            (gitdir / "info" / "attributes").write_text(_ATTRIBUTES, encoding="utf-8")
+            # The runtime's own state (its database, logs) is not the workspace's content.
+            (gitdir / "info" / "exclude").write_text("/.steward/\n" if not unit else "", encoding="utf-8")
+            (gitdir / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
+        worktree = self.workspace / unit if unit else self.workspace
+        return _Git(self, gitdir, worktree)
+
+    def _gitdirs(self, run_id: str) -> _Git:
+        return self._unit_git(run_id, _GITDIRS)
+
+    def _unit_git(self, run_id: str, name: str) -> _Git:
+        gitdir = self.run_dir(run_id) / name
+        if not (gitdir / "HEAD").exists():
+            (gitdir / "refs" / "heads").mkdir(parents=True, exist_ok=True)
+            (gitdir / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
+        return _Git(self, gitdir, self.path)
+
+    # --- the record ---------------------------------------------------------------------
+
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        path = self.run_dir(run_id) / "checkpoints.jsonl"
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return []
+        found = []
+        for line in lines:
+            with contextlib.suppress(ValueError, TypeError):
+                found.append(Checkpoint.from_json(line))
+        return found
+
+    def _append(self, run_id: str, checkpoint: Checkpoint) -> None:
+        path = self.run_dir(run_id) / "checkpoints.jsonl"
+        with path.open("a", encoding="utf-8") as out:
+            out.write(checkpoint.to_json() + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+    # --- recording ----------------------------------------------------------------------
+
+    def record(
+        self,
+        run_id: str,
+        *,
+        repositories: Sequence[str],
+        dotgits: Mapping[str, tuple[object, ...]],
+        step: int = 0,
+        call_id: str = "",
+        tool: str = "",
+        kind: str = "call",
+    ) -> Checkpoint:
+        """Record the workspace now. ``repositories`` and ``dotgits`` come from a complete scan
+        (``Scan.repositories`` and the ``.git`` markers' identities)."""
+        self.ensure()
+        self.run_dir(run_id).mkdir(parents=True, exist_ok=True)
+        previous = self.checkpoints(run_id)
+        checkpoint = Checkpoint(len(previous) + 1, step, call_id, tool, time.time(), kind=kind)
+        for unit in ["", *(r for r in repositories if r)]:
+            commit, skipped = self._snapshot(run_id, unit)
+            checkpoint.units[unit] = commit
+            checkpoint.skipped.extend(f"{unit}/{p}" if unit else p for p in skipped)
+        checkpoint.gitdirs, checkpoint.dotgits = self._snapshot_gitdirs(run_id, dotgits)
+        self._append(run_id, checkpoint)
+        return checkpoint
+
+    def _snapshot(self, run_id: str, unit: str) -> tuple[str, list[str]]:
+        """Bring the unit's index up to the work tree; return the commit of its tree."""
+        git = self._unit(run_id, unit)
+        if not git.worktree.is_dir():
+            return self._commit(git, _EMPTY_TREE), []
+        status = git.run("status", "--porcelain=v2", "-z", "--no-renames", "--ignore-submodules=all")
+        paths, staged, skipped = self._classify(status, unit, git.worktree)
+        if paths:
+            listed = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
+            git.run("update-index", "--add", "--remove", "--replace", "-z", "--stdin", stdin=listed)
+        head = _head(git)
+        if not (paths or staged) and head is not None:
+            return head, skipped
+        tree = git.run("write-tree").decode().strip()
+        return self._commit(git, tree), skipped
+
+    def _classify(self, status: bytes, unit: str, worktree: Path) -> tuple[list[str], bool, list[str]]:
+        """From a unit's status: the paths to update (changed first, then new), whether the
+        index holds changes not yet committed, and new files too large to record."""
+        changed: list[str] = []
+        added: list[str] = []
+        skipped: list[str] = []
+        staged = False
+        for kind, path, xy in _status_entries(status):
+            if not unit and (path == ".steward/" or path.startswith(".steward/")):
+                continue  # the runtime's own state: never recorded, never restored
+            if kind == "?" and not path.endswith("/"):  # a trailing '/': a nested repository
+                try:
+                    size = os.lstat(worktree / path).st_size
+                except OSError:
+                    continue
+                (skipped if size > self.settings.max_file_bytes else added).append(path)
+            elif kind in ("1", "u"):
+                if xy[1] != ".":
+                    changed.append(path)
+                staged = staged or xy[0] != "."
+        return [*changed, *added], staged, skipped
+
+    def _commit(self, git: _Git, tree: str) -> str:
+        head = _head(git)
+        if head is not None and self._tree_of(git, head) == tree:
+            return head
+        args = ["commit-tree", tree, "-m", "checkpoint"]
+        if head is not None:
+            args[2:2] = ["-p", head]
+        commit = git.run(*args).decode().strip()
+        (git.gitdir / "refs" / "heads" / "main").write_text(commit + "\n", encoding="utf-8")
+        return commit
+
+    def _tree_of(self, git: _Git, commit: str) -> str:
+        return git.run("rev-parse", f"{commit}^{{tree}}").decode().strip()
+
+    # --- git directories ----------------------------------------------------------------
+
+    def _snapshot_gitdirs(
+        self, run_id: str, dotgits: Mapping[str, tuple[object, ...]]
+    ) -> tuple[str, dict[str, list[str]]]:
+        described, dirs = self._describe(dotgits)
+        if not dirs:
+            return "", described
+        git = self._gitdirs(run_id)
+        cache_path = git.gitdir / "stat.json"
+        try:
+            cache: dict[str, list[object]] = json.loads(cache_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            cache = {}
+        current, to_hash = _stat_gitdirs(dirs, cache)
+        shas = _hash_objects(git, [(path, mode) for _, path, mode in to_hash])
+        for (name, _, _), sha in zip(to_hash, shas, strict=True):
+            current[name][5] = sha
+        removed = [n for n in cache if n not in current]
+        lines = [f"{current[n][4]} {current[n][5]}\t{n}" for n, _, _ in to_hash if current[n][5]]
+        lines += [f"0 {_ZERO}\t{n}" for n in removed]
+        if lines:
+            listed = "".join(x + "\0" for x in lines).encode("utf-8", "surrogateescape")
+            git.run("update-index", "-z", "--index-info", stdin=listed)
+        head = _head(git)
+        tree = self._tree_of(git, head) if head and not lines else git.run("write-tree").decode().strip()
+        self._commit(git, tree)
+        tmp = cache_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(current, separators=(",", ":")), encoding="utf-8")
+        tmp.replace(cache_path)
+        return tree, described
+
+    def _describe(
+        self, dotgits: Mapping[str, tuple[object, ...]]
+    ) -> tuple[dict[str, list[str]], dict[str, Path]]:
+        """How each ``.git`` entry is recorded, and the git directories to walk (by key)."""
+        described: dict[str, list[str]] = {}
+        dirs: dict[str, Path] = {}
+        for path, ident in sorted(dotgits.items()):
+            absolute = self.workspace / path
+            if ident and ident[0] == "link":
+                described[path] = ["link", str(ident[1])]
+            elif ident and ident[0] == "file":
+                text = _read_text(absolute)
+                described[path] = ["file", text]
+                target = _gitdir_from_file(absolute, text)
+                if target is not None and target.is_relative_to(self.workspace) and target.is_dir():
+                    # The directory it points to, when it is in the workspace and not inside a
+                    # .git folder (recorded with it: submodules keep theirs in .git/modules).
+                    relative = target.relative_to(self.workspace).as_posix()
+                    if ".git" not in relative.split("/"):
+                        dirs[gitdir_key(relative)] = target
+            else:
+                key = gitdir_key(path.rpartition("/")[0])
+                described[path] = ["dir", key]
+                dirs[key] = absolute
+        return described, dirs
+
+    # --- reading ------------------------------------------------------------------------
+
+    def changes(self, run_id: str, older: Checkpoint, newer: Checkpoint) -> list[tuple[str, str]]:
+        """(status letter, path) of the files that differ between two checkpoints of a run."""
+        found: list[tuple[str, str]] = []
+        for unit in sorted(set(older.units) | set(newer.units)):
+            git = self._unit(run_id, unit)
+            a = older.units.get(unit) or self._commit_of_tree(git, _EMPTY_TREE)
+            b = newer.units.get(unit) or self._commit_of_tree(git, _EMPTY_TREE)
+            if a == b:
+                continue
+            out = git.run("diff-tree", "-r", "-z", "--no-renames", "--name-status", a, b)
+            parts = out.split(b"\0")
+            for letter, raw in zip(parts[0::2], parts[1::2], strict=False):
+                if letter:
+                    name = raw.decode("utf-8", "surrogateescape")
+                    found.append((letter.decode(), f"{unit}/{name}" if unit else name))
+        gitdirs = self._gitdirs(run_id) if older.gitdirs != newer.gitdirs else None
+        for path in sorted(set(older.dotgits) | set(newer.dotgits)):
+            was, now = older.dotgits.get(path), newer.dotgits.get(path)
+            if was is None or now is None:
+                found.append(("A" if was is None else "D", path))
+            elif was != now or (
+                gitdirs is not None
+                and was[0] == "dir"
+                and _subtree(gitdirs, older.gitdirs, was[1]) != _subtree(gitdirs, newer.gitdirs, now[1])
+            ):
+                found.append(("M", path))
+        return found
+
+    def _commit_of_tree(self, git: _Git, tree: str) -> str:
+        return git.run("commit-tree", tree, "-m", "empty").decode().strip()
+
+    def blob(self, run_id: str, checkpoint: Checkpoint, path: str) -> bytes | None:
+        """The content of ``path`` (workspace-relative) at ``checkpoint``, None if it was not there."""
+        unit = max((u for u in checkpoint.units if not u or path.startswith(u + "/")), key=len, default="")
+        if unit not in checkpoint.units:
+            return None
+        inner = path[len(unit) + 1 :] if unit else path
+        git = self._unit(run_id, unit)
+        if not self._exists(git, checkpoint.units[unit], inner):
+            return None
+        return git.run("cat-file", "blob", f"{checkpoint.units[unit]}:{inner}")
+
+    def gitdir_blob(self, run_id: str, checkpoint: Checkpoint, key: str, inner: str) -> bytes | None:
+        """The content of ``inner`` in the git directory ``key`` at ``checkpoint``, if it was there."""
+        if not checkpoint.gitdirs:
+            return None
+        git = self._gitdirs(run_id)
+        spec = f"{checkpoint.gitdirs}:g/{key}/{inner}"
+        if not self._exists(git, "", spec):
+            return None
+        return git.run("cat-file", "blob", spec)
+
+    def pending(self, run_id: str, checkpoint: Checkpoint) -> list[tuple[str, str]]:
+        """(status letter, path) of what changed in the work trees since ``checkpoint``, the run's
+        newest (each unit's index holds it, so this is one ``git status`` per unit)."""
+        found: list[tuple[str, str]] = []
+        for unit in sorted(checkpoint.units):
+            git = self._unit(run_id, unit)
+            if not git.worktree.is_dir():
+                found.append(("D", f"{unit}/" if unit else "./"))
+                continue
+            out = git.run("status", "--porcelain=v2", "-z", "--no-renames", "--ignore-submodules=all",
+                          "--untracked-files=all")  # fmt: skip
+            for kind, path, xy in _status_entries(out):
+                if path.endswith("/"):
+                    continue
+                letter = "A" if kind == "?" else xy[1]
+                if letter != ".":
+                    found.append((letter, f"{unit}/{path}" if unit else path))
+        return found
+
+    def _exists(self, git: _Git, commit: str, path: str) -> bool:
+        try:
+            git.run("cat-file", "-e", f"{commit}:{path}" if commit else path)
+        except CheckpointError:
+            return False
+        return True
+
+    # --- restoring ----------------------------------------------------------------------
+
+    def restore_unit_missing(self, run_id: str, unit: str, checkpoint: Checkpoint) -> None:
+        """Write the unit's files of ``checkpoint`` that are missing now (existing ones stay)."""
+        commit = checkpoint.units.get(unit)
+        if not commit:
+            return
+        git = self._unit(run_id, unit)
+        git.worktree.mkdir(parents=True, exist_ok=True)
+        git.run("read-tree", commit)
+        git.run("checkout-index", "-a", "-q", check=False)
+
+    def restore_gitdir(self, run_id: str, checkpoint: Checkpoint, path: str, *, prune: bool = True) -> None:
+        """Put the ``.git`` entry at ``path`` back as it was at ``checkpoint``.
+
+        ``prune``: also remove files of that git directory that did not exist then (objects
+        excepted: keeping them costs nothing and keeps any history made since)."""
+        entry = checkpoint.dotgits.get(path)
+        absolute = self.workspace / path
+        if entry is None:
+            _remove(absolute)
+            return
+        kind, detail = entry[0], entry[1]
+        if kind == "link":
+            _remove(absolute)
+            absolute.parent.mkdir(parents=True, exist_ok=True)
+            absolute.symlink_to(detail)
+            return
+        if kind == "file":
+            if not absolute.is_file() or absolute.is_symlink() or _read_text(absolute) != detail:
+                _remove(absolute)
+                absolute.parent.mkdir(parents=True, exist_ok=True)
+                absolute.write_text(detail, encoding="utf-8")
+            return
+        if absolute.is_symlink() or (absolute.exists() and not absolute.is_dir()):
+            _remove(absolute)
+        self._write_tree(run_id, checkpoint.gitdirs, f"g/{detail}/", absolute, prune=prune)
+
+    def restore_missing_history(self, run_id: str, checkpoint: Checkpoint, dotgit: str, key: str) -> int:
+        """Write back what a git directory lost of its history since ``checkpoint``; how many files.
+
+        Objects that are gone always come back (an extra object costs git nothing). When the
+        repository lost its ``HEAD`` too (the directory was emptied), its refs, logs and index
+        come back as well; otherwise deleted refs stay deleted (``git branch -d`` is work)."""
+        git = self._gitdirs(run_id)
+        target = self.workspace / dotgit
+        if not checkpoint.gitdirs or not target.is_dir():
+            return 0
+        core: tuple[str, ...] = ("objects/",)
+        if not os.path.lexists(target / "HEAD"):
+            core = ("objects/", "refs/", "logs/", "HEAD", "packed-refs", "index", "info/", "description")
+        prefix = f"g/{key}/"
+        listing = git.run("ls-tree", "-r", "-z", checkpoint.gitdirs, "--", prefix.rstrip("/"))
+        missing: dict[str, str] = {}
+        for item in listing.split(b"\0"):
+            meta, _, name = item.partition(b"\t")
+            relative = name.decode("utf-8", "surrogateescape")[len(prefix) :]
+            wanted = any(relative == c or (c.endswith("/") and relative.startswith(c)) for c in core)
+            if meta and wanted and not os.path.lexists(target / relative):
+                missing[relative] = meta.decode().split()[2]
+        blobs = _read_blobs(git, list(missing.values()))
+        for relative, sha in missing.items():
+            destination = target / relative
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_bytes(blobs.get(sha, b""))
+            destination.chmod(0o444 if relative.startswith("objects/") else 0o644)
+        return len(missing)
+
+    def _write_tree(self, run_id: str, tree: str, prefix: str, target: Path, *, prune: bool) -> None:
+        git = self._gitdirs(run_id)
+        listing = git.run("ls-tree", "-r", "-z", tree, "--", prefix.rstrip("/")) if tree else b""
+        wanted: dict[str, tuple[str, str]] = {}
+        for item in listing.split(b"\0"):
+            if not item:
+                continue
+            meta, _, name = item.partition(b"\t")
+            mode, _kind, sha = meta.decode().split()
+            wanted[name.decode("utf-8", "surrogateescape")[len(prefix) :]] = (mode, sha)
+        target.mkdir(parents=True, exist_ok=True)
+        present = dict(_walk_files(target))
+        for relative in present:
+            if relative not in wanted and prune and not relative.startswith("objects/"):
+                _remove(target / relative)
+        blobs = _read_blobs(git, [sha for (_mode, sha) in wanted.values()])
+        for relative, (mode, sha) in wanted.items():
+            destination = target / relative
+            content = blobs.get(sha, b"")
+            if relative in present and _file_sha(destination, mode) == sha:
+                continue
+            _remove(destination)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            if mode == "120000":
+                destination.symlink_to(content.decode("utf-8", "surrogateescape"))
+            else:
+                destination.write_bytes(content)
+                destination.chmod(0o755 if mode == "100755" else 0o644)
+
+    def rewind(
+        self,
+        run_id: str,
+        target: Checkpoint,
+        *,
+        repositories: Sequence[str],
+        dotgits: Mapping[str, tuple[object, ...]],
+    ) -> RewindReport:
+        """Restore the workspace as it was at ``target``; the state before is recorded first."""
+        before = self.record(run_id, repositories=repositories, dotgits=dotgits, tool="rewind", kind="rewind")
+        report = RewindReport(target, before)
+        for letter, path in self.changes(run_id, target, before):
+            (report.removed if letter == "A" else report.restored).append(path)
+        for unit in sorted(set(before.units) | set(target.units), key=len):
+            git = self._unit(run_id, unit)
+            commit = target.units.get(unit)
+            if commit is None:
+                commit = self._commit_of_tree(git, _EMPTY_TREE)
+            if not git.worktree.is_dir():
+                git.worktree.mkdir(parents=True, exist_ok=True)
+            git.run("read-tree", "--reset", "-u", commit)
+        for path in sorted(
+            set(before.dotgits) | set(target.dotgits), key=lambda p: p.count("/"), reverse=True
+        ):
+            if path not in target.dotgits:
+                _remove(self.workspace / path)
+            elif before.dotgits.get(path) != target.dotgits.get(path) or before.gitdirs != target.gitdirs:
+                self.restore_gitdir(run_id, target, path)
+        report.left = list(target.skipped)
+        return report
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _head(git: _Git) -> str | None:
+    try:
+        text = (git.gitdir / "refs" / "heads" / "main").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return text or None
+
+
+def _status_entries(output: bytes) -> Iterable[tuple[str, str, str]]:
+    """(kind, path, XY) from ``git status --porcelain=v2 -z`` (no renames)."""
+    for record in output.split(b"\0"):
+        if not record:
+            continue
+        text = record.decode("utf-8", "surrogateescape")
+        kind = text[0]
+        if kind in ("?", "!"):
+            yield kind, text[2:], ".."
+        elif kind == "1":
+            fields = text.split(" ", 8)
+            if len(fields) == 9:
+                yield kind, fields[8], fields[1]
+        elif kind == "u":
+            fields = text.split(" ", 10)
+            if len(fields) == 11:
+                yield kind, fields[10], fields[1]
+
+
+def _subtree(git: _Git, tree: str, key: str) -> str:
+    if not tree:
+        return ""
+    out = git.run("ls-tree", tree, "--", f"g/{key}", check=False).decode().split()
+    return out[2] if len(out) >= 3 else ""
+
+
+def _stat_gitdirs(
+    dirs: Mapping[str, Path], cache: Mapping[str, list[object]]
+) -> tuple[dict[str, list[object]], list[tuple[str, Path, str]]]:
+    """Every file of the git directories with its stat marks; those that changed, to hash."""
+    current: dict[str, list[object]] = {}
+    to_hash: list[tuple[str, Path, str]] = []
+    for key, root in sorted(dirs.items()):
+        for relative, info in _walk_files(root):
+            name = f"g/{key}/{relative}"
+            mode = "100755" if info.st_mode & 0o111 else "100644"
+            if stat.S_ISLNK(info.st_mode):
+                mode = "120000"
+            mark: list[object] = [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, mode]
+            known = cache.get(name)
+            if known is not None and known[:5] == mark:
+                current[name] = list(known)
+            else:
+                to_hash.append((name, root / relative, mode))
+                current[name] = [*mark, ""]
+    return current, to_hash
+
+
+def _walk_files(root: Path) -> list[tuple[str, os.stat_result]]:
+    """Every file and symlink below ``root`` (relative path, lstat), without following links."""
+    found: list[tuple[str, os.stat_result]] = []
+    stack: list[str] = [""]
+    base = str(root)
+    while stack:
+        relative = stack.pop()
+        directory = f"{base}/{relative}" if relative else base
+        try:
+            with os.scandir(directory) as listing:
+                entries = list(listing)
+        except OSError:
+            continue
+        for entry in entries:
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            if entry.name == ".git":
+                continue  # git refuses such paths; a .git inside a git dir is no part of it
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                stack.append(name)
+            elif stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode):
+                found.append((name, info))
+    return found
+
+
+def _hash_objects(git: _Git, files: Sequence[tuple[Path, str]]) -> list[str]:
+    """Write each file (or symlink target) into the object store; their ids, in order."""
+    if not files:
+        return []
+    regular = [(i, p) for i, (p, mode) in enumerate(files) if mode != "120000"]
+    shas = [""] * len(files)
+    if regular:
+        paths = b"".join(str(p).encode("utf-8", "surrogateescape") + b"\n" for _, p in regular)
+        out = git.run("hash-object", "-w", "--no-filters", "--stdin-paths", stdin=paths, check=False)
+        for (i, _), sha in zip(regular, out.decode().split(), strict=False):
+            shas[i] = sha
+    for i, (path, mode) in enumerate(files):
+        if mode == "120000":
+            with contextlib.suppress(OSError, CheckpointError):
+                target = str(path.readlink()).encode("utf-8", "surrogateescape")
+                shas[i] = git.run("hash-object", "-w", "--stdin", stdin=target).decode().strip()
+    return shas
+
+
+def _read_blobs(git: _Git, shas: Sequence[str]) -> dict[str, bytes]:
+    unique = sorted(set(shas))
+    if not unique:
+        return {}
+    out = git.run("cat-file", "--batch", stdin="".join(f"{s}\n" for s in unique).encode())
+    blobs: dict[str, bytes] = {}
+    position = 0
+    for _ in range(len(unique)):
+        end = out.index(b"\n", position)
+        header = out[position:end].decode().split()
+        position = end + 1
+        if len(header) < 3:
+            continue
+        size = int(header[2])
+        blobs[header[0]] = out[position : position + size]
+        position += size + 1
+    return blobs
+
+
+def _file_sha(path: Path, mode: str) -> str:
+    try:
+        if mode == "120000":
+            data = str(path.readlink()).encode("utf-8", "surrogateescape")
+        else:
+            if path.is_symlink() or not path.is_file():
+                return ""
+            data = path.read_bytes()
+    except OSError:
+        return ""
+    header = f"blob {len(data)}\0".encode()
+    return hashlib.sha1(header + data, usedforsecurity=False).hexdigest()
+
+
+def _read_text(path: Path) -> str:
+    try:
+        with path.open(encoding="utf-8", errors="surrogateescape") as handle:
+            return handle.read(65536)
+    except OSError:
+        return ""
+
+
+def _gitdir_from_file(dotgit: Path, text: str) -> Path | None:
+    for line in text.splitlines():
+        if line.startswith("gitdir:"):
+            return (dotgit.parent / line.removeprefix("gitdir:").strip()).resolve(strict=False)
+    return None
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, link or whole directory (made writable first: git makes objects 0444)."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return
+
+    def retry(_function: object, failed: str, _exc: object) -> None:
+        # A read-only directory (made so by a command) keeps its entries: open it up, retry.
+        failing = Path(failed)
+        with contextlib.suppress(OSError):
+            failing.parent.chmod(0o700)
+            if failing.is_dir() and not failing.is_symlink():
+                failing.chmod(0o700)
+                shutil.rmtree(failing, ignore_errors=True)
+            else:
+                failing.unlink()
+
+    shutil.rmtree(path, onerror=retry)
