@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from steward.memory.blocks import CoreMemory, MemoryBlock
     from steward.safety.checkpointing import Checkpointer
     from steward.safety.policy import Policy
+    from steward.safety.secrets import SecretWatch
     from steward.session import History
     from steward.store.events import EventStore, RunLog
 
@@ -587,9 +588,22 @@ class Agent:
             )
             from steward.safety.checkpoint_toolset import CheckpointToolset
 
+            from steward.safety.redacting import RedactingToolset
+
             checkpointed = CheckpointToolset(offered, self.checkpointer)
-            self._toolset = GuardedToolset(checkpointed, guard=Guard(), policy=self.policy)
+            guarded = GuardedToolset(checkpointed, guard=Guard(), policy=self.policy)
+            # Outermost: whatever any layer returns or notes has secret values redacted.
+            self._toolset = RedactingToolset(guarded, self._secret_watch)
         return self._toolset
+
+    def _secret_watch(self, workspace: Path) -> SecretWatch:
+        from steward.safety.scan import scanner_for
+        from steward.safety.secrets import SecretWatch
+
+        scanner = scanner_for(workspace, tuple(self.config.sandbox.secret_files))
+        # The list of secret files is looked at again at most once a second (a complete scan);
+        # the files found are checked for changes on every call.
+        return SecretWatch(lambda: [scanner.root / p for p in scanner.scan().secrets], rescan_s=1.0)
 
     def checkpointer(self, workspace: Path) -> Checkpointer:
         """Checkpoints and change detection for ``workspace`` (one per workspace and process)."""
@@ -740,6 +754,8 @@ class Agent:
             bash_timeout_s=lim.bash_timeout_s,
             output_cap_chars=lim.output_cap_chars,
             read_cap_chars=lim.read_cap_chars,
+            allowed_domains=tuple(self.config.sandbox.allowed_domains),
+            secret_files=tuple(self.config.sandbox.secret_files),
         )
         from steward.safety.protected import protected_reason
 
