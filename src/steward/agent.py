@@ -414,6 +414,8 @@ class Agent:
         self._policy = policy
         self._sandbox_choice = sandbox
         self._sandbox: CommandSandbox | None = None
+        #: Deny rules that could not be enforced by masking their program (``steward doctor``).
+        self.mask_warnings: list[str] = []
         self.config_file: Path | None = None  # where "approve always" remembers rules
         self.model_spec = model if model is not None else self.config.model
         self._model: Model | None = model if isinstance(model, Model) else None
@@ -494,9 +496,16 @@ class Agent:
             if self._sandbox_choice is True:
                 if not self.config.sandbox.enabled:
                     return None
-                from steward.safety.sandbox import sandbox_from_config
+                from steward.safety.programs import plan_masks
+                from steward.safety.sandbox import _environment, sandbox_from_config, settings_from_config
 
-                self._sandbox = sandbox_from_config(self.config.sandbox)
+                # Programs a deny rule forbids with any arguments are not there inside the sandbox;
+                # the policy then need not fail closed on commands that might reach them.
+                settings = settings_from_config(self.config.sandbox)
+                plan = plan_masks(self.policy, _environment(settings)["PATH"])
+                self._sandbox = sandbox_from_config(self.config.sandbox, [Path(f) for f in plan.files])
+                self.policy.masked = plan.masked
+                self.mask_warnings = list(plan.warnings)
             else:
                 self._sandbox = self._sandbox_choice
         return self._sandbox
@@ -587,7 +596,6 @@ class Agent:
                 budget_chars=budget_chars,
             )
             from steward.safety.checkpoint_toolset import CheckpointToolset
-
             from steward.safety.redacting import RedactingToolset
 
             checkpointed = CheckpointToolset(offered, self.checkpointer)

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from steward.tools.base import Tool, ToolContext
+from steward.tools.base import Tool, ToolContext, ToolSettings
 from steward.tools.builtin import builtin_toolset
 from steward.tools.files import file_tools
 from steward.tools.shell import shell_tools
+from steward.tools.web import web_tools
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
-BUILTIN: dict[str, Tool] = {tool.name: tool for tool in [*file_tools(), *shell_tools()]}
+BUILTIN: dict[str, Tool] = {tool.name: tool for tool in [*file_tools(), *shell_tools(), *web_tools()]}
 UPDATE = os.environ.get("STEWARD_UPDATE_SNAPSHOTS") == "1"
 HOW_TO_UPDATE = "If the change is intended, run STEWARD_UPDATE_SNAPSHOTS=1 .venv/bin/pytest " + (
     "tests/tools/test_tool_schemas.py and review the diff of tests/tools/snapshots/."
@@ -61,6 +62,14 @@ async def test_builtin_toolset_offers_every_builtin_tool_once(tmp_path: Path) ->
         "grep",
         "bash",
     ]
+
+
+async def test_fetch_url_is_offered_only_with_a_domain_to_fetch_from(tmp_path: Path) -> None:
+    with_domains = ToolContext(
+        workspace=tmp_path, settings=ToolSettings(allowed_domains=("docs.python.org",))
+    )
+    specs = await builtin_toolset().get_tools(with_domains)
+    assert [spec.name for spec in specs][-1] == "fetch_url"
 
 
 async def test_builtin_toolset_runs_a_tool_by_name(tmp_path: Path) -> None:

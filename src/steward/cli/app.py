@@ -715,9 +715,71 @@ def doctor(workspace: Workspace = Path()) -> None:
         f"{len(policy.allow)} allow / {len(policy.ask)} ask / {len(policy.deny)} deny rules, "
         f"approvals wait {policy.approval_timeout_s:g} s then {policy.on_timeout}"
     )
+    _doctor_layers(workspace, config)
     typer.echo(f"model: {config.model or 'not configured (set STEWARD_MODEL or --model)'}")
     _doctor_context(workspace, config)
     raise typer.Exit(EXIT_OK if status_ok else EXIT_NOT_SOLVED)
+
+
+def _doctor_layers(workspace: Path, config: Config) -> None:
+    """Which safety layers are on here, besides the sandbox itself."""
+    from steward.safety.checkpointing import settings_from_config
+    from steward.safety.checkpoints import default_state_dir
+    from steward.safety.policy import Policy
+    from steward.safety.programs import plan_masks
+    from steward.safety.sandbox import _environment
+    from steward.safety.sandbox import settings_from_config as sandbox_settings
+    from steward.safety.scan import scanner_for
+    from steward.tools._beneath import openat2_available
+
+    typer.echo("guard: on (every command parsed and judged; blocks what is known to be dangerous)")
+    p = config.policy
+    policy = Policy.from_lists(allow=p.allow, ask=p.ask, deny=p.deny, mode=p.mode, write=p.write)
+    if config.sandbox.enabled:
+        plan = plan_masks(policy, _environment(sandbox_settings(config.sandbox))["PATH"])
+        masked = ", ".join(sorted(plan.masked)) or "none"
+        typer.echo(f"program masks: {masked} (programs deny rules forbid with any arguments)")
+        for warning in plan.warnings:
+            typer.echo(f"  warning: {warning}")
+        domains = ", ".join(config.sandbox.allowed_domains) or "none ([sandbox] allowed_domains)"
+        typer.echo(
+            "network: every command in its own network namespace; a call granted the network reaches "
+            f"only these domains through the egress proxy: {domains}; host loopback and private "
+            "addresses never"
+        )
+    checkpoints = settings_from_config(config)
+    if checkpoints.enabled:
+        where = checkpoints.state_dir or default_state_dir()
+        from steward.safety.checkpoints import _find_git
+
+        git = os.access(_find_git(), os.X_OK)
+        typer.echo(
+            f"checkpoints: on, before every call that can change files (shadow repositories in {where}; "
+            f"untracked files over {config.checkpoints.max_file_mb:g} MB left out)"
+            + ("" if git else "; NOT WORKING: git is not installed (apt-get install git)")
+        )
+    else:
+        typer.echo("checkpoints: off ([checkpoints] enabled = false): a damaged workspace cannot be rewound")
+    typer.echo(
+        "change detection: on (repository metadata and protected files compared after every such call)"
+    )
+    secrets = scanner_for(workspace.resolve(), tuple(config.sandbox.secret_files)).scan().secrets
+    shown = ", ".join(secrets[:5]) + (f" and {len(secrets) - 5} more" if len(secrets) > 5 else "")
+    found = f"{len(secrets)} secret files here" + (f" ({shown})" if secrets else "")
+    typer.echo(
+        f"secrets: {found}: masked in the sandbox, refused by the file tools unless a rule allows "
+        "them, their values redacted from tool output"
+    )
+    typer.echo(
+        "file tools: paths opened beneath the workspace in one step "
+        + (
+            "(openat2 RESOLVE_BENEATH)"
+            if openat2_available()
+            else "(a component walk refusing links that lead out)"
+        )
+    )
+    limit = config.limits.run_timeout_s
+    typer.echo(f"run time limit: {f'{limit:g} s' if limit else 'none ([limits] run_timeout_s)'}")
 
 
 def _doctor_context(workspace: Path, config: Config) -> None:

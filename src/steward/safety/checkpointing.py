@@ -89,7 +89,15 @@ class Checkpointer:
     # --- around a call ------------------------------------------------------------------
 
     def before(self, run_id: str, *, step: int = 0, call_id: str = "", tool: str = "") -> Before:
-        scan = self.scanner.scan()
+        # git stats every file while we walk the directories: the two overlap.
+        started = self.shadow.begin(run_id) if self.settings.enabled else None
+        try:
+            scan = self.scanner.scan()
+        except BaseException:
+            if started is not None:
+                started.kill()
+                started.communicate()
+            raise
         checkpoint = None
         if self.settings.enabled:
             checkpoint = self.shadow.record(
@@ -99,6 +107,7 @@ class Checkpointer:
                 step=step,
                 call_id=call_id,
                 tool=tool,
+                started=started,
             )
         return Before(checkpoint, scan, self._sensitive(scan), run_id)
 

@@ -79,6 +79,7 @@ _CONFIG = (
 )
 _ATTRIBUTES = "* -text -eol -filter -ident -working-tree-encoding -diff -merge -crlf\n"
 _GITDIRS = "gitdirs"
+_STATUS = ("status", "--porcelain=v2", "-z", "--no-renames", "--ignore-submodules=all")
 _SENSITIVE_FILES = frozenset({"config", "config.worktree", "commondir", "gitdir"})
 
 
@@ -178,12 +179,41 @@ class _Git:
             **_IDENT,
         }
 
-    def run(self, *args: str, stdin: bytes | None = None, check: bool = True) -> bytes:
-        argv = [
+    def argv(self, *args: str) -> list[str]:
+        return [
             self.shadow.git,
             *(x for c in (*_CONFIG, *self.shadow.extra_config) for x in ("-c", c)),
             *args,
         ]
+
+    def start(self, *args: str) -> subprocess.Popen[bytes]:
+        """Start git without waiting (see ``collect``): the caller works meanwhile."""
+        try:
+            return subprocess.Popen(
+                self.argv(*args),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self.env(),
+                cwd=self.worktree if self.worktree.is_dir() else self.shadow.path,
+            )
+        except OSError as exc:
+            raise CheckpointError(f"git {args[0]} failed: {exc}") from None
+
+    def collect(self, process: subprocess.Popen[bytes], what: str) -> bytes:
+        try:
+            out, err = process.communicate(timeout=GIT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise CheckpointError(f"git {what} took longer than {GIT_TIMEOUT_S:g} s") from None
+        if process.returncode != 0:
+            message = err.decode(errors="replace").strip().splitlines()
+            raise CheckpointError(f"git {what} failed: {message[-1] if message else process.returncode}")
+        return out
+
+    def run(self, *args: str, stdin: bytes | None = None, check: bool = True) -> bytes:
+        argv = self.argv(*args)
         try:
             done = subprocess.run(
                 argv,
@@ -213,10 +243,13 @@ class Shadow:
         name = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.workspace.name)[:40] or "root"
         self.path = base / "checkpoints" / f"{name}-{digest}"
         self.objects = self.path / "objects"
-        self.git = shutil.which("git") or "git"
+        self.git = _find_git()
         self.extra_config: tuple[str, ...] = (f"core.excludesFile={self.path / 'exclude'}",)
         self._lock = threading.Lock()
         self._ready = False
+        self._gitdir_states: dict[str, _GitdirState] = {}
+        self._counts: dict[str, int] = {}
+        self._trees: dict[Path, tuple[str, str]] = {}  # a unit's git dir -> (its head, that tree)
 
     # --- layout -------------------------------------------------------------------------
 
@@ -225,7 +258,7 @@ class Shadow:
         with self._lock:
             if self._ready:
                 return
-            if shutil.which(self.git) is None and not Path(self.git).is_file():
+            if not os.access(self.git, os.X_OK) and shutil.which(self.git) is None:
                 raise CheckpointError(
                     "git is not installed; install it (apt-get install git) to use checkpoints"
                 )
@@ -290,12 +323,19 @@ class Shadow:
 
     def _append(self, run_id: str, checkpoint: Checkpoint) -> None:
         path = self.run_dir(run_id) / "checkpoints.jsonl"
+        # Not fsynced, like git's own objects: a crashed process loses nothing written here,
+        # only a crashed machine could.
         with path.open("a", encoding="utf-8") as out:
             out.write(checkpoint.to_json() + "\n")
-            out.flush()
-            os.fsync(out.fileno())
 
     # --- recording ----------------------------------------------------------------------
+
+    def begin(self, run_id: str) -> subprocess.Popen[bytes]:
+        """Start the root unit's ``git status`` (a stat of every file: the longest part of a
+        checkpoint), so the caller can scan the workspace meanwhile; pass it to ``record``."""
+        self.ensure()
+        self.run_dir(run_id).mkdir(parents=True, exist_ok=True)
+        return self._unit(run_id, "").start(*_STATUS)
 
     def record(
         self,
@@ -307,27 +347,37 @@ class Shadow:
         call_id: str = "",
         tool: str = "",
         kind: str = "call",
+        started: subprocess.Popen[bytes] | None = None,
     ) -> Checkpoint:
         """Record the workspace now. ``repositories`` and ``dotgits`` come from a complete scan
-        (``Scan.repositories`` and the ``.git`` markers' identities)."""
+        (``Scan.repositories`` and the ``.git`` markers' identities); ``started``: from ``begin``."""
         self.ensure()
         self.run_dir(run_id).mkdir(parents=True, exist_ok=True)
-        previous = self.checkpoints(run_id)
-        checkpoint = Checkpoint(len(previous) + 1, step, call_id, tool, time.time(), kind=kind)
+        with self._lock:
+            number = self._counts.get(run_id)
+            if number is None:  # once per run and process: later ones count in memory
+                number = len(self.checkpoints(run_id))
+            self._counts[run_id] = number + 1
+        checkpoint = Checkpoint(number + 1, step, call_id, tool, time.time(), kind=kind)
         for unit in ["", *(r for r in repositories if r)]:
-            commit, skipped = self._snapshot(run_id, unit)
+            commit, skipped = self._snapshot(run_id, unit, started if not unit else None)
             checkpoint.units[unit] = commit
             checkpoint.skipped.extend(f"{unit}/{p}" if unit else p for p in skipped)
         checkpoint.gitdirs, checkpoint.dotgits = self._snapshot_gitdirs(run_id, dotgits)
         self._append(run_id, checkpoint)
         return checkpoint
 
-    def _snapshot(self, run_id: str, unit: str) -> tuple[str, list[str]]:
+    def _snapshot(
+        self, run_id: str, unit: str, started: subprocess.Popen[bytes] | None = None
+    ) -> tuple[str, list[str]]:
         """Bring the unit's index up to the work tree; return the commit of its tree."""
         git = self._unit(run_id, unit)
         if not git.worktree.is_dir():
+            if started is not None:
+                started.kill()
+                started.communicate()
             return self._commit(git, _EMPTY_TREE), []
-        status = git.run("status", "--porcelain=v2", "-z", "--no-renames", "--ignore-submodules=all")
+        status = git.collect(started, "status") if started is not None else git.run(*_STATUS)
         paths, staged, skipped = self._classify(status, unit, git.worktree)
         if paths:
             listed = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
@@ -362,13 +412,18 @@ class Shadow:
 
     def _commit(self, git: _Git, tree: str) -> str:
         head = _head(git)
-        if head is not None and self._tree_of(git, head) == tree:
+        known = self._trees.get(git.gitdir)
+        if head is not None and (
+            known == (head, tree) or (known is None and self._tree_of(git, head) == tree)
+        ):
+            self._trees[git.gitdir] = (head, tree)
             return head
         args = ["commit-tree", tree, "-m", "checkpoint"]
         if head is not None:
             args[2:2] = ["-p", head]
         commit = git.run(*args).decode().strip()
         (git.gitdir / "refs" / "heads" / "main").write_text(commit + "\n", encoding="utf-8")
+        self._trees[git.gitdir] = (commit, tree)
         return commit
 
     def _tree_of(self, git: _Git, commit: str) -> str:
@@ -383,28 +438,32 @@ class Shadow:
         if not dirs:
             return "", described
         git = self._gitdirs(run_id)
-        cache_path = git.gitdir / "stat.json"
-        try:
-            cache: dict[str, list[object]] = json.loads(cache_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            cache = {}
-        current, to_hash = _stat_gitdirs(dirs, cache)
-        shas = _hash_objects(git, [(path, mode) for _, path, mode in to_hash])
-        for (name, _, _), sha in zip(to_hash, shas, strict=True):
-            current[name][5] = sha
-        removed = [n for n in cache if n not in current]
-        lines = [f"{current[n][4]} {current[n][5]}\t{n}" for n, _, _ in to_hash if current[n][5]]
-        lines += [f"0 {_ZERO}\t{n}" for n in removed]
-        if lines:
-            listed = "".join(x + "\0" for x in lines).encode("utf-8", "surrogateescape")
-            git.run("update-index", "-z", "--index-info", stdin=listed)
-        head = _head(git)
-        tree = self._tree_of(git, head) if head and not lines else git.run("write-tree").decode().strip()
-        self._commit(git, tree)
-        tmp = cache_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(current, separators=(",", ":")), encoding="utf-8")
-        tmp.replace(cache_path)
-        return tree, described
+        state = self._gitdir_state(run_id, git)
+        walked, to_hash, gone = _stat_gitdirs(dirs, state)
+        shas = _hash_objects(git, [(path, mode) for _, _, path, mode in to_hash])
+        lines = []
+        for (directory, name, _, _), sha in zip(to_hash, shas, strict=True):
+            marks = walked[directory][name]
+            marks[5] = sha
+            if sha:
+                lines.append(f"{marks[4]} {sha}\t{directory}/{name}")
+        lines += [f"0 {_ZERO}\t{n}" for n in gone]
+        state.files = walked
+        if lines or not state.tree:
+            if lines:
+                listed = "".join(x + "\0" for x in lines).encode("utf-8", "surrogateescape")
+                git.run("update-index", "-z", "--index-info", stdin=listed)
+            state.tree = git.run("write-tree").decode().strip()
+            state.save(git.gitdir / "stat.json")
+        return state.tree, described
+
+    def _gitdir_state(self, run_id: str, git: _Git) -> _GitdirState:
+        """The run's record of its git directories' files, kept in memory (read once)."""
+        with self._lock:
+            state = self._gitdir_states.get(run_id)
+            if state is None:
+                state = self._gitdir_states[run_id] = _GitdirState.load(git.gitdir / "stat.json")
+            return state
 
     def _describe(
         self, dotgits: Mapping[str, tuple[object, ...]]
@@ -644,6 +703,17 @@ class Shadow:
 # --- helpers --------------------------------------------------------------------------------
 
 
+def _find_git() -> str:
+    """git on PATH, else where systems install it (Steward's PATH may be a narrow one)."""
+    found = shutil.which("git")
+    if found is not None:
+        return found
+    for candidate in ("/usr/bin/git", "/usr/local/bin/git", "/opt/homebrew/bin/git"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return "git"
+
+
 def _head(git: _Git) -> str | None:
     try:
         text = (git.gitdir / "refs" / "heads" / "main").read_text(encoding="utf-8").strip()
@@ -678,54 +748,157 @@ def _subtree(git: _Git, tree: str, key: str) -> str:
     return out[2] if len(out) >= 3 else ""
 
 
+Marks = list[object]
+"""[size, mtime_ns, ctime_ns, ino, mode, sha] of one file of a git directory."""
+
+
+@dataclass(slots=True)
+class _GitdirState:
+    """What the last checkpoint of a run recorded of its git directories."""
+
+    #: Directory (``g/<key>/<path>``) -> its files' names -> their marks.
+    files: dict[str, dict[str, Marks]] = field(default_factory=dict)
+    tree: str = ""
+    #: Directories holding only objects, which git never changes in place: while a directory's
+    #: entries stay the same (its ctime), its files need no stat. dir -> (ino, ctime, listed)
+    dirs: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    saved_at: float = 0.0
+
+    @classmethod
+    def load(cls, path: Path) -> _GitdirState:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls(files={k: dict(v) for k, v in data["files"].items()}, tree=str(data["tree"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return cls()
+
+    def save(self, path: Path) -> None:
+        """Kept for a later process of the same run (a stale copy only costs it re-hashing);
+        written at most every few seconds, the objects of a big repository being many."""
+        if time.monotonic() - self.saved_at < _SAVE_EVERY_S and sum(map(len, self.files.values())) > 2000:
+            return
+        self.saved_at = time.monotonic()
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"files": self.files, "tree": self.tree}, separators=(",", ":")))
+        temporary.replace(path)
+
+
+_RACY_NS = 50_000_000
+_SAVE_EVERY_S = 10.0
+
+
 def _stat_gitdirs(
-    dirs: Mapping[str, Path], cache: Mapping[str, list[object]]
-) -> tuple[dict[str, list[object]], list[tuple[str, Path, str]]]:
-    """Every file of the git directories with its stat marks; those that changed, to hash."""
-    current: dict[str, list[object]] = {}
-    to_hash: list[tuple[str, Path, str]] = []
+    dirs: Mapping[str, Path], state: _GitdirState
+) -> tuple[dict[str, dict[str, Marks]], list[tuple[str, str, Path, str]], list[str]]:
+    """The git directories' files by directory with their stat marks; the files that changed
+    (directory, name, path, mode) to hash; the names of files gone."""
+    walked: dict[str, dict[str, Marks]] = {}
+    to_hash: list[tuple[str, str, Path, str]] = []
+    seen_dirs: dict[str, tuple[int, int, int]] = {}
     for key, root in sorted(dirs.items()):
-        for relative, info in _walk_files(root):
-            name = f"g/{key}/{relative}"
-            mode = "100755" if info.st_mode & 0o111 else "100644"
-            if stat.S_ISLNK(info.st_mode):
-                mode = "120000"
-            mark: list[object] = [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, mode]
-            known = cache.get(name)
-            if known is not None and known[:5] == mark:
-                current[name] = list(known)
+        _walk_gitdir(root, f"g/{key}", state, seen_dirs, walked, to_hash)
+    gone = [
+        f"{directory}/{name}"
+        for directory, files in state.files.items()
+        if walked.get(directory) is not files
+        for name in files
+        if name not in walked.get(directory, {})
+    ]
+    state.dirs = seen_dirs
+    return walked, to_hash, gone
+
+
+def _walk_gitdir(
+    root: Path,
+    prefix: str,
+    state: _GitdirState,
+    seen_dirs: dict[str, tuple[int, int, int]],
+    walked: dict[str, dict[str, Marks]],
+    to_hash: list[tuple[str, str, Path, str]],
+) -> None:
+    """Stat every file of one git directory; an objects directory whose entries are as the
+    last walk saw them is taken as it was (same dict), without a stat per file."""
+    stack: list[str] = [""]
+    base = str(root)
+    while stack:
+        relative = stack.pop()
+        directory = f"{base}/{relative}" if relative else base
+        key = f"{prefix}/{relative}" if relative else prefix
+        if _objects_dir(relative):
+            try:
+                info = os.lstat(directory)
+            except OSError:
+                continue
+            known = state.dirs.get(key)
+            unchanged = known is not None and known[:2] == (info.st_ino, info.st_ctime_ns)
+            if (
+                unchanged
+                and known is not None
+                and info.st_ctime_ns < known[2] - _RACY_NS
+                and key in state.files
+            ):
+                seen_dirs[key] = known
+                walked[key] = state.files[key]
+                continue
+            seen_dirs[key] = (info.st_ino, info.st_ctime_ns, time.time_ns())
+        old = state.files.get(key, {})
+        files: dict[str, Marks] = {}
+        for name, info in _listing(directory):
+            if stat.S_ISDIR(info.st_mode):
+                stack.append(f"{relative}/{name}" if relative else name)
+                continue
+            mode = (
+                "120000" if stat.S_ISLNK(info.st_mode) else ("100755" if info.st_mode & 0o111 else "100644")
+            )
+            mark: Marks = [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, mode]
+            known_marks = old.get(name)
+            if known_marks is not None and known_marks[:5] == mark:
+                files[name] = known_marks
             else:
-                to_hash.append((name, root / relative, mode))
-                current[name] = [*mark, ""]
-    return current, to_hash
+                files[name] = [*mark, ""]
+                to_hash.append((key, name, Path(directory) / name, mode))
+        walked[key] = files
+
+
+def _listing(directory: str) -> list[tuple[str, os.stat_result]]:
+    """(name, lstat) of the files, links and directories in ``directory`` (not ``.git``)."""
+    found = []
+    try:
+        with os.scandir(directory) as listing:
+            entries = list(listing)
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.name == ".git":
+            continue  # git refuses such paths; a .git inside a git dir is no part of it
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode):
+            found.append((entry.name, info))
+    return found
 
 
 def _walk_files(root: Path) -> list[tuple[str, os.stat_result]]:
     """Every file and symlink below ``root`` (relative path, lstat), without following links."""
     found: list[tuple[str, os.stat_result]] = []
     stack: list[str] = [""]
-    base = str(root)
     while stack:
         relative = stack.pop()
-        directory = f"{base}/{relative}" if relative else base
-        try:
-            with os.scandir(directory) as listing:
-                entries = list(listing)
-        except OSError:
-            continue
-        for entry in entries:
-            name = f"{relative}/{entry.name}" if relative else entry.name
-            if entry.name == ".git":
-                continue  # git refuses such paths; a .git inside a git dir is no part of it
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
+        for name, info in _listing(f"{root}/{relative}" if relative else str(root)):
+            path = f"{relative}/{name}" if relative else name
             if stat.S_ISDIR(info.st_mode):
-                stack.append(name)
-            elif stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode):
-                found.append((name, info))
+                stack.append(path)
+            else:
+                found.append((path, info))
     return found
+
+
+def _objects_dir(relative: str) -> bool:
+    """``objects/xx`` (loose objects) or ``objects/pack``: written once, never changed in place."""
+    parts = relative.split("/")
+    return len(parts) == 2 and parts[0] == "objects" and (len(parts[1]) == 2 or parts[1] == "pack")
 
 
 def _hash_objects(git: _Git, files: Sequence[tuple[Path, str]]) -> list[str]:

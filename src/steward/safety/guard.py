@@ -69,6 +69,25 @@ remote ``rsync``, ``git clone|fetch|pull|push|ls-remote``, package installs (pip
 npm/yarn/pnpm, apt, gem, cargo, go, docker pull/run …), ``/dev/tcp`` redirects, and inline
 Python importing ``urllib``/``requests``/``socket``. Network use alone is no finding.
 
+Besides findings, the verdict carries what the policy's rules are matched against: every
+command (the shell commands inline code hands to ``system()``/``subprocess`` included); the
+porcelain spelling of git plumbing (``equivalents``: ``send-pack``/``http-push`` → ``push``,
+``update-ref -d`` → ``branch -D``, ``read-tree -u --reset`` → ``reset --hard``,
+``checkout-index`` → ``checkout``, ``commit-tree`` → ``commit``, ``update-index
+--force-remove`` → ``rm`` …, flagged as the porcelain command would be); and the ``opaque``
+commands, part of which is decided only at run time, for the policy to fail closed on:
+
+* a word the shell expands (``git $SUB``, ``git p*``, ``git p{u,}sh``): what precedes it is known;
+* the words ``xargs``, ``parallel`` and ``find -exec`` put in, and those an ``alias`` or a
+  ``hash -p`` name is used with;
+* a program unknown altogether: ``eval "$X"``, ``bash -c "$S"``, ``bash <(…)``, ``source
+  <(…)``, ``parallel`` reading command lines, a computed ``trap`` body, inline code calling
+  ``system()``/``subprocess``/``exec`` with an argument that is not written out;
+* git: setting an alias (``-c alias.*``, ``--config-env``, ``git config alias.* …``,
+  ``include.path``, ``git config --edit``), or a subcommand that is none of git's own commands
+  (git ignores aliases named like its commands, so any other name may be an alias);
+* plumbing, as its porcelain command with options the rules cannot read.
+
 Trade-offs, chosen on purpose:
 
 * ``cd`` is followed through the line: ``cd / && rm -rf *`` deletes ``/*``. Subshell scoping is
@@ -85,8 +104,10 @@ Trade-offs, chosen on purpose:
 * Recursive deletion of ``"$DIR"`` is only flagged: the path may be fine, but an empty variable
   turns ``rm -rf "$DIR"/`` into ``rm -rf /``. ``~user`` is taken to be ``/home/user``.
 * The verdict keeps one finding per category and severity, so the reason stays short.
-* ``alias NAME='…'`` bodies are judged as commands wherever they appear, whether or not
-  ``shopt -s expand_aliases`` makes them run; a harmless alias costs nothing.
+* ``alias NAME='…'`` bodies, ``trap '…' SIG`` bodies and ``hash -p PATH NAME`` targets are
+  judged as commands wherever they appear, whether or not they ever run; a harmless one costs
+  nothing. A ``cd`` in them does not move the rest of the line. A command name computed at run
+  time in a trap body is flagged like one in ``eval``.
 * ``mv`` out of the workspace is judged like ``rm -r`` (``/tmp``/``/var/tmp`` contents excepted),
   so moving ``~/Downloads/x`` in is refused: copy it instead.
 * Paths are compared as text after ``~``/``$HOME``/``cd`` resolution; symlinks are not followed
@@ -104,7 +125,7 @@ from typing import Any
 
 from steward.safety.protected import RC_FILES
 from steward.safety.shell_parse import ParsedShell, SimpleCommand, basename, normalized, parse_shell
-from steward.safety.types import Finding, GuardVerdict, Severity
+from steward.safety.types import Finding, GuardVerdict, Opaque, Severity
 
 __all__ = ["Guard"]
 
@@ -185,10 +206,16 @@ class Guard:
         findings: dict[tuple[str, str], Finding] = {}
         for finding in _judge(parsed, scope, depth=0):
             findings.setdefault((finding.category, finding.severity), finding)
+        # The shell commands inline code hands to system() and friends are commands too.
+        everything = parsed.commands + tuple(
+            inner for cmd in parsed.commands if cmd.argv for inner in _inline_shell_commands(cmd)
+        )
         return GuardVerdict(
             findings=tuple(findings.values()),
             network=any(_uses_network(c) for c in parsed.commands),
-            commands=tuple(dict.fromkeys(normalized(c) for c in parsed.commands if c.argv)),
+            commands=tuple(dict.fromkeys(normalized(c) for c in everything if c.argv)),
+            opaque=tuple(dict.fromkeys(o for c in everything for o in _opaque(c))),
+            equivalents=tuple(dict.fromkeys(e for c in everything if c.argv for e in _equivalents(c))),
         )
 
 
@@ -281,7 +308,7 @@ def _judge(parsed: ParsedShell, scope: _Scope, depth: int) -> Iterator[Finding]:
             yield from _truncating_redirects(cmd, scope)
             continue
         name = basename(cmd.argv[0])
-        if name in ("cd", "pushd") and cmd.origin not in ("substitution", "backticks"):
+        if name in ("cd", "pushd") and cmd.origin not in ("substitution", "backticks", "alias", "trap"):
             scope.follow_cd(cmd)
         if name == "rm" and "xargs" in cmd.wrappers:
             yield from _xargs_rm(cmd, _producers(parsed.commands[:index], cmd), scope)
@@ -293,18 +320,7 @@ def _judge(parsed: ParsedShell, scope: _Scope, depth: int) -> Iterator[Finding]:
             yield from _inline_rmtree(cmd, scope)
         if depth < _MAX_RECHECK:
             yield from _inline_shell_calls(cmd, scope, depth)
-            if name == "alias":
-                yield from _alias_bodies(cmd, scope, depth)
     yield from _line_rules(parsed.commands, scope)
-
-
-def _alias_bodies(cmd: SimpleCommand, scope: _Scope, depth: int) -> Iterator[Finding]:
-    """``alias x='rm -rf ~'``: the body runs wherever ``x`` is used later, so judge it as a command."""
-    for arg in cmd.argv[1:]:
-        if "=" in arg and not arg.startswith("-"):
-            body_scope = _Scope(workspace=scope.workspace, home=scope.home, scratch=scope.scratch)
-            body_scope.cwd = scope.cwd
-            yield from _judge(parse_shell(arg.split("=", 1)[1]), body_scope, depth + 1)
 
 
 def _line_rules(commands: tuple[SimpleCommand, ...], scope: _Scope) -> Iterator[Finding]:
@@ -665,6 +681,21 @@ def _git(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
     why = _destructive_git(sub, args)
     if why:
         yield _finding("destructive_git", "flag", f"git {sub} {why}; make sure nothing is lost", cmd)
+    for porcelain in _porcelain(sub, args):
+        # Plumbing that does a porcelain command's work is judged as that command.
+        psub, *pargs = porcelain.split()
+        if psub == "push":
+            yield _finding(
+                "git_push", "flag", f"git {sub} pushes like git push; the user approves pushes", cmd
+            )
+        if _destructive_git(psub, [*pargs, *args]):
+            yield _finding(
+                "destructive_git",
+                "flag",
+                f"git {sub} does what git {porcelain} does, which discards work or history; "
+                "make sure nothing is lost",
+                cmd,
+            )
 
 
 _GIT_PROGRAM_KEY = re.compile(
@@ -675,6 +706,8 @@ _GIT_PROGRAM_KEY = re.compile(
     r"uploadpack\.packobjectshook|remote\..+\.(uploadpack|receivepack)|include\.path|includeif\..+\.path",
     re.IGNORECASE,
 )
+#: Keys through which git learns aliases: ``alias.*`` and the files that ``include`` pulls in.
+_GIT_ALIAS_KEY = re.compile(r"alias\..+|include\.path|includeif\..+\.path|\*", re.IGNORECASE)
 
 
 def _git_runs_program(key: str, value: str) -> bool:
@@ -684,7 +717,11 @@ def _git_runs_program(key: str, value: str) -> bool:
     return _GIT_PROGRAM_KEY.fullmatch(key) is not None
 
 
-def _git_config(cmd: SimpleCommand, sub: str, args: list[str]) -> Iterator[Finding]:
+def _git_settings(cmd: SimpleCommand, sub: str, args: list[str]) -> list[tuple[str, str]]:
+    """The configuration ``(key, value)`` pairs a git command sets: ``-c``, ``git config …``.
+
+    ``git config --edit`` may set anything: it is reported as the key ``*``.
+    """
     settings: list[tuple[str, str]] = []
     argv = cmd.argv
     for i, arg in enumerate(argv[1:], 1):
@@ -711,7 +748,13 @@ def _git_config(cmd: SimpleCommand, sub: str, args: list[str]) -> Iterator[Findi
             reading = True
         if not reading and len(words) >= 2:
             settings.append((words[0], words[1]))
-    for key, value in settings:
+        if words[:1] == ["edit"] or any(a in ("-e", "--edit") for a in args):
+            settings.append(("*", ""))
+    return settings
+
+
+def _git_config(cmd: SimpleCommand, sub: str, args: list[str]) -> Iterator[Finding]:
+    for key, value in _git_settings(cmd, sub, args):
         if _git_runs_program(key, value):
             yield _finding(
                 "git_config",
@@ -743,7 +786,6 @@ def _destructive_git(sub: str, args: list[str]) -> str:
         "gc": lambda: any(a in ("--prune=now", "--prune=all") for a in args),
         "filter-branch": lambda: True,
         "filter-repo": lambda: True,
-        "update-ref": lambda: "-d" in args,
     }
     check = checks.get(sub)
     return "discards work or history" if check is not None and check() else ""
@@ -752,6 +794,89 @@ def _destructive_git(sub: str, args: list[str]) -> str:
 def _forced_push(args: list[str]) -> bool:
     forced = {"--force", "-f", "--force-with-lease", "--force-if-includes", "--mirror", "--delete", "-d"}
     return any(a in forced or a.startswith(("--force-with-lease=", "+", ":")) for a in args)
+
+
+#: Plumbing whose work is always that of a porcelain command (the rest depend on options; see
+#: :func:`_porcelain`). Rules written for the porcelain command apply to the plumbing one.
+_PLUMBING: dict[str, tuple[str, ...]] = {
+    "send-pack": ("push",),
+    "http-push": ("push",),
+    "receive-pack": ("push",),
+    **dict.fromkeys(
+        ("remote-http", "remote-https", "remote-ftp", "remote-ftps", "remote-ext", "remote-fd"),
+        ("push", "fetch"),
+    ),
+    "fetch-pack": ("fetch",),
+    "http-fetch": ("fetch",),
+    "checkout-index": ("checkout", "restore"),
+    "commit-tree": ("commit",),
+    "fast-import": ("commit", "branch -f"),
+    "prune": ("gc --prune=now",),
+    "merge-file": ("merge",),
+    "merge-index": ("merge",),
+    "merge-one-file": ("merge",),
+}
+
+
+def _update_ref(args: list[str]) -> tuple[str, ...]:
+    if {"-d", "--delete"} & set(args):
+        return ("branch -D", "tag -d")
+    moves = ("branch -f", "reset --soft", "commit")
+    return ("branch -D", *moves) if "--stdin" in args else moves
+
+
+def _read_tree(args: list[str]) -> tuple[str, ...]:
+    if "-u" not in args:
+        return ("reset",)  # the index only, like a mixed reset
+    return ("reset --hard", "checkout") if "--reset" in args else ("checkout",)
+
+
+def _update_index(args: list[str]) -> tuple[str, ...]:
+    if {"--remove", "--force-remove"} & set(args):
+        return ("rm",)
+    return ("add",) if {"--add", "--cacheinfo", "--index-info"} & set(args) else ()
+
+
+def _symbolic_ref(args: list[str]) -> tuple[str, ...]:
+    operands = [a for a in args if not a.startswith("-")]
+    return ("checkout", "switch") if len(operands) >= 2 else ()  # one operand only reads
+
+
+_PLUMBING_BY_OPTIONS: dict[str, Callable[[list[str]], tuple[str, ...]]] = {
+    "update-ref": _update_ref,
+    "read-tree": _read_tree,
+    "update-index": _update_index,
+    "symbolic-ref": _symbolic_ref,
+}
+
+
+def _porcelain(sub: str, args: list[str]) -> tuple[str, ...]:
+    """The porcelain commands (subcommand and options) that ``git SUB ARGS`` does the work of."""
+    by_options = _PLUMBING_BY_OPTIONS.get(sub)
+    return by_options(args) if by_options is not None else _PLUMBING.get(sub, ())
+
+
+#: git's own commands (``git --list-cmds=main,nohelpers``). git ignores an alias named like one
+#: of them, so any other subcommand may be an alias from a config file the guard cannot read.
+_GIT_COMMAND_NAMES = """add am annotate apply archive bisect blame branch bugreport bundle cat-file check-attr
+    check-ignore check-mailmap check-ref-format checkout checkout-index cherry cherry-pick clean
+    clone column commit commit-graph commit-tree config count-objects credential credential-cache
+    credential-store daemon describe diagnose diff diff-files diff-index diff-tree difftool
+    fast-export fast-import fetch fetch-pack filter-branch fmt-merge-msg for-each-ref for-each-repo
+    format-patch fsck fsck-objects gc get-tar-commit-id grep hash-object help hook http-backend
+    http-fetch http-push imap-send index-pack init init-db instaweb interpret-trailers log
+    ls-files ls-remote ls-tree mailinfo mailsplit maintenance merge merge-base merge-file
+    merge-index merge-octopus merge-one-file merge-ours merge-recursive merge-recursive-ours
+    merge-recursive-theirs merge-resolve merge-subtree merge-tree mergetool mktag mktree
+    multi-pack-index mv name-rev notes pack-objects pack-redundant pack-refs patch-id pickaxe
+    prune prune-packed pull push quiltimport range-diff read-tree rebase receive-pack reflog
+    remote remote-ext remote-fd remote-ftp remote-ftps remote-http remote-https repack replace
+    request-pull rerere reset restore rev-list rev-parse revert rm send-pack shell shortlog show
+    show-branch show-index show-ref sparse-checkout stage stash status stripspace submodule
+    subtree switch symbolic-ref tag unpack-file unpack-objects update-index update-ref
+    update-server-info upload-archive upload-pack var verify-commit verify-pack verify-tag
+    version whatchanged worktree"""
+_GIT_COMMANDS = frozenset(_GIT_COMMAND_NAMES.split())
 
 
 _NAMED_RULES: dict[str, tuple[_Rule, ...]] = {
@@ -788,7 +913,7 @@ _NAMED_RULES: dict[str, tuple[_Rule, ...]] = {
 def _obfuscation(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
     if not cmd.obfuscated:
         return
-    if cmd.dynamic[0] and cmd.origin in ("eval", "bash_c"):
+    if cmd.dynamic[0] and cmd.origin in ("eval", "bash_c", "trap"):
         yield _finding(
             "eval_dynamic", "flag", "runs a command built at run time; run it directly instead", cmd
         )
@@ -998,14 +1123,9 @@ def _network_by_name(name: str, args: tuple[str, ...]) -> bool:
     if _PYTHON_NAME.fullmatch(name):
         return args[:3] in (("-m", "pip", "install"), ("-m", "pip", "download"))
     if name == "git":
-        return _git_subcommand(("git", *args))[0] in (
-            "clone",
-            "fetch",
-            "pull",
-            "push",
-            "ls-remote",
-            "submodule",
-        )
+        sub, rest = _git_subcommand(("git", *args))
+        remote = ("clone", "fetch", "pull", "push", "ls-remote", "submodule")
+        return sub in remote or any(p.split()[0] in remote for p in _porcelain(sub, rest))
     verbs = _PACKAGE_INSTALLS.get(name)
     sub = next((a for a in args if not a.startswith("-")), "")
     return verbs is not None and sub in verbs
@@ -1075,6 +1195,9 @@ _SHELL_CALL = re.compile(
 )
 
 
+#: perl and ruby call functions without parentheses: ``system "rm -rf /"``.
+_BARE_CALL = re.compile(r"\b(?:system|exec)\s+(?P<quote>['\"])(?P<s>.+?)(?P=quote)")
+
 #: ``subprocess.run(['rm', '-rf', '/'])``: a program and its arguments as a list.
 _LIST_CALL = re.compile(
     r"(?:run|call|Popen|check_output|check_call|exec[lv]p?e?|spawn[lv]p?e?|execFileSync|spawnSync|spawn)"
@@ -1110,6 +1233,8 @@ def _inline_scripts(cmd: SimpleCommand) -> Iterator[str]:
     for code in _inline_code(cmd):
         for match in _SHELL_CALL.finditer(code):
             yield match.group("q") or match.group("rq") or match.group("s")
+        if backticks:
+            yield from (m.group("s") for m in _BARE_CALL.finditer(code))
         for match in _LIST_CALL.finditer(code):
             items = [m.group(2) for m in _LIST_ITEM.finditer(match.group("items"))]
             if items:
@@ -1164,6 +1289,71 @@ def _inline_rmtree(cmd: SimpleCommand, scope: _Scope) -> Iterator[Finding]:
                 f"this would delete {reason}; only change paths inside the workspace",
                 cmd,
             )
+
+
+# --- what the rules cannot see -------------------------------------------------------------
+
+#: A call in inline code that runs a program: ``os.system(``, ``subprocess.run(``, perl
+#: ``system "…"``, node ``execSync(``, php ``shell_exec(`` … (up to where its argument starts).
+_PROCESS_CALL = re.compile(
+    r"(?:\bos\.(?:system|popen|exec\w*|spawn\w*|posix_spawnp?)|\bsubprocess\.\w+|\bpty\.spawn|"
+    r"\b(?:system|exec|popen|shell_exec|passthru|proc_open|pcntl_exec|execSync|execFileSync|execFile|"
+    r"spawnSync|spawn|IO\.popen|Open3\.\w+)\b)\s*\(?\s*"
+)
+#: An argument that is text written out in full: a string, ``q{…}``, or a list of strings.
+_LITERAL_ARGUMENT = re.compile(
+    r"""(?:(?P<q>['"`])(?:(?!(?P=q)).)*(?P=q)|%?q\{[^}]*\}|"""
+    r"""[\[(]\s*(?:(?P<i>['"])(?:(?!(?P=i)).)*(?P=i)\s*,?\s*)*[\])])\s*(?:[,);]|$)""",
+    re.DOTALL,
+)
+
+
+def _opaque(cmd: SimpleCommand) -> Iterator[Opaque]:
+    """What of ``cmd`` is decided only at run time, for the policy to fail closed on."""
+    shown = normalized(cmd) if cmd.argv else cmd.text
+    if cmd.open_from is not None:
+        known = (basename(cmd.argv[0]), *cmd.argv[1 : cmd.open_from]) if cmd.open_from else ()
+        yield Opaque(" ".join(known), cmd.open_why, shown)
+    if not cmd.argv or cmd.open_from == 0:
+        return
+    if basename(cmd.argv[0]) == "git":
+        yield from _git_opaque(cmd)
+    for code in _inline_code(cmd):
+        for match in _PROCESS_CALL.finditer(code):
+            literal = _LITERAL_ARGUMENT.match(code[match.end() :])
+            if literal is None or "#{" in literal.group(0):  # ruby interpolates #{…} into strings
+                call = code[match.start() : match.end() + 20].strip()
+                yield Opaque("", f"inline code runs a program chosen at run time ({call}…)", shown)
+                return
+
+
+def _git_opaque(cmd: SimpleCommand) -> Iterator[Opaque]:
+    sub, args = _git_subcommand(cmd.argv)
+    shown = normalized(cmd)
+    alias = next((k for k, _ in _git_settings(cmd, sub, args) if _GIT_ALIAS_KEY.fullmatch(k)), None)
+    sub_index = len(cmd.argv) - len(args) - 1
+    if alias is not None:
+        yield Opaque(
+            "git", f"it sets {alias}, so a git command may run another subcommand than it names", shown
+        )
+    elif sub and sub not in _GIT_COMMANDS and (cmd.open_from is None or sub_index < cmd.open_from):
+        yield Opaque(
+            "git",
+            f"git {sub} is not a git command: git runs an alias of that name from its configuration "
+            f"or a git-{sub} program, either of which may do anything",
+            shown,
+        )
+    for porcelain in _porcelain(sub, args):
+        yield Opaque(f"git {porcelain}", f"git {sub} does what git {porcelain} does", shown)
+
+
+def _equivalents(cmd: SimpleCommand) -> Iterator[str]:
+    """``git send-pack origin main`` → ``git push origin main``: plumbing in porcelain words."""
+    if basename(cmd.argv[0]) != "git":
+        return
+    sub, args = _git_subcommand(cmd.argv)
+    for porcelain in _porcelain(sub, args):
+        yield " ".join(["git", porcelain, *args])
 
 
 # --- file tools ----------------------------------------------------------------------------

@@ -16,6 +16,37 @@ bash(echo *)`` does not allow ``echo x && rm y``). Without a matching rule the d
 reading is allowed, writing inside the workspace is allowed, and network use, ``git push`` and
 anything the guard flags ask. Whatever the rules, the guard's blocks are refused.
 
+Rules about programs hold however the program is reached:
+
+* **Whole programs.** A deny rule on ``bash`` whose pattern is a plain program name and then
+  ``*``, with or without a space (``bash(rm *)``, ``bash(rm*)``, ``bash(/usr/bin/rm *)``),
+  forbids the program with any arguments (:func:`whole_program`); the sandbox masks its file
+  (:mod:`steward.safety.programs`), so an alias, a copy, a script or another program cannot
+  run it either. ``bash(rm)`` forbids only ``rm`` without arguments and masks nothing; ``rm*``
+  also denies ``rmdir`` when written out, but only ``rm`` itself is masked.
+* **Everything else fails closed.** Subcommand and argument rules (``bash(git push*)``), ask
+  rules, and whole-program rules whose program is not in :attr:`Policy.masked` cannot be
+  enforced by the sandbox. For them, a command the guard cannot fully read
+  (:attr:`GuardVerdict.opaque`: a program or subcommand computed at run time, ``xargs`` input,
+  an alias body, a git alias or an unknown git subcommand, plumbing such as ``git send-pack``)
+  counts as matching every deny or ask rule that a command starting with what *is* known could
+  match (a rule the command matches as written decides as usual). It is asked about without
+  an "approve always" suggestion in structured mode, and refused in autonomous mode. Plumbing
+  is also matched in its porcelain spelling (:attr:`GuardVerdict.equivalents`), so ``deny
+  bash(git push*)`` denies ``git send-pack``.
+* **What no rule sees.** A program file run by name (``./deploy.sh``, ``python tool.py``,
+  ``make``) does whatever its file says; the guard does not read files. Whole-program rules
+  still hold there (the program is masked), and network use stays off in the sandbox unless
+  allowed; a subcommand rule such as ``bash(git branch -D*)`` does not reach inside the file.
+
+Secret files (:mod:`steward.safety.secrets`, :attr:`Policy.secret_files`): without a matching
+rule, ``read_file`` and ``grep`` given a secret file are refused (``list_dir`` and ``glob``
+show names only and stay allowed; ``recall_output`` takes no path, and tool outputs are
+redacted elsewhere), and ``write_file``/``edit_file`` of one ask. A deny or ask rule decides as
+usual; an allow rule wins only when it names the file (its last path part is not just
+wildcards: ``read_file(.env)``, ``read_file(**/*.key)``), so ``allow read_file`` or
+``read_file(**)`` written for other files does not hand out secrets.
+
 Modes: ``structured`` asks; ``autonomous`` approves asks automatically, while the guard, deny
 rules, the sandbox and the step limit stay on. ``write = false`` removes write tools entirely.
 """
@@ -31,7 +62,8 @@ from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from steward.errors import ConfigError
-from steward.safety.types import GuardVerdict
+from steward.safety.secrets import DEFAULT_SECRET_FILES, is_secret_path
+from steward.safety.types import GuardVerdict, Opaque
 
 Action = Literal["allow", "ask", "deny"]
 Mode = Literal["structured", "autonomous"]
@@ -41,6 +73,8 @@ READ_TOOLS = frozenset({"read_file", "list_dir", "glob", "grep", "recall_output"
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 PATH_TOOLS = READ_TOOLS | WRITE_TOOLS
 COMMAND_TOOLS = frozenset({"bash"})
+#: File tools that show what a file holds (``list_dir`` and ``glob`` show names only).
+CONTENT_TOOLS = frozenset({"read_file", "grep"})
 
 _RULE = re.compile(r"^\s*(?P<tool>[A-Za-z0-9_*?.\-]+)\s*(?:\((?P<pattern>.*)\))?\s*$", re.S)
 
@@ -84,6 +118,72 @@ class Rule:
 def _command_match(command: str, pattern: str) -> bool:
     # "rm *" also covers a bare "rm" (e.g. the command xargs runs with its input as arguments).
     return fnmatch.fnmatchcase(command, pattern) or (pattern.endswith(" *") and command == pattern[:-2])
+
+
+def whole_program(rule: Rule) -> str | None:
+    """The program a ``bash`` deny rule forbids with any arguments, or None.
+
+    ``bash(rm *)`` and ``bash(rm*)`` → ``rm``; ``bash(/usr/bin/rm *)`` → ``/usr/bin/rm``. Not:
+    ``bash(rm)`` (only ``rm`` without arguments), ``bash(rm -r*)`` (some arguments), a program
+    part with wildcards (``bash(r? *)``), a rule without a pattern, or an ask or allow rule.
+    """
+    pattern = rule.pattern
+    if rule.action != "deny" or pattern is None or not rule.matches_tool("bash"):
+        return None
+    if pattern.endswith(" *"):
+        head = pattern[:-2]
+    elif pattern.endswith("*"):
+        head = pattern[:-1]
+    else:
+        return None
+    return head if head and not any(ch in head for ch in "*?[] \t\\") else None
+
+
+def could_apply(rule: Rule, known: str) -> bool:
+    """Whether ``rule`` could match a command that begins with the words ``known``.
+
+    ``known`` is what the guard could read of an :class:`Opaque` command; whatever follows is
+    decided at run time, so "could" means: some continuation makes the pattern match.
+    """
+    if rule.pattern is None or not known:
+        return True
+    return any(
+        _command_match(variant, rule.pattern) or _could_start(rule.pattern, variant + " ")
+        for variant in command_variants(known)
+    )
+
+
+def _could_start(pattern: str, prefix: str) -> bool:
+    """Whether some text beginning with ``prefix`` matches the glob ``pattern`` (fnmatch syntax)."""
+    j = 0
+    for ch in prefix:
+        if j >= len(pattern):
+            return False
+        if pattern[j] == "*":
+            return True  # the star takes the rest of the prefix; the continuation matches the rest
+        end = _class_end(pattern, j)
+        if end is not None:
+            if not fnmatch.fnmatchcase(ch, pattern[j : end + 1]):
+                return False
+            j = end + 1
+        elif pattern[j] in ("?", ch):
+            j += 1
+        else:
+            return False
+    return True  # any glob matches some text, so the prefix can be continued to a match
+
+
+def _class_end(pattern: str, start: int) -> int | None:
+    """The index of the ``]`` closing a ``[…]`` class at ``start`` (None: not a class)."""
+    if pattern[start] != "[":
+        return None
+    k = start + 1
+    if k < len(pattern) and pattern[k] == "!":
+        k += 1
+    if k < len(pattern) and pattern[k] == "]":
+        k += 1
+    end = pattern.find("]", k)
+    return end if end >= 0 else None
 
 
 _GIT_GLOBAL_WITH_VALUE = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path"})
@@ -149,6 +249,9 @@ class Decision:
     suggestion: Rule | None = None
     #: Approved without a human (autonomous mode).
     auto: bool = False
+    #: Asked because a deny or ask rule could match what the guard cannot read before it runs
+    #: (:attr:`GuardVerdict.opaque`): never approved unattended, never "approved always".
+    unsure: bool = False
 
 
 @dataclass(slots=True)
@@ -156,6 +259,13 @@ class Policy:
     rules: list[Rule] = field(default_factory=list)
     mode: Mode = "structured"
     write: bool = True
+    #: File-name globs of secret files: read_file/grep of one is refused and writing one asks,
+    #: unless a rule naming the file says otherwise.
+    secret_files: tuple[str, ...] = DEFAULT_SECRET_FILES
+    #: Programs the sandbox masks, as :func:`whole_program` names them (the sandbox sets this
+    #: from :attr:`steward.safety.programs.MaskPlan.masked`): their deny rules need not fail
+    #: closed on commands the guard cannot read. Empty: nothing is masked, every rule does.
+    masked: frozenset[str] = frozenset()
 
     @classmethod
     def from_lists(
@@ -167,11 +277,12 @@ class Policy:
         mode: Mode = "structured",
         write: bool = True,
         source: str = "config",
+        secret_files: Iterable[str] = DEFAULT_SECRET_FILES,
     ) -> Policy:
         rules = [Rule.parse(t, "allow", source) for t in allow]
         rules += [Rule.parse(t, "ask", source) for t in ask]
         rules += [Rule.parse(t, "deny", source) for t in deny]
-        return cls(rules, mode, write)
+        return cls(rules, mode, write, tuple(secret_files))
 
     def add(self, rule: Rule) -> None:
         if rule not in self.rules:
@@ -196,16 +307,14 @@ class Policy:
             return Decision("deny", f"blocked by the guard: {verdict.reason()}")
         if not self.write and tool in WRITE_TOOLS:
             return Decision("deny", "writing is turned off for this agent (write = false)")
-        decision = self._by_rules(tool, _subjects(tool, arguments, verdict), verdict, default)
+        subjects = _subjects(tool, arguments, verdict)
+        decision = self._by_rules(tool, subjects, verdict, default)
+        if decision.action != "deny" and tool in COMMAND_TOOLS:
+            decision = self._unsure(tool, subjects, verdict) or decision
         if changed and decision.action != "deny":
             return self._changed(decision, changed)
         if decision.action == "ask" and self.mode == "autonomous":
-            if any(f.category == "unparsable" for f in verdict.findings):
-                # What the guard cannot read, nobody has judged: without a human it is refused.
-                return Decision("deny", f"{decision.reason}; a command the guard cannot read is not run "
-                                "unattended (autonomous mode)")  # fmt: skip
-            return Decision("allow", f"{decision.reason} (approved: autonomous mode)", decision.rule,
-                            network=verdict.network, auto=True)  # fmt: skip
+            return _unattended(decision, verdict)
         return decision
 
     def _changed(self, decision: Decision, why: str) -> Decision:
@@ -216,24 +325,91 @@ class Policy:
 
     def _by_rules(self, tool: str, subjects: Sequence[str], verdict: GuardVerdict, default: str) -> Decision:
         suggestion = _suggest(tool, subjects, exact=verdict.flagged)
+        # Plumbing in porcelain words is matched by deny and ask rules; allow rules need not cover it.
+        strict = [*subjects, *verdict.equivalents] if tool in COMMAND_TOOLS else list(subjects)
         for action in ("deny", "ask"):
             for rule in self.rules:
-                if rule.action == action and any(rule.matches(tool, s) for s in subjects):
+                if rule.action == action and any(rule.matches(tool, s) for s in strict):
                     if action == "deny":
                         return Decision("deny", f"denied by the rule deny {rule} ({rule.source})", rule)
                     # No "approve always" here: an allow rule could never outrank this ask rule.
                     return Decision("ask", f"the rule ask {rule} ({rule.source}) asks first", rule,
                                     network=verdict.network)  # fmt: skip
         allows = [r for r in self.rules if r.action == "allow"]
-        covering = [next((r for r in allows if r.matches(tool, s)), None) for s in subjects]
+        covering = [next((r for r in allows if self._allows(r, tool, s)), None) for s in subjects]
         if subjects and all(covering):
             first = covering[0]
             return Decision("allow", f"allowed by the rule allow {first} ({first.source if first else ''})",
                             first, network=verdict.network)  # fmt: skip
+        secret = self._secret(tool, subjects, suggestion)
+        if secret is not None:
+            return secret
         if default == "ask" and not verdict.blocked:
             return Decision("ask", "tools of this MCP server ask first unless a rule allows them",
                             network=verdict.network, suggestion=suggestion)  # fmt: skip
         return _default(tool, verdict, suggestion)
+
+    def _is_secret(self, tool: str, path: str) -> bool:
+        return tool in CONTENT_TOOLS | WRITE_TOOLS and is_secret_path(path, self.secret_files)
+
+    def _allows(self, rule: Rule, tool: str, subject: str) -> bool:
+        if not rule.matches(tool, subject):
+            return False
+        # Only a rule that names the file hands out a secret: its last path part is not all wildcards.
+        return not self._is_secret(tool, subject) or bool(
+            rule.pattern and rule.pattern.rsplit("/", 1)[-1].strip("*?[]!")
+        )
+
+    def _secret(self, tool: str, subjects: Sequence[str], suggestion: Rule | None) -> Decision | None:
+        """The defaults for secret files: not shown by read_file/grep, asked about before writing."""
+        if len(subjects) != 1 or not self._is_secret(tool, subjects[0]):
+            return None
+        path = subjects[0]
+        fix = f'allow = ["{tool}({_literal(path)})"]'
+        if tool in WRITE_TOOLS:
+            reason = (
+                f"{path} is a secret file (sandbox secret_files): writing it asks first; to let the agent"
+            )
+            return Decision("ask", f"{reason} write it unasked, add the rule {fix}", suggestion=suggestion)
+        reason = f"{path} is a secret file (sandbox secret_files), so {tool} does not show it"
+        return Decision("deny", f"{reason}; if the agent needs it, add the rule {fix} to the policy")
+
+    def _unsure(self, tool: str, subjects: Sequence[str], verdict: GuardVerdict) -> Decision | None:
+        """Ask about a command the guard cannot fully read when a deny or ask rule could match it."""
+        # A rule that matches the command as written asks (or denies) whatever the rest turns out to be.
+        open_rules = [r for r in self.rules if not any(r.matches(tool, s) for s in subjects)]
+        for action in ("deny", "ask"):
+            for opaque in verdict.opaque:
+                rule = next(
+                    (r for r in open_rules if r.action == action and self._may_hold(r, tool, opaque)), None
+                )
+                if rule is not None:
+                    reason = (
+                        f"cannot tell whether the rule {action} {rule} ({rule.source}) applies: {opaque.why} "
+                        f"(in {opaque.command!r}); a human decides what cannot be judged before it runs"
+                    )
+                    return Decision("ask", reason, rule, network=verdict.network, unsure=True)
+        return None
+
+    def _may_hold(self, rule: Rule, tool: str, opaque: Opaque) -> bool:
+        if rule.pattern is None or not rule.matches_tool(tool):
+            return False  # a rule without a pattern has matched already
+        if rule.action == "deny" and whole_program(rule) in self.masked:
+            return False  # the sandbox masks the program: nothing can run it, by any name
+        return could_apply(rule, opaque.known)
+
+
+def _unattended(decision: Decision, verdict: GuardVerdict) -> Decision:
+    """An ask in autonomous mode: approved, unless nobody could have judged what would run."""
+    if decision.unsure:
+        why = "what may match a deny or ask rule is not run unattended (autonomous mode)"
+        return Decision("deny", f"{decision.reason}; {why}: write the command out in full", decision.rule)
+    if any(f.category == "unparsable" for f in verdict.findings):
+        # What the guard cannot read, nobody has judged: without a human it is refused.
+        return Decision("deny", f"{decision.reason}; a command the guard cannot read is not run "
+                        "unattended (autonomous mode)")  # fmt: skip
+    return Decision("allow", f"{decision.reason} (approved: autonomous mode)", decision.rule,
+                    network=verdict.network, auto=True)  # fmt: skip
 
 
 def _default(tool: str, verdict: GuardVerdict, suggestion: Rule | None) -> Decision:

@@ -63,7 +63,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,6 +75,7 @@ from steward.safety.secrets import DEFAULT_SECRET_FILES
 
 if TYPE_CHECKING:
     from steward.config import SandboxConfig
+    from steward.safety.egress import EgressConnection, EgressProxy
 
 INSTALL_FIX = "Install bubblewrap: apt-get install bubblewrap — or run with --no-sandbox to accept the risk"
 USERNS_FIX = (
@@ -211,7 +212,11 @@ class SandboxStatus:
 def sandbox_from_config(config: SandboxConfig, masked: Sequence[Path] = ()) -> BubblewrapSandbox:
     """The sandbox the ``[sandbox]`` section of the configuration describes; ``masked``: the
     programs deny rules forbid (``steward.safety.programs``)."""
-    settings = SandboxSettings(
+    return BubblewrapSandbox(settings_from_config(config, masked))
+
+
+def settings_from_config(config: SandboxConfig, masked: Sequence[Path] = ()) -> SandboxSettings:
+    return SandboxSettings(
         enabled=config.enabled,
         network=config.network,
         tmpfs_mb=config.tmpfs_mb,
@@ -226,7 +231,6 @@ def sandbox_from_config(config: SandboxConfig, masked: Sequence[Path] = ()) -> B
         allowed_domains=tuple(config.allowed_domains),
         secret_files=tuple(config.secret_files),
     )
-    return BubblewrapSandbox(settings)
 
 
 # --- placeholders for protected paths that do not exist yet ---------------------------------
@@ -531,11 +535,14 @@ class _Prepared:
 class BubblewrapSandbox:
     """Runs commands in bubblewrap; see the module docstring for what the sandbox holds."""
 
-    def __init__(self, settings: SandboxSettings | None = None) -> None:
+    def __init__(self, settings: SandboxSettings | None = None, *, egress: EgressProxy | None = None) -> None:
+        """``egress``: the proxy to use (tests give one whose resolver they control); by default
+        one over ``settings.allowed_domains``, made when a command is first granted the network."""
         self.settings = settings or SandboxSettings()
         self._lock = threading.Lock()
         self._status: SandboxStatus | None = None
         self._host: _Host | None = None
+        self._proxy: EgressProxy | None = egress
 
     # --- probe ------------------------------------------------------------------------------
 
@@ -574,11 +581,13 @@ class BubblewrapSandbox:
         network: bool,
         writable: bool,
         env: Mapping[str, str] | None = None,
+        on_connection: Callable[[EgressConnection], None] | None = None,
     ) -> AsyncIterator[list[str]]:
         """Yield the argv that runs ``argv`` in a sandbox over ``workspace``; undo it afterwards.
 
         ``env``: the command's whole environment (an MCP server's own), instead of the allowlist
-        taken from ours."""
+        taken from ours. ``network``: the command may reach the allowed domains through the
+        egress proxy (never anything else); ``on_connection`` hears of each connection."""
         if not self.settings.enabled:  # the user's explicit choice (--no-sandbox)
             yield list(argv)
             return
@@ -587,28 +596,39 @@ class BubblewrapSandbox:
             raise ToolError(
                 f"Commands cannot run: the sandbox does not work here ({status.reason}). {status.fix}."
             )
-        preparing = asyncio.ensure_future(
-            asyncio.to_thread(
-                self._prepare,
-                self._host,
-                list(argv),
-                workspace,
-                network or self.settings.network,
-                writable,
-                env,
+        async with contextlib.AsyncExitStack() as stack:
+            socket = None
+            if network or self.settings.network:
+                socket = await stack.enter_async_context(self._egress(on_connection))
+            preparing = asyncio.ensure_future(
+                asyncio.to_thread(self._prepare, self._host, list(argv), workspace, socket, writable, env)
             )
-        )
+            try:
+                prepared = await asyncio.shield(preparing)
+            except asyncio.CancelledError:
+                # Cancelled while setting up: the set-up still finishes in its thread; undo it then.
+                await asyncio.shield(_undo_when_prepared(preparing, workspace))
+                raise
+            try:
+                yield prepared.argv
+            finally:
+                # Shielded: a second cancellation must not leave placeholders or a cgroup behind.
+                await asyncio.shield(asyncio.to_thread(_finish, prepared, workspace))
+
+    @contextlib.asynccontextmanager
+    async def _egress(self, on_connection: Callable[[EgressConnection], None] | None) -> AsyncIterator[Path]:
+        """A listener of the egress proxy for one command, on a socket in a private directory."""
+        from steward.safety.egress import EgressProxy
+
+        if self._proxy is None:
+            self._proxy = EgressProxy(self.settings.allowed_domains)
+        directory = Path(tempfile.mkdtemp(prefix="steward-egress-"))
         try:
-            prepared = await asyncio.shield(preparing)
-        except asyncio.CancelledError:
-            # Cancelled while setting up: the set-up still finishes in its thread; undo it then.
-            await asyncio.shield(_undo_when_prepared(preparing, workspace))
-            raise
-        try:
-            yield prepared.argv
+            socket = directory / "egress.sock"
+            async with self._proxy.listen(socket, on_connection or (lambda _connection: None)):
+                yield socket
         finally:
-            # Shielded: a second cancellation must not leave placeholders or a cgroup behind.
-            await asyncio.shield(asyncio.to_thread(_finish, prepared, workspace))
+            shutil.rmtree(directory, ignore_errors=True)
 
     # --- building the bwrap command ---------------------------------------------------------
 
@@ -617,7 +637,7 @@ class BubblewrapSandbox:
         host: _Host,
         argv: list[str],
         workspace: Path,
-        network: bool,
+        egress: Path | None,
         writable: bool,
         env: Mapping[str, str] | None = None,
     ) -> _Prepared:
@@ -642,9 +662,12 @@ class BubblewrapSandbox:
             if host.cgroup is not None and self.settings.max_processes is not None:
                 cgroup = _open_cgroup(host.cgroup, self.settings.max_processes)
             secrets = scanner_for(root, self.settings.secret_files).scan().secrets
-            args = self._bwrap_args(host, scratch, root, network, writable, protection)
+            args = self._bwrap_args(host, scratch, root, writable, protection)
             args[-2:-2] = _mask_args(root, secrets, self.settings.masked_programs, scratch)
             args[-2:-2] = _git_exclude_args(scratch, root, placeholders)
+            if egress is not None:
+                args[-2:-2] = _egress_args(egress)
+                argv = _through_forwarder(argv)
             command = [*args, "--", *self._limits(host), *argv]
         except BaseException:
             _PLACEHOLDERS.release(placeholders)
@@ -658,6 +681,10 @@ class BubblewrapSandbox:
         # init is a bwrap process whose /proc/1/environ the command can read, and values given as
         # arguments would show in the host's process list.
         chosen = _environment(self.settings) if env is None else {**env, **_sandboxed_basics()}
+        if egress is not None:
+            from steward.safety.egress import SANDBOX_PROXY_PORT, proxy_env
+
+            chosen.update(proxy_env(SANDBOX_PROXY_PORT))
         environment = [f"{name}={value}" for name, value in chosen.items()]
         command = [host.env, "-i", *environment, *command]
         return _Prepared(command, placeholders, cgroup, protection if writable else None)
@@ -667,7 +694,6 @@ class BubblewrapSandbox:
         host: _Host,
         scratch: _Scratch,
         root: Path,
-        network: bool,
         writable: bool,
         protection: Protection | None,
     ) -> list[str]:
@@ -675,14 +701,22 @@ class BubblewrapSandbox:
         size = ["--size", str(settings.tmpfs_mb * 1024 * 1024)] if "size" in host.features else []
         # Every namespace but the cgroup one: unsharing that costs ~7 ms in a child cgroup, and
         # with /sys not mounted it would only hide the cgroup's name.
-        args = [host.bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts"]
-        if not network:
-            args.append("--unshare-net")
+        # The network namespace is always a new one (loopback only): the outside is reached, when
+        # granted, only through the egress proxy's socket; never the host's loopback or its
+        # abstract sockets (those belong to a network namespace).
+        args = [
+            host.bwrap,
+            "--unshare-user",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-uts",
+            "--unshare-net",
+        ]
         args += ["--die-with-parent", "--new-session"]
         if "disable-userns" in host.features:
             args.append("--disable-userns")
         args += ["--uid", str(settings.uid), "--gid", str(settings.gid), "--cap-drop", "ALL"]
-        args += _system_args(scratch, network)
+        args += _system_args(scratch)
         args += ["--proc", "/proc", "--dev", "/dev"]
         for private in _PRIVATE_DIRS:
             args += [*size, "--tmpfs", private]
@@ -740,7 +774,7 @@ def _finish(prepared: _Prepared, workspace: Path) -> None:
 # --- pieces of the bwrap command ------------------------------------------------------------
 
 
-def _system_args(scratch: _Scratch, network: bool) -> list[str]:
+def _system_args(scratch: _Scratch) -> list[str]:
     args = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         path = Path("/", name)
@@ -748,13 +782,32 @@ def _system_args(scratch: _Scratch, network: bool) -> list[str]:
             args += ["--symlink", str(path.readlink()), str(path)]
         elif path.is_dir():
             args += ["--ro-bind", str(path), str(path)]
-    # One mount for /etc (a mount per entry costs ~0.2 ms each); resolv.conf is a link that
-    # leads somewhere only when the network is on.
+    # One mount for /etc (a mount per entry costs ~0.2 ms each). resolv.conf leads nowhere:
+    # names are resolved by the egress proxy, on the host, after the domain check.
     args += ["--ro-bind", str(scratch.etc), "/etc"]
-    resolv = Path("/etc/resolv.conf").resolve()
-    if network and resolv.is_file():
-        args += ["--ro-bind", str(resolv), _RESOLV_MOUNT]
     return args
+
+
+_EGRESS_MOUNT = "/run/steward/egress.sock"
+_FORWARDER_MOUNT = "/run/steward/forward.py"
+
+
+def _egress_args(socket: Path) -> list[str]:
+    """The proxy's socket and the forwarder script (it may live outside what the sandbox sees)."""
+    from steward.safety.egress import FORWARDER_SCRIPT
+
+    return ["--ro-bind", str(socket), _EGRESS_MOUNT, "--ro-bind", str(FORWARDER_SCRIPT), _FORWARDER_MOUNT]
+
+
+def _through_forwarder(argv: list[str]) -> list[str]:
+    """``argv`` preceded by the forwarder (127.0.0.1:PORT inside -> the proxy's socket): it
+    binds, then backgrounds itself, so the command starts with the port already open."""
+    import shlex
+
+    from steward.safety.egress import forwarder_argv
+
+    forwarder = shlex.join(forwarder_argv(_EGRESS_MOUNT, script=Path(_FORWARDER_MOUNT)))
+    return ["/bin/sh", "-c", f'{forwarder} && exec "$@"', "sh", *argv]
 
 
 @dataclass(slots=True, frozen=True)
@@ -1043,7 +1096,10 @@ def _inspect_host(bwrap: str, settings: SandboxSettings) -> tuple[_Host, dict[st
             _remove_stale_cgroups(cgroup)
     env = shutil.which("env") or "/usr/bin/env"
     host = _Host(bwrap, env, prlimit, cgroup, nproc_by_rlimit=not root, features=features)
-    details["network"] = "off by default (a private network namespace); allowed per call by the policy"
+    details["network"] = (
+        "always a private network namespace; a call the policy grants the network reaches the allowed "
+        "domains through the egress proxy, nothing else"
+    )
     if prlimit is None:
         warnings.append(
             "CPU, memory, file-size and process limits are not enforced: prlimit (util-linux) was not "
@@ -1092,7 +1148,7 @@ def _try_start(sandbox: BubblewrapSandbox, host: _Host) -> str | None:
     """Run ``true`` in a real sandbox over a scratch workspace; None if it worked, else why not."""
     with tempfile.TemporaryDirectory(prefix="steward-probe-") as workspace:
         try:
-            prepared = sandbox._prepare(host, ["true"], Path(workspace), False, True)
+            prepared = sandbox._prepare(host, ["true"], Path(workspace), None, True)
         except (OSError, ToolError) as exc:
             return f"setting up failed: {exc}"
         try:

@@ -214,6 +214,10 @@ class WorkspaceScanner:
                 target = ""
             return Marker(relative, "dotgit", ("link", target))
         if stat.S_ISDIR(info.st_mode):
+            if _empty(absolute):
+                # Git takes an empty .git for no repository: the sandbox's placeholder for a
+                # missing one is such, and must not be taken for a repository to keep.
+                return None
             return Marker(relative, "dotgit", ("dir", info.st_dev, info.st_ino))
         return Marker(
             relative, "dotgit", ("file", info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
@@ -228,6 +232,14 @@ def _name_matcher(patterns: tuple[str, ...]) -> Callable[[str], bool]:
     wanted = re.compile("|".join(fnmatch.translate(p) for p in patterns))
     safe = re.compile("|".join(fnmatch.translate(p) for p in NOT_SECRET))
     return lambda name: wanted.match(name) is not None and safe.match(name) is None
+
+
+def _empty(directory: str) -> bool:
+    try:
+        with os.scandir(directory) as listing:
+            return next(listing, None) is None
+    except OSError:
+        return False
 
 
 def _entries(absolute: str) -> Iterable[tuple[str, bool, bool]]:

@@ -4,9 +4,17 @@ The guard judges every command a line would execute, not its first word. This mo
 command line into a flat tuple of :class:`SimpleCommand` values using tree-sitter's bash
 grammar: lists (``;``, ``&&``, ``||``), pipelines, subshells, compound statements, ``$(…)``,
 backticks and process substitution are walked; wrapper programs (``sudo``, ``env``,
-``timeout``, ``xargs``, ``find -exec`` …) are unwrapped; and the scripts handed to ``bash -c``,
-``eval``, ``watch``, ``env -S`` or a shell reading a heredoc are parsed in turn. ``python -c``
-code is surfaced as one command with origin ``python_c`` for the guard to inspect.
+``timeout``, ``xargs``, ``find -exec``, ``parallel``, ``builtin`` …) are unwrapped; and the
+scripts handed to ``bash -c``, ``eval``, ``watch``, ``env -S``, ``flock -c``, ``script -c``,
+``trap``, ``alias`` or a shell reading a heredoc are parsed in turn, as is the program that
+``hash -p PATH NAME`` puts behind a name. ``python -c`` code is surfaced as one command with
+origin ``python_c`` for the guard to inspect.
+
+What the line itself cannot tell is marked, not guessed: :attr:`SimpleCommand.open_from` says
+where a command's words stop being known before it runs (an expansion, a glob, the input
+``xargs`` or ``find -exec`` put in, the arguments an alias is used with), and a command whose
+program is unknown altogether (``bash <(…)``, ``parallel`` reading commands from its input) is
+recorded with no ``argv`` and ``open_from == 0``. The policy fails closed on those.
 
 Nothing here raises on bad input, and every walk is bounded: a syntax error, a line over
 :data:`MAX_LENGTH` characters, nesting deeper than :data:`MAX_DEPTH`, more than
@@ -59,6 +67,8 @@ Origin = Literal[
     "eval",
     "wrapper",
     "python_c",
+    "alias",
+    "trap",
 ]
 
 
@@ -83,6 +93,13 @@ class SimpleCommand:
     origin: Origin = "top"
     #: Wrapper programs this command runs under, outermost first: ``("sudo", "env")``.
     wrappers: tuple[str, ...] = ()
+    #: Index of the first word known only at run time: an expansion (``git $SUB``), a glob or
+    #: brace pattern (``git p*``), or where ``xargs -I{}``/``find -exec … {}`` put their input;
+    #: ``len(argv)`` when words are appended at run time (``xargs git``, an alias body); ``0``
+    #: when the program itself is unknown. ``None``: every word is known.
+    open_from: int | None = None
+    #: Why the words from ``open_from`` on are unknown, for the human and the model.
+    open_why: str = ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -129,6 +146,8 @@ class _Word:
     quoted: bool = False
     #: Byte offset of the word in the text it was read from (for ``SimpleCommand.text``).
     start: int = 0
+    #: Unquoted glob or brace pattern: the shell turns it into other words at run time.
+    globbed: bool = False
 
 
 def _decode(data: bytes | None) -> str:
@@ -181,7 +200,7 @@ def _word(node: tree_sitter.Node) -> _Word:
     kind = node.type
     raw = _decode(node.text)
     if kind == "word":
-        return _Word(_unescape_plain(raw), quoted="\\" in raw, start=node.start_byte)
+        return _Word(_unescape_plain(raw), quoted="\\" in raw, start=node.start_byte, globbed=_has_glob(raw))
     if kind == "raw_string":
         return _Word(raw[1:-1], quoted=True, start=node.start_byte)
     if kind == "ansi_c_string":
@@ -195,6 +214,7 @@ def _word(node: tree_sitter.Node) -> _Word:
             dynamic=any(p.dynamic for p in parts),
             quoted=any(p.quoted for p in parts),
             start=node.start_byte,
+            globbed=any(p.globbed for p in parts) or _has_braces(node),
         )
     return _Word(raw, dynamic=kind in _DYNAMIC_NODES, start=node.start_byte)
 
@@ -215,6 +235,28 @@ def _string(node: tree_sitter.Node) -> _Word:
             pieces.append(_unescape_double(_decode(child.text)))
         pos = child.end_byte
     return _Word("".join(pieces), dynamic=dynamic, quoted=True, start=base)
+
+
+def _has_glob(raw: str) -> bool:
+    """An unescaped ``*``, ``?`` or ``[…]`` in unquoted text: pathname expansion applies."""
+    escaped = False
+    for i, ch in enumerate(raw):
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch in "*?" or (ch == "[" and "]" in raw[i + 2 :]):
+            return True
+    return False
+
+
+_BRACES = re.compile(r"\{[^{}]*(?:,|\.\.)[^{}]*\}")
+
+
+def _has_braces(node: tree_sitter.Node) -> bool:
+    """``p{u,}sh`` or ``{a..c}``: tree-sitter splits brace expansion into unquoted words."""
+    opens = any(c.type == "word" and "{" in _decode(c.text) for c in node.children)
+    return opens and _BRACES.search(_decode(node.text)) is not None
 
 
 def _is_obfuscated(name: _Word) -> bool:
@@ -242,11 +284,19 @@ class _Ctx:
     redirects: tuple[tuple[str, str], ...] = ()
     #: Literal text piped in by an earlier ``echo``/``printf`` stage of the pipeline.
     stdin: str | None = None
+    #: Why words are appended to the commands read here at run time ("" when none are).
+    tail: str = ""
+    #: A word containing this text is replaced at run time (``{}`` of ``xargs -I{}``).
+    placeholder: str = ""
 
     def nested(self, origin: Origin) -> _Ctx:
-        if origin in ("bash_c", "eval", "wrapper"):
-            # The script runs as the command itself would: same stdin, same wrappers.
-            return _Ctx(origin, self.depth + 1, self.pipe_from, self.wrappers)
+        if origin in ("eval", "wrapper"):
+            # The script runs as the command itself would: same stdin, wrappers and run-time words.
+            return _Ctx(origin, self.depth + 1, self.pipe_from, self.wrappers, tail=self.tail,
+                        placeholder=self.placeholder)  # fmt: skip
+        if origin == "bash_c":
+            # Words appended to ``sh -c SCRIPT`` become $0, $1 … (dynamic words), not a tail.
+            return _Ctx(origin, self.depth + 1, self.pipe_from, self.wrappers, placeholder=self.placeholder)
         return _Ctx(origin=origin, depth=self.depth + 1)
 
 
@@ -449,6 +499,7 @@ class _Walker:
     def emit(self, cmd: _Cmd, ctx: _Ctx) -> None:
         """Record ``cmd`` and everything it runs in turn (wrapped commands, ``-c`` scripts)."""
         words = cmd.words
+        open_from, open_why = _open_word(words, ctx)
         self.out.append(
             SimpleCommand(
                 argv=tuple(w.text for w in words),
@@ -460,9 +511,25 @@ class _Walker:
                 pipe_from=ctx.pipe_from,
                 origin=ctx.origin,
                 wrappers=ctx.wrappers,
+                open_from=open_from,
+                open_why=open_why,
             )
         )
         _expand(self, cmd, ctx)
+
+    def emit_unknown(self, cmd: _Cmd, ctx: _Ctx, why: str) -> None:
+        """Record that ``cmd`` runs a program or script that only exists at run time."""
+        self.out.append(
+            SimpleCommand(
+                argv=(),
+                text=cmd.text,
+                pipe_from=ctx.pipe_from,
+                origin=ctx.origin,
+                wrappers=ctx.wrappers,
+                open_from=0,
+                open_why=why,
+            )
+        )
 
     def emit_wrapped(self, cmd: _Cmd, index: int, ctx: _Ctx, wrapper: str) -> None:
         if index >= len(cmd.words):
@@ -570,8 +637,18 @@ def _syntax_error(root: tree_sitter.Node) -> str:
 
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "ash", "mksh", "busybox-sh"})
 _PYTHON = re.compile(r"python[0-9.]*|pypy[0-9.]*")
+#: A word starting so is the output of a command: as a script, it is text made at run time.
+_SUBSTITUTED = ("<(", "$(", "`")
+
+_PARALLEL = (
+    "adEIjLnNPSsC",
+    frozenset({"--arg-file", "--delimiter", "--jobs", "--max-args", "--sshlogin", "--colsep", "--results",
+               "--joblog", "--tmpdir", "--workdir", "--env", "--max-replace-args"}),
+    0,
+)  # fmt: skip
 
 # wrapper -> (short options taking a value, long options taking a value, positionals before the command)
+# fmt: off
 _WRAPPERS: dict[str, tuple[str, frozenset[str], int]] = {
     "sudo": ("ugCDhprtTU", frozenset({"--user", "--group", "--chdir", "--host", "--prompt", "--role"}), 0),
     "doas": ("uC", frozenset(), 0),
@@ -579,9 +656,12 @@ _WRAPPERS: dict[str, tuple[str, frozenset[str], int]] = {
     "timeout": ("sk", frozenset({"--signal", "--kill-after"}), 1),
     "nice": ("n", frozenset({"--adjustment"}), 0),
     "nohup": ("", frozenset(), 0),
-    "xargs": ("IiLlnPdEsae", frozenset({"--max-args", "--max-procs", "--delimiter", "--arg-file"}), 0),
+    # -i, -l and -e take their value attached or not at all (``-i`` means ``-I {}``).
+    "xargs": ("ILnPdEsa", frozenset({"--max-args", "--max-procs", "--delimiter", "--arg-file"}), 0),
     "command": ("", frozenset(), 0),
+    "builtin": ("", frozenset(), 0),
     "exec": ("a", frozenset(), 0),
+    "coproc": ("", frozenset(), 0),
     "time": ("fo", frozenset({"--format", "--output"}), 0),
     "stdbuf": ("ioe", frozenset({"--input", "--output", "--error"}), 0),
     "ionice": ("cnp", frozenset({"--class", "--classdata", "--pid"}), 0),
@@ -590,12 +670,47 @@ _WRAPPERS: dict[str, tuple[str, frozenset[str], int]] = {
     "watch": ("ndq", frozenset({"--interval", "--differences"}), 0),
     "strace": ("oepsuEIPbSX", frozenset({"--output", "--expr"}), 0),
     "ltrace": ("oepsuEn", frozenset({"--output"}), 0),
+    "valgrind": ("", frozenset(), 0),
     "caffeinate": ("tw", frozenset(), 0),
     "unbuffer": ("", frozenset(), 0),
     "torsocks": ("", frozenset(), 0),
     "proxychains": ("f", frozenset(), 0),
     "proxychains4": ("f", frozenset(), 0),
     "busybox": ("", frozenset(), 0),
+    "flock": ("wE", frozenset({"--timeout", "--wait", "--conflict-exit-code"}), 1),
+    "unshare": ("SGRw", frozenset({"--setuid", "--setgid", "--root", "--wd", "--propagation", "--map-user",
+                                   "--map-group", "--setgroups"}), 0),
+    "nsenter": ("tSG", frozenset({"--target", "--setuid", "--setgid"}), 0),
+    "taskset": ("", frozenset(), 1),
+    "chrt": ("TPD", frozenset({"--sched-runtime", "--sched-period", "--sched-deadline"}), 1),
+    "prlimit": ("po", frozenset({"--pid", "--output"}), 0),
+    "setpriv": ("", frozenset({"--reuid", "--regid", "--ruid", "--euid", "--rgid", "--egid", "--groups",
+                               "--inh-caps", "--ambient-caps", "--bounding-set", "--securebits"}), 0),
+    "fakeroot": ("lisb", frozenset({"--lib", "--faked"}), 0),
+    "faketime": ("p", frozenset(), 1),
+    "firejail": ("", frozenset(), 0),
+    "systemd-run": ("upEHM", frozenset({"--unit", "--property", "--setenv", "--uid", "--gid", "--nice",
+                                        "--working-directory", "--slice", "--description", "--host",
+                                        "--machine"}), 0),
+    "cgexec": ("g", frozenset(), 0),
+    "numactl": ("imNCp", frozenset({"--interleave", "--membind", "--cpunodebind", "--physcpubind",
+                                    "--preferred"}), 0),
+    "ssh-agent": ("aEtPO", frozenset(), 0),
+    "dbus-run-session": ("", frozenset({"--config-file", "--dbus-daemon"}), 0),
+    "xvfb-run": ("nsfepw", frozenset({"--server-num", "--server-args", "--auth-file", "--error-file"}), 0),
+    "eatmydata": ("", frozenset(), 0),
+    "catchsegv": ("", frozenset(), 0),
+    "dumb-init": ("", frozenset({"--rewrite"}), 0),
+    "gosu": ("", frozenset(), 1),
+    "su-exec": ("", frozenset(), 1),
+    "parallel": _PARALLEL,
+    "sem": _PARALLEL,
+}
+# fmt: on
+#: Options that hand a wrapper a whole script instead of a command: ``env -S``, ``flock -c``.
+_SCRIPT_OPTIONS: dict[str, tuple[str, ...]] = {
+    "env": ("-S", "--split-string"),
+    "flock": ("-c", "--command"),
 }
 
 
@@ -604,49 +719,86 @@ def basename(word: str) -> str:
     return word.rsplit("/", 1)[-1] if "/" in word else word
 
 
+def _open_word(words: list[_Word], ctx: _Ctx) -> tuple[int | None, str]:
+    """Where a command's words stop being known before it runs, and why (see ``open_from``)."""
+    for i, word in enumerate(words):
+        if ctx.placeholder and ctx.placeholder in word.text:
+            wrapper = ctx.wrappers[-1] if ctx.wrappers else "its wrapper"
+            return i, f"{word.text!r} is replaced at run time by what {wrapper} reads"
+        if i == 0:
+            if (word.dynamic and not _literal_basename(word.text)) or word.globbed:
+                return 0, f"the program name {word.text!r} is computed at run time"
+        elif word.dynamic:
+            return i, f"{word.text!r} is expanded at run time"
+        elif word.globbed:
+            return i, f"{word.text!r} is a pattern the shell replaces with file names at run time"
+    if ctx.tail:
+        return len(words), ctx.tail
+    return None, ""
+
+
+def _substituted(word: _Word) -> bool:
+    return word.dynamic and word.text.startswith(_SUBSTITUTED)
+
+
 def _expand(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
-    words = cmd.words
-    name = basename(words[0].text)
-    if name in _WRAPPERS:
+    name = basename(cmd.words[0].text)
+    handler = _EXPANDERS.get(name)
+    if handler is not None:
+        handler(walker, cmd, ctx)
+    elif name in _WRAPPERS:
         _unwrap(walker, cmd, ctx, name)
-    elif name == "find":
-        _find_exec(walker, cmd, ctx)
     elif name in _SHELLS:
         _shell(walker, cmd, ctx)
-    elif name == "eval" and len(words) > 1:
-        walker.parse_script(" ".join(w.text for w in words[1:]), ctx.nested("eval"))
     elif _PYTHON.fullmatch(name):
-        code = _python_code([w.text for w in words[1:]])
-        if code is not None:
-            walker.emit_python(code, ctx)
-        elif cmd.stdin is not None and _reads_stdin_script([w.text for w in words[1:]]):
-            walker.emit_python(cmd.stdin, ctx)
+        _python(walker, cmd, ctx)
+
+
+def _python(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
+    code = _python_code([w.text for w in cmd.words[1:]])
+    if code is not None:
+        walker.emit_python(code, ctx)
+    elif cmd.stdin is not None and _reads_stdin_script([w.text for w in cmd.words[1:]]):
+        walker.emit_python(cmd.stdin, ctx)
+
+
+def _eval(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
+    if len(cmd.words) > 1:
+        walker.parse_script(" ".join(w.text for w in cmd.words[1:]), ctx.nested("eval"))
+
+
+def _source(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
+    # A script file is a program like any other; ``source <(…)`` runs text made at run time.
+    if len(cmd.words) > 1 and _substituted(cmd.words[1]):
+        why = f"{cmd.words[0].text} runs a script produced at run time ({cmd.words[1].text})"
+        walker.emit_unknown(cmd, ctx, why)
 
 
 def _unwrap(walker: _Walker, cmd: _Cmd, ctx: _Ctx, name: str) -> None:
     args = [w.text for w in cmd.words]
     if name == "command" and any(a in ("-v", "-V") for a in args[1:2]):
         return  # ``command -v rm`` looks a program up; it runs nothing
-    index, split_string = _skip_options(args, name)
-    if split_string is not None:
-        walker.parse_script(split_string, replace(ctx.nested("wrapper"), wrappers=(*ctx.wrappers, name)))
-    elif name == "watch" and index < len(args) and "-x" not in args[1:index]:
-        # watch hands its arguments to ``sh -c`` as one string.
-        script = " ".join(args[index:])
+    index, script = _skip_options(args, name)
+    if script is None and name == "watch" and index < len(args) and "-x" not in args[1:index]:
+        script = " ".join(args[index:])  # watch hands its arguments to ``sh -c`` as one string
+    if script is not None:
         walker.parse_script(script, replace(ctx.nested("wrapper"), wrappers=(*ctx.wrappers, name)))
     else:
         walker.emit_wrapped(cmd, index, ctx, name)
 
 
 def _skip_options(args: list[str], name: str) -> tuple[int, str | None]:
-    """Index of the wrapped command in ``args`` (and the script of ``env -S``)."""
+    """Index of the wrapped command in ``args`` (and the script of ``env -S`` or ``flock -c``)."""
     short, long, positionals = _WRAPPERS[name]
+    scripts = _SCRIPT_OPTIONS.get(name, ())
     i = 1
     while i < len(args):
         arg = args[i]
         if arg == "--":
             i += 1
             break
+        if arg in scripts and i + 1 < len(args):
+            return len(args), args[i + 1]
         if name in ("env", "sudo") and "=" in arg and not arg.startswith("-"):
             i += 1
             continue
@@ -655,13 +807,11 @@ def _skip_options(args: list[str], name: str) -> tuple[int, str | None]:
                 i += 1
                 continue
             break
-        if name == "env" and arg in ("-S", "--split-string") and i + 1 < len(args):
-            return len(args), args[i + 1]
-        if arg.startswith("--"):
-            i += 2 if arg in long else 1
-            continue
-        i += _short_option_width(arg, short)
-    return i + positionals, None
+        i += (2 if arg in long else 1) if arg.startswith("--") else _short_option_width(arg, short)
+    index = i + positionals
+    if index + 1 < len(args) and args[index] in scripts:
+        return len(args), args[index + 1]  # ``flock FILE -c SCRIPT``
+    return index, None
 
 
 def _short_option_width(arg: str, takes_value: str) -> int:
@@ -672,14 +822,110 @@ def _short_option_width(arg: str, takes_value: str) -> int:
     return 1
 
 
+def _xargs(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
+    args = [w.text for w in cmd.words]
+    index, _ = _skip_options(args, "xargs")
+    placeholder = _xargs_placeholder(args[1:index])
+    if placeholder:
+        inner = replace(ctx, placeholder=placeholder, tail="")  # with -I nothing is appended
+    else:
+        inner = replace(ctx, tail="xargs appends the words it reads from its input", placeholder="")
+    walker.emit_wrapped(cmd, index, inner, "xargs")
+
+
+def _xargs_placeholder(options: list[str]) -> str:
+    """The replace string of ``-I R``, ``-iR``, ``--replace[=R]`` ("" when input is appended)."""
+    for i, option in enumerate(options):
+        if option.startswith("--replace"):
+            return option.partition("=")[2] or "{}"
+        if option.startswith("--") or not option.startswith("-"):
+            continue
+        for letter in "Ii":
+            pos = option.find(letter, 1)
+            if pos > 0:
+                value = option[pos + 1 :]
+                if letter == "I" and not value and i + 1 < len(options):
+                    value = options[i + 1]
+                return value or "{}"
+    return ""
+
+
 def _find_exec(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
     args = [w.text for w in cmd.words]
+    inner = replace(ctx, placeholder="{}", tail="")
     for i, arg in enumerate(args):
         if arg in ("-exec", "-execdir", "-ok", "-okdir") and i + 1 < len(args):
             end = next((j for j in range(i + 1, len(args)) if args[j] in (";", "+")), len(args))
             words = cmd.words[i + 1 : end]
             if words:
-                walker.emit_wrapped(replace(cmd, words=words, stdin=None), 0, ctx, "find")
+                walker.emit_wrapped(replace(cmd, words=words, stdin=None), 0, inner, "find")
+
+
+def _parallel(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
+    """GNU ``parallel``/``sem``: a command template, run through a shell with arguments put in."""
+    args = [w.text for w in cmd.words]
+    name = basename(args[0])
+    index, _ = _skip_options(args, name)
+    end = next((j for j in range(index, len(args)) if args[j].startswith(":::")), len(args))
+    options = args[1:index]
+    placeholder = next((options[i + 1] for i, o in enumerate(options[:-1]) if o == "-I"), "{")
+    inner = replace(ctx.nested("wrapper"), wrappers=(*ctx.wrappers, name))
+    if index < end:
+        tail = f"{name} appends the arguments it is given at run time"
+        walker.parse_script(" ".join(args[index:end]), replace(inner, placeholder=placeholder, tail=tail))
+    elif end < len(args) and args[end] == ":::":
+        for script in args[end + 1 :]:  # no template: each argument is a command line
+            if script.startswith(":::"):
+                break
+            walker.parse_script(script, inner)
+    else:
+        walker.emit_unknown(cmd, ctx, f"{name} runs the command lines it reads from its input")
+
+
+def _script_command(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
+    """``script -qc CMD /dev/null`` runs CMD in a new terminal."""
+    args = [w.text for w in cmd.words]
+    for i, arg in enumerate(args[1:-1], 1):
+        short = arg.startswith("-") and not arg.startswith("--") and arg.endswith("c")
+        if short or arg == "--command":
+            walker.parse_script(
+                args[i + 1], replace(ctx.nested("wrapper"), wrappers=(*ctx.wrappers, "script"))
+            )
+            return
+
+
+def _alias(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
+    """``alias NAME=BODY``: BODY runs wherever NAME is used later, with that use's words appended."""
+    for word in cmd.words[1:]:
+        name, equals, body = word.text.partition("=")
+        if equals and body.strip() and not name.startswith("-"):
+            why = f"the alias {name} runs this with the words it is used with appended"
+            walker.parse_script(body, replace(ctx.nested("alias"), tail=why))
+
+
+def _trap(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
+    """``trap BODY SIG…`` runs BODY later, on the signal or at exit."""
+    args = [w.text for w in cmd.words[1:]]
+    if args[:1] == ["--"]:
+        args = args[1:]
+    # ``trap -p``/``trap -l`` list; ``trap - SIG`` and ``trap SIG`` reset: nothing new runs.
+    if len(args) >= 2 and not args[0].startswith("-"):
+        walker.parse_script(args[0], ctx.nested("trap"))
+
+
+def _hash(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
+    """``hash -p PATH NAME``: NAME now runs PATH, whatever PATH is called."""
+    words = cmd.words
+    for i, word in enumerate(words[1:-2], 1):
+        if word.text.startswith("-") and not word.text.startswith("--") and word.text.endswith("p"):
+            target, names = words[i + 1], " ".join(w.text for w in words[i + 2 :])
+            why = f"hash -p makes {names} run {target.text} with the words it is used with appended"
+            inner = replace(ctx.nested("alias"), tail=why)
+            if inner.depth > MAX_DEPTH:
+                walker.fail(f"nested deeper than {MAX_DEPTH} levels")
+                return
+            walker.emit(_Cmd(words=[replace(target, start=0)], text=target.text), inner)
+            return
 
 
 def _shell(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
@@ -689,6 +935,25 @@ def _shell(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
         walker.parse_script(script, ctx.nested("bash_c"))
     elif cmd.stdin is not None and _reads_stdin_script(args[1:]):
         walker.parse_script(cmd.stdin, ctx.nested("bash_c"))
+    else:
+        operand = next((w for w in cmd.words[1:] if not w.text.startswith(("-", "+"))), None)
+        if operand is not None and _substituted(operand):
+            walker.emit_unknown(cmd, ctx, f"{args[0]} runs a script produced at run time ({operand.text})")
+
+
+_EXPANDERS: dict[str, Callable[[_Walker, _Cmd, _Ctx], None]] = {
+    "eval": _eval,
+    "source": _source,
+    ".": _source,
+    "xargs": _xargs,
+    "find": _find_exec,
+    "parallel": _parallel,
+    "sem": _parallel,
+    "script": _script_command,
+    "alias": _alias,
+    "trap": _trap,
+    "hash": _hash,
+}
 
 
 def _dash_c_script(args: list[str]) -> str | None:

@@ -23,6 +23,25 @@ class Finding:
 
 
 @dataclass(slots=True, frozen=True)
+class Opaque:
+    """A command the guard cannot fully read before it runs: part of it is decided at run time.
+
+    ``known`` is what is known for sure, normalised like :attr:`GuardVerdict.commands`, and the
+    command may continue with anything: ``""`` (the program itself is unknown, e.g. ``eval
+    "$X"``), ``"git"`` (a git subcommand computed at run time or hidden behind an alias),
+    ``"git push"`` (a plumbing command that does what ``git push`` does). The policy treats such
+    a command as matching every deny or ask rule that some command starting with ``known``
+    could match.
+    """
+
+    known: str
+    #: What could not be known, and why, in words for the human and the model.
+    why: str
+    #: The command as the guard read it.
+    command: str = ""
+
+
+@dataclass(slots=True, frozen=True)
 class GuardVerdict:
     findings: tuple[Finding, ...] = ()
     #: The action talks to the network (curl, git push, pip install, ...): the sandbox keeps
@@ -32,6 +51,11 @@ class GuardVerdict:
     #: ``sudo``/``env``/``timeout`` and inner ``bash -c`` scripts unwrapped): the policy
     #: matches its ``bash(...)`` rules against every one of them.
     commands: tuple[str, ...] = field(default=())
+    #: Commands whose program, subcommand or arguments are decided at run time.
+    opaque: tuple[Opaque, ...] = ()
+    #: The porcelain spelling of plumbing commands (``git send-pack o main`` → ``git push o
+    #: main``): deny and ask rules are matched against them too; allow rules are not needed.
+    equivalents: tuple[str, ...] = ()
 
     @property
     def blocked(self) -> bool:

@@ -48,7 +48,13 @@ class CommandSandbox(Protocol):
     """
 
     def command(
-        self, argv: Sequence[str], *, workspace: Path, network: bool, writable: bool
+        self,
+        argv: Sequence[str],
+        *,
+        workspace: Path,
+        network: bool,
+        writable: bool,
+        on_connection: Callable[[Any], None] | None = None,
     ) -> AbstractAsyncContextManager[list[str]]: ...
 
 

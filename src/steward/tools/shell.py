@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from steward.errors import ToolError
 from steward.tools._paths import workspace_root
@@ -234,11 +235,25 @@ def _exit_line(returncode: int | None) -> str:
     return f"exit code: {returncode}"
 
 
-def _sandboxed(ctx: ToolContext, argv: list[str], cwd: Path) -> AbstractAsyncContextManager[list[str]]:
-    """The sandbox's argv for ``argv``, or ``argv`` itself when the user turned the sandbox off."""
+def _sandboxed(
+    ctx: ToolContext, argv: list[str], cwd: Path, refused: list[str]
+) -> AbstractAsyncContextManager[list[str]]:
+    """The sandbox's argv for ``argv``, or ``argv`` itself when the user turned the sandbox off.
+
+    Each connection through the egress proxy is noted (an event in the run's log); refused ones
+    are also collected in ``refused``: the programs that made them rarely show the reason."""
+
+    def heard(connection: Any) -> None:
+        line = connection.line()
+        ctx.notes.append(("egress", line))
+        if not connection.allowed and len(refused) < 20:
+            refused.append(line)
+
     if ctx.sandbox is None:
         return contextlib.nullcontext(argv)
-    return ctx.sandbox.command(argv, workspace=cwd, network=ctx.allow_network, writable=ctx.writable)
+    return ctx.sandbox.command(
+        argv, workspace=cwd, network=ctx.allow_network, writable=ctx.writable, on_connection=heard
+    )
 
 
 @tool
@@ -259,9 +274,11 @@ async def bash(ctx: ToolContext, command: str, timeout_s: float | None = None) -
         raise ToolError(f"timeout_s must be more than 0 and at most {MAX_TIMEOUT_S:g} (got {timeout_s:g}).")
     limit = min(timeout_s if timeout_s is not None else ctx.settings.bash_timeout_s, MAX_TIMEOUT_S)
     cwd = workspace_root(ctx.workspace)
-    async with _sandboxed(ctx, shell_argv(command), cwd) as argv:
+    refused: list[str] = []
+    async with _sandboxed(ctx, shell_argv(command), cwd, refused) as argv:
         outcome = await run_command(argv, cwd, timeout_s=limit, cap_chars=ctx.settings.output_cap_chars)
     lines = [outcome.output.removesuffix("\n") if outcome.output else "(no output)"]
+    lines.extend(f"[egress proxy: {line}]" for line in refused)
     if outcome.timed_out:
         lines.append(
             f"[timed out after {limit:g} s; the command and all its child processes were stopped. "
