@@ -496,14 +496,19 @@ class Agent:
             if self._sandbox_choice is True:
                 if not self.config.sandbox.enabled:
                     return None
-                from steward.safety.programs import plan_masks
-                from steward.safety.sandbox import _environment, sandbox_from_config, settings_from_config
-
                 # Programs a deny rule forbids with any arguments are not there inside the sandbox;
                 # the policy then need not fail closed on commands that might reach them.
+                from steward.safety.checkpointing import settings_from_config as checkpoint_settings
+                from steward.safety.checkpoints import default_state_dir
+                from steward.safety.programs import plan_masks
+                from steward.safety.sandbox import BubblewrapSandbox, _environment, settings_from_config
+
                 settings = settings_from_config(self.config.sandbox)
                 plan = plan_masks(self.policy, _environment(settings)["PATH"])
-                self._sandbox = sandbox_from_config(self.config.sandbox, [Path(f) for f in plan.files])
+                state = checkpoint_settings(self.config).state_dir or default_state_dir()
+                self._sandbox = BubblewrapSandbox(
+                    settings_from_config(self.config.sandbox, [Path(f) for f in plan.files], (state,))
+                )
                 self.policy.masked = plan.masked
                 self.mask_warnings = list(plan.warnings)
             else:

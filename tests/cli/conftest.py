@@ -15,6 +15,8 @@ def cli(tmp_path: Path) -> Any:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "OPENAI_", "ANTHROPIC_"))}
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config-home")
     env["COLUMNS"] = "200"
+    # Checkpoints live outside the workspace (the workspace here is tmp_path itself).
+    env["XDG_STATE_HOME"] = str(tmp_path.parent / f"{tmp_path.name}-state")
 
     def run(*args: str, cwd: Path | None = None, stdin: str | None = None, timeout: float = 60, **extra: str):
         return subprocess.run(

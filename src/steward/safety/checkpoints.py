@@ -292,10 +292,19 @@ class Shadow:
                 (gitdir / sub).mkdir(parents=True, exist_ok=True)
             (gitdir / "info" / "attributes").write_text(_ATTRIBUTES, encoding="utf-8")
             # The runtime's own state (its database, logs) is not the workspace's content.
-            (gitdir / "info" / "exclude").write_text("/.steward/\n" if not unit else "", encoding="utf-8")
+            (gitdir / "info" / "exclude").write_text(self._own_paths(unit), encoding="utf-8")
             (gitdir / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
         worktree = self.workspace / unit if unit else self.workspace
         return _Git(self, gitdir, worktree)
+
+    def _own_paths(self, unit: str) -> str:
+        """Exclude patterns for what is Steward's, not the workspace's: its state directory,
+        and the shadow itself when it lies in the workspace (a workspace that is a home)."""
+        patterns = ["/.steward/"] if not unit else []
+        base = self.workspace / unit if unit else self.workspace
+        if self.path.is_relative_to(base):
+            patterns.append("/" + self.path.relative_to(base).as_posix() + "/")
+        return "".join(f"{p}\n" for p in patterns)
 
     def _gitdirs(self, run_id: str) -> _Git:
         return self._unit_git(run_id, _GITDIRS)

@@ -46,13 +46,16 @@ class RedactingToolset(WrapperToolset):
             raise
         except Exception as exc:  # its message may quote the output; the loop would show it as is
             result = ToolResult(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
-        # The watch may list the workspace and read changed files: off the event loop.
-        redactor = await asyncio.to_thread(self._redactor, ctx.workspace)
+        # The watch may list the workspace and read changed files: off the event loop, unless
+        # it has nothing to look at now (no secret files, no rescan due).
+        redactor = self._watch(ctx.workspace).settled()
+        if redactor is None:
+            redactor = await asyncio.to_thread(self._redactor, ctx.workspace)
         ctx.notes[noted:] = [(kind, redactor.redact(message)) for kind, message in ctx.notes[noted:]]
         redacted = redactor.redact(result.content)
         return result if redacted == result.content else dataclasses.replace(result, content=redacted)
 
-    def _redactor(self, workspace: Path) -> Redactor:
+    def _watch(self, workspace: Path) -> SecretWatch:
         with self._lock:
             watch = self._watches.get(workspace)
             if watch is None:
@@ -61,7 +64,10 @@ class RedactingToolset(WrapperToolset):
                     self._watches.popitem(last=False)
             else:
                 self._watches.move_to_end(workspace)
-        return watch.redactor()
+            return watch
+
+    def _redactor(self, workspace: Path) -> Redactor:
+        return self._watch(workspace).redactor()
 
     # ``replayed`` is inherited unchanged: a rebuilt run's results come from its log, which
     # holds them already redacted.

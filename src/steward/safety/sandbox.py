@@ -186,6 +186,9 @@ class SandboxSettings:
     allowed_domains: tuple[str, ...] = ()
     #: Names of secret files (globs), masked inside the sandbox.
     secret_files: tuple[str, ...] = DEFAULT_SECRET_FILES
+    #: Host paths never visible inside, even within the workspace (the checkpoints' state
+    #: directory when the workspace is a home directory).
+    hidden: tuple[Path, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -215,7 +218,9 @@ def sandbox_from_config(config: SandboxConfig, masked: Sequence[Path] = ()) -> B
     return BubblewrapSandbox(settings_from_config(config, masked))
 
 
-def settings_from_config(config: SandboxConfig, masked: Sequence[Path] = ()) -> SandboxSettings:
+def settings_from_config(
+    config: SandboxConfig, masked: Sequence[Path] = (), hidden: tuple[Path, ...] = ()
+) -> SandboxSettings:
     return SandboxSettings(
         enabled=config.enabled,
         network=config.network,
@@ -230,6 +235,7 @@ def settings_from_config(config: SandboxConfig, masked: Sequence[Path] = ()) -> 
         masked_programs=tuple(masked),
         allowed_domains=tuple(config.allowed_domains),
         secret_files=tuple(config.secret_files),
+        hidden=hidden,
     )
 
 
@@ -733,6 +739,10 @@ class BubblewrapSandbox:
         if protection is not None:
             args += _protection_args(protection, scratch)
         args += _credential_args(root, scratch)
+        for path in settings.hidden:
+            real = path.resolve(strict=False)
+            if real.is_dir() and real.is_relative_to(root):
+                args += ["--tmpfs", str(real)]  # checkpoints out of reach, even in the workspace
         args += _sealed_args(root, settings.writable, [p for p in pythons if not root.is_relative_to(p)])
         args += ["--chdir", str(root)]
         # Last: nothing may be created at the sandbox's root from inside.

@@ -533,6 +533,15 @@ class SecretWatch:
         self._current: tuple[tuple[_Stamp, ...], Redactor] | None = None
         self._racy = False
 
+    def settled(self) -> Redactor | None:
+        """The current redactor when answering needs no I/O (no rescan due, no secret files to
+        check), else None: the caller then asks ``redactor`` off its event loop."""
+        with self._lock:
+            due = self._listed_at is None or time.monotonic() - self._listed_at >= self.rescan_s
+            if due or self._listed or self._current is None:
+                return None
+            return self._current[1]
+
     def redactor(self) -> Redactor:
         """The redactor for the files as they are now (safe to call from several threads)."""
         with self._lock:
