@@ -286,3 +286,20 @@ async def test_checkpoints_are_out_of_the_sandbox_reach(
     result = await checkpointed_bash(sandbox, workspace, command)
     assert "checkpoints.jsonl" not in result.content.replace(str(state_dir), "")
     assert len(checkpointer(workspace, state_dir).checkpoints("test-run")) == 2
+
+
+def test_shadows_of_workspaces_that_are_gone_are_pruned(tmp_path: Path, state_dir: Path) -> None:
+    from steward.safety import checkpoints as module
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    checkpointer(gone, state_dir).before("r1")
+    shadow = checkpointer(gone, state_dir).shadow.path
+    assert shadow.is_dir()
+    shutil.rmtree(gone)
+    module._PRUNED.clear()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    checkpointer(kept, state_dir).before("r1")
+    assert not shadow.exists()
+    assert checkpointer(kept, state_dir).shadow.path.is_dir()

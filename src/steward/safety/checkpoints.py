@@ -277,6 +277,7 @@ class Shadow:
                 )
             finally:
                 os.umask(old)
+            _prune_orphans(self.path.parent, keep=self.path)
             self._ready = True
 
     def run_dir(self, run_id: str) -> Path:
@@ -710,6 +711,25 @@ class Shadow:
 
 
 # --- helpers --------------------------------------------------------------------------------
+
+
+_PRUNED: set[Path] = set()
+
+
+def _prune_orphans(base: Path, *, keep: Path) -> None:
+    """Once per process: remove the shadows of workspaces that no longer exist (a demo's
+    temporary directory, a deleted checkout); their checkpoints could restore nothing."""
+    if base in _PRUNED:
+        return
+    _PRUNED.add(base)
+    with contextlib.suppress(OSError):
+        for shadow in list(base.iterdir())[:10_000]:
+            named = shadow / "workspace"
+            if shadow == keep or not named.is_file():
+                continue
+            workspace = Path(named.read_text(encoding="utf-8").strip())
+            if workspace.is_absolute() and not workspace.exists():
+                shutil.rmtree(shadow, ignore_errors=True)
 
 
 def _find_git() -> str:
