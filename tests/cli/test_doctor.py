@@ -21,6 +21,20 @@ def test_doctor_reports_a_working_sandbox_and_its_limits(cli: Any) -> None:
     for limit in ("cpu:", "memory:", "file size:", "processes:", "network:"):
         assert limit in proc.stdout
     assert "policy: mode structured" in proc.stdout
+    for layer in ("guard: on", "checkpoints: on", "change detection: on", "secrets:", "file tools:"):
+        assert layer in proc.stdout, layer
+    assert "own network namespace" in proc.stdout and "egress proxy" in proc.stdout
+
+
+@needs_bwrap
+def test_doctor_names_masked_programs_and_secret_files(cli: Any, tmp_path: Path) -> None:
+    (tmp_path / "steward.toml").write_text('[policy]\ndeny = ["bash(rm *)"]\n')
+    (tmp_path / ".env").write_text("TOKEN=abcdefghijkl\n")
+    proc = cli("doctor")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "program masks: rm" in proc.stdout
+    assert "1 secret file here (.env)" in proc.stdout
+    assert "abcdefghijkl" not in proc.stdout
 
 
 def test_doctor_without_bubblewrap_names_the_fix(cli: Any, tmp_path: Path) -> None:

@@ -765,7 +765,8 @@ def _doctor_layers(workspace: Path, config: Config) -> None:
     )
     secrets = scanner_for(workspace.resolve(), tuple(config.sandbox.secret_files)).scan().secrets
     shown = ", ".join(secrets[:5]) + (f" and {len(secrets) - 5} more" if len(secrets) > 5 else "")
-    found = f"{len(secrets)} secret files here" + (f" ({shown})" if secrets else "")
+    noun = "secret file" if len(secrets) == 1 else "secret files"
+    found = f"{len(secrets)} {noun} here" + (f" ({shown})" if secrets else "")
     typer.echo(
         f"secrets: {found}: masked in the sandbox, refused by the file tools unless a rule allows "
         "them, their values redacted from tool output"
