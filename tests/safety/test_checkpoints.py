@@ -303,3 +303,65 @@ def test_shadows_of_workspaces_that_are_gone_are_pruned(tmp_path: Path, state_di
     checkpointer(kept, state_dir).before("r1")
     assert not shadow.exists()
     assert checkpointer(kept, state_dir).shadow.path.is_dir()
+
+
+# --- found in review (an attacker's spellings) ---------------------------------------------
+
+
+async def test_a_bare_repository_made_at_the_workspace_root_is_disabled(
+    sandbox: BubblewrapSandbox, tmp_path: Path, checkpointed_bash: RunBash
+) -> None:
+    bare_ws = tmp_path / "plain"
+    bare_ws.mkdir()
+    marker = tmp_path / "ran"
+    command = (
+        "git init -q --bare . 2>/dev/null; "
+        f"printf '[core]\\n\\tfsmonitor = \"touch {marker}; false\"\\n\\tbare = false\\n\\tworktree = .\\n' >> config"
+    )
+    result = await checkpointed_bash(sandbox, bare_ws, command)
+    assert result.is_error and "workspace root" in result.content
+    assert not (bare_ws / "HEAD").exists() and not (bare_ws / "config").exists()
+    subprocess.run(["git", "-C", str(bare_ws), "status"], capture_output=True, check=False)
+    assert not marker.exists()
+
+
+async def test_hooks_of_an_existing_bare_repository_stay_read_only_however_many(
+    sandbox: BubblewrapSandbox, workspace: Path, checkpointed_bash: RunBash
+) -> None:
+    bare = workspace / "fixtures" / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    command = (
+        "cd fixtures/remote.git/hooks && for i in $(seq -w 0 1100); do : > 0$i; done; "
+        "printf '#!/bin/sh\\ntouch /tmp/x\\n' > update; chmod +x update"
+    )
+    await checkpointed_bash(sandbox, workspace, command)
+    assert not (bare / "hooks" / "update").exists()
+    assert not (bare / "hooks" / "01000").exists()
+
+
+async def test_a_file_in_the_way_does_not_stop_the_comparison(
+    sandbox: BubblewrapSandbox, workspace: Path, nested: Path, checkpointed_bash: RunBash
+) -> None:
+    command = (
+        "git init -q --bare evil.git && git -C evil.git config core.fsmonitor 'touch /tmp/x'; "
+        "mv libs/sub libs/sub2 && echo x > libs/sub"
+    )
+    result = await checkpointed_bash(sandbox, workspace, command)
+    assert result.is_error
+    assert not (workspace / "evil.git" / "HEAD").exists()
+    assert git(nested, "log", "--format=%s") == "nested history\n"  # moved back over the file
+
+
+async def test_a_symlinked_python_in_the_workspace_is_put_back(
+    sandbox: BubblewrapSandbox, workspace: Path, checkpointed_bash: RunBash, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = workspace / ".venvs" / "real"
+    (real / "bin").mkdir(parents=True)
+    (workspace / ".venv").symlink_to(".venvs/real")
+    monkeypatch.setattr(sys, "prefix", str(workspace / ".venv"))
+    command = (
+        "mkdir -p evil/bin && printf '#!/bin/sh\\necho pwned\\n' > evil/bin/python && ln -sfn evil .venv"
+    )
+    result = await checkpointed_bash(sandbox, workspace, command)
+    assert result.is_error and ".venv restored" in result.content
+    assert (workspace / ".venv").readlink() == Path(".venvs/real")

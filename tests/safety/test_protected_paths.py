@@ -140,7 +140,8 @@ def test_in_a_home_directory_start_up_files_get_placeholders(workspace: Path) ->
 
 def test_without_a_repository_the_git_directory_needs_a_placeholder(workspace: Path) -> None:
     found = find_protected(workspace)
-    assert found.missing_dirs == [workspace / ".git"]
+    assert found.missing_dirs == []
+    assert workspace / ".git" in found.missing_files
     assert found.pinned == []
 
 

@@ -121,7 +121,7 @@ async def test_no_repository_can_be_created_where_there_is_none(
     status, _ = await sh(
         sandbox,
         workspace,
-        "chmod u+w .git; rmdir .git; mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit",
+        "chmod u+w .git; rm -f .git; mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit",
     )
     assert status != 0
     assert not (workspace / ".git").exists()  # the read-only placeholder is gone again
@@ -132,7 +132,7 @@ async def test_git_init_is_refused_where_there_is_no_repository(
 ) -> None:
     if shutil.which("git") is None:
         pytest.skip("needs git")
-    status, _ = await sh(sandbox, workspace, "chmod u+w .git; rmdir .git; git init -q .")
+    status, _ = await sh(sandbox, workspace, "chmod u+w .git; rm -f .git; git init -q .")
     assert status != 0
     assert not (workspace / ".git").exists()
 

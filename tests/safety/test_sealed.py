@@ -194,3 +194,13 @@ async def test_a_program_a_deny_rule_forbids_is_not_there_by_any_name(workspace:
     assert all((workspace / victim).exists() for victim in victims)
     status, _ = await sh(box, workspace, "echo still > works.txt && cat works.txt")
     assert status == 0
+
+
+async def test_a_symlinked_secret_is_masked_at_its_target(
+    sandbox: BubblewrapSandbox, workspace: Path
+) -> None:
+    (workspace / "config").mkdir()
+    (workspace / "config" / "app-secrets").write_text(f"API_TOKEN={TOKEN}\n")
+    (workspace / ".env").symlink_to("config/app-secrets")
+    _, output = await sh(sandbox, workspace, "cat .env; cat config/app-secrets")
+    assert TOKEN not in output

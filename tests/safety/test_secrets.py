@@ -353,3 +353,12 @@ async def test_neither_the_model_nor_the_log_sees_a_redacted_value(workspace: Pa
     for text in (logged, sent.content):
         assert "[redacted: secret from .env]" in text
         assert not any(value in text for value in ENV_SECRETS)
+
+
+def test_reversed_case_changed_and_hex_forms_are_redacted_too() -> None:
+    from steward.safety.secrets import Redactor
+
+    value = "sk_live_Zq81mPq0TvX2aBcD9eF"
+    redactor = Redactor({".env": [value]})
+    for form in (value[::-1], value.upper(), value.lower(), value.encode().hex()):
+        assert form not in redactor.redact(f"out: {form} end"), form

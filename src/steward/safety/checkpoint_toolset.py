@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from steward.models.base import ToolSpec
-from steward.safety.checkpointing import Checkpointer
+from steward.safety.checkpointing import Before, Checkpointer, Undone
 from steward.safety.checkpoints import CheckpointError
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
@@ -65,8 +65,16 @@ class CheckpointToolset(WrapperToolset):
             result = await self.wrapped.call_tool(name, arguments, ctx)
         finally:
             # Shielded: a cancelled call (timeout, Ctrl-C) is compared all the same.
-            undone = await asyncio.shield(asyncio.to_thread(checkpointer.after, before))
+            undone = await asyncio.shield(asyncio.to_thread(_after, checkpointer, before))
         if not undone:
             return result
         ctx.notes.append(("undone", undone.message()))
         return ToolResult(f"{result.content}\n\n{undone.message()}", is_error=True, category="protected")
+
+
+def _after(checkpointer: Checkpointer, before: Before) -> Undone:
+    """``checkpointer.after``, whose failure is reported as a failed call, never raised."""
+    try:
+        return checkpointer.after(before)
+    except Exception as exc:  # the comparison must not crash a run; the call then fails
+        return Undone([f"the comparison with the checkpoint failed ({type(exc).__name__}: {exc})"])

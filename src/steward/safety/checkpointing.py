@@ -23,12 +23,20 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from steward.safety.checkpoints import Checkpoint, CheckpointSettings, RewindReport, Shadow, gitdir_key
+from steward.safety.checkpoints import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointSettings,
+    RewindReport,
+    Shadow,
+    gitdir_key,
+)
 from steward.safety.protected import PROJECT_CONFIG, RC_FILES
 from steward.safety.scan import Marker, Scan, WorkspaceScanner, scanner_for
 from steward.safety.secrets import DEFAULT_SECRET_FILES
@@ -115,12 +123,15 @@ class Checkpointer:
         """Revert what may not change (see the module docstring); say what was reverted."""
         undone = Undone()
         now = self.scanner.scan()
-        self._dotgits(before, now, undone)
-        self._layouts(before, now, undone)
-        if undone:
-            now = self.scanner.scan()
-        self._sensitive_files(before, now, undone)
-        self._lost_objects(before, now, undone)
+        # Each stage on its own: whatever a command left in the way of one (a file where a
+        # directory was) must not keep the others from running.
+        for stage in (self._dotgits, self._layouts, self._sensitive_files, self._lost_objects):
+            try:
+                stage(before, now, undone)
+            except (OSError, CheckpointError) as exc:
+                undone.items.append(f"could not finish checking ({type(exc).__name__}: {exc})")
+            if undone and stage in (self._dotgits, self._layouts):
+                now = self.scanner.scan()
         return undone
 
     def _lost_objects(self, before: Before, now: Scan, undone: Undone) -> None:
@@ -161,7 +172,7 @@ class Checkpointer:
                 origin = moved.get(marker.ident)
                 if origin is not None and origin != path and (self.workspace / origin).is_dir():
                     target = self.workspace / path
-                    target.parent.mkdir(parents=True, exist_ok=True)
+                    _make_parents(self.workspace, target)
                     (self.workspace / origin).rename(target)
                     undone.items.append(f"{origin} moved back to {path}")
                     self._restore_missing_files(before, path)
@@ -211,13 +222,14 @@ class Checkpointer:
                     _remove(directory / name)
                     removed.append(name)
             if removed:
-                undone.items.append(f"new repository {path}/ disabled (removed {', '.join(removed)})")
+                shown = f"{path}/" if path else "the workspace root"
+                undone.items.append(f"new repository at {shown} disabled (removed {', '.join(removed)})")
 
     # --- files that decide what git runs, and the root's protected files ------------------
 
     def _sensitive(self, scan: Scan) -> dict[str, tuple[object, ...]]:
         found: dict[str, tuple[object, ...]] = {}
-        for name in _ROOT_FILES:
+        for name in (*_ROOT_FILES, *_host_links(self.workspace)):
             found[name] = _ident(self.workspace / name)
         gitdirs = [p for p, m in scan.dotgits().items() if m.ident[0] == "dir"]
         gitdirs += list(scan.layouts())
@@ -228,7 +240,7 @@ class Checkpointer:
             hooks = base / "hooks"
             found[f"{gitdir}/hooks"] = _ident(hooks)
             with contextlib.suppress(OSError):
-                for entry in sorted(hooks.iterdir())[:1000]:
+                for entry in sorted(hooks.iterdir()):  # every one: a cap is a hiding place
                     found[f"{gitdir}/hooks/{entry.name}"] = _ident(entry)
             with contextlib.suppress(OSError):
                 for worktree in sorted(base.joinpath("worktrees").iterdir())[:200]:
@@ -259,16 +271,18 @@ class Checkpointer:
                 return False
             _remove(target)
             return True
-        if was[0] == "dir":
-            return False  # a hooks directory: its files are judged one by one
         checkpoint = before.checkpoint
-        if checkpoint is None:
-            return False
-        content = self._content_then(before.run_id, checkpoint, path)
+        # A hooks directory is judged by its files, one by one.
+        content = None
+        if was[0] != "dir" and checkpoint is not None:
+            content = self._content_then(before.run_id, checkpoint, path)
         if content is None:
             return False
         _remove(target)
         target.parent.mkdir(parents=True, exist_ok=True)
+        if was[0] == "link":  # git keeps a link as its target's text
+            target.symlink_to(content.decode("utf-8", "surrogateescape"))
+            return True
         target.write_bytes(content)
         mode = was[1]
         if isinstance(mode, int):
@@ -305,6 +319,44 @@ class Checkpointer:
             repositories=scan.repositories,
             dotgits={p: m.ident for p, m in scan.dotgits().items()},
         )
+
+
+def _host_links(workspace: Path) -> list[str]:
+    """Symlinks in the workspace on the way to what the host runs: the Python running Steward,
+    Steward's own code and the directories on PATH. Their targets are read-only in the sandbox,
+    but a link itself can be replaced there; the comparison puts it back."""
+    import steward
+
+    candidates = [
+        sys.prefix,
+        sys.exec_prefix,
+        str(Path(sys.executable).parent),
+        str(Path(steward.__file__).parent),
+    ]
+    candidates += os.environ.get("PATH", "").split(os.pathsep)
+    found: list[str] = []
+    for candidate in candidates:
+        # Not resolved: the links on the way are what is looked for.
+        path = Path(os.path.normpath(candidate)) if candidate and Path(candidate).is_absolute() else None
+        if path is None or not path.is_relative_to(workspace):
+            continue
+        current = workspace
+        for part in path.relative_to(workspace).parts:
+            current = current / part
+            if current.is_symlink():
+                found.append(current.relative_to(workspace).as_posix())
+    return sorted(set(found))
+
+
+def _make_parents(root: Path, target: Path) -> None:
+    """Create ``target``'s missing parents below ``root``, removing whatever non-directory a
+    command put in their way (a file named like the repository's directory)."""
+    current = root
+    for part in target.relative_to(root).parts[:-1]:
+        current = current / part
+        if current.is_symlink() or (current.exists() and not current.is_dir()):
+            _remove(current)
+        current.mkdir(exist_ok=True)
 
 
 def _inside(path: str, gitdirs: dict[str, Marker]) -> bool:

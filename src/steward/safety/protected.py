@@ -139,12 +139,18 @@ def find_protected(workspace: Path, *, home_like: bool = False) -> Protection:
         # Outside a home directory no shell reads them: a new one is only removed afterwards,
         # and no empty placeholder shows up in `git status` for the agent to commit.
         _add(found, root / name, "file" if home_like else "existing", _RC_REASON)
-    repos = [root / r if r else root for r in scanner_for(root).scan().repositories]
+    scan = scanner_for(root).scan()
+    repos = [root / r if r else root for r in scan.repositories]
     if root not in repos:
         repos.insert(0, root)
     found.repositories = tuple(repos)
     for repo in repos:
         _protect_repository(found, repo, top=repo == root)
+    for layout in scan.layouts():
+        # A bare repository kept in the workspace (a test fixture, a mirror): git on the host
+        # runs its hooks too (a push into it), so they stay read-only like any other's.
+        if ".git" not in layout.split("/"):
+            _protect_git_dir(found, root / layout if layout else root, worktree=None, depth=0)
     return found
 
 
@@ -187,8 +193,12 @@ def _read_gitdir_file(dotgit: Path) -> Path | None:
 def _protect_repository(found: Protection, repo: Path, *, top: bool) -> None:
     dotgit = repo / ".git"
     if not os.path.lexists(dotgit):
-        if top:  # no repository yet: nobody may create one (and plant its hooks) from inside
-            _add(found, dotgit, "dir", _POINTER_REASON)
+        if top:
+            # No repository yet: nobody may create one (and plant its hooks) from inside. An empty
+            # .git *file* is the placeholder: git stops at it ("invalid gitfile") instead of
+            # looking further, so neither a parent repository nor a bare layout made at the root
+            # during the command is obeyed meanwhile.
+            _add(found, dotgit, "file", _POINTER_REASON)
         return
     real = dotgit.resolve(strict=False)
     if real.is_dir():

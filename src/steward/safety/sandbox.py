@@ -965,10 +965,18 @@ def _sealed_args(root: Path, writable: Sequence[Path], pythons: Sequence[Path]) 
     """The Python running Steward and the host's programs, read-only even where they lie in a
     writable place (the README's own ``.venv`` inside the workspace): a ``.pth`` file or a
     changed script there would run on the host at Steward's next start."""
+    import steward
+
     args: list[str] = []
     for path in pythons:
         args += ["--ro-bind", str(path), str(path)]
     open_places = [root, *(w.resolve(strict=False) for w in writable)]
+    # Steward's own code, when it is not in a prefix (an editable install from a checkout).
+    package = Path(steward.__file__).resolve().parent
+    if any(package.is_relative_to(place) for place in open_places) and not any(
+        package.is_relative_to(p) for p in pythons
+    ):
+        args += ["--ro-bind", str(package), str(package)]
     for entry in os.environ.get("PATH", "").split(os.pathsep):
         if not entry or not Path(entry).is_absolute():
             continue
@@ -983,9 +991,13 @@ def _mask_args(root: Path, secrets: Sequence[str], programs: Sequence[Path], scr
     """Secret files of the workspace and programs a deny rule forbids: an empty, read-only,
     non-executable file in their place (reading gives nothing, running is refused)."""
     args: list[str] = []
+    masked: set[Path] = set()
     for relative in secrets:
-        path = root / relative
-        if path.is_file() and not path.is_symlink():
+        # A symlinked secret is masked at its target (a link cannot be a mount point, and a
+        # mount on it lands on the target); one leading out of the workspace is not visible.
+        path = (root / relative).resolve(strict=False)
+        if path.is_file() and path.is_relative_to(root) and path not in masked:
+            masked.add(path)
             args += ["--ro-bind", str(scratch.empty_file), str(path)]
     for program in programs:
         if program.is_file():

@@ -163,7 +163,7 @@ class WorkspaceScanner:
                 marker = self._dotgit(_join(relative, ".git"), _join(absolute, ".git"))
                 if marker is not None:
                     found.markers[marker.path] = marker
-            if cached.layout and relative and relative.rpartition("/")[2] != ".git":
+            if cached.layout and relative.rpartition("/")[2] != ".git":
                 found.markers[relative] = Marker(relative, "layout", ("dir", info.st_dev, info.st_ino))
             found.secrets.extend(_join(relative, name) for name in cached.secrets)
             stack.extend(_join(relative, name) for name in cached.subdirs)
@@ -219,6 +219,8 @@ class WorkspaceScanner:
                 # missing one is such, and must not be taken for a repository to keep.
                 return None
             return Marker(relative, "dotgit", ("dir", info.st_dev, info.st_ino))
+        if stat.S_ISREG(info.st_mode) and info.st_size == 0:
+            return None  # git stops at an empty .git file ("invalid gitfile"): the placeholder
         return Marker(
             relative, "dotgit", ("file", info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
         )
@@ -243,10 +245,15 @@ def _empty(directory: str) -> bool:
 
 
 def _entries(absolute: str) -> Iterable[tuple[str, bool, bool]]:
-    """(name, is a real directory, is a regular file) of each entry, from one listing (d_type)."""
+    """(name, is a real directory, is a regular file or a symlink) of each entry, from one listing
+    (d_type). A symlink named like a secret file counts as one: it leads to the secret."""
     with os.scandir(absolute) as listing:
         return [
-            (entry.name, entry.is_dir(follow_symlinks=False), entry.is_file(follow_symlinks=False))
+            (
+                entry.name,
+                entry.is_dir(follow_symlinks=False),
+                entry.is_file(follow_symlinks=False) or entry.is_symlink(),
+            )
             for entry in listing
         ]
 

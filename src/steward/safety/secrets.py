@@ -416,7 +416,8 @@ def _private_key_lines(text: str) -> list[str]:
 
 def encoded_forms(value: str) -> list[str]:
     """``value`` and the forms a command could print it in: base64 and base64url (alone, and
-    inside a longer base64 text at each of the three byte alignments) and URL-encoded.
+    inside a longer base64 text at each of the three byte alignments), URL-encoded, hex,
+    reversed, upper- and lower-cased.
 
     Forms shorter than ``MIN_SECRET_CHARS`` are left out.
     """
@@ -434,6 +435,8 @@ def encoded_forms(value: str) -> list[str]:
         forms.append(base64.b64encode(whole).decode()[unknown:])
         forms.append(base64.urlsafe_b64encode(whole).decode()[unknown:])
     forms += [quote(value, safe=""), quote_plus(value, safe="")]
+    # Cheap transformations a command would use to slip a value past a match on its spelling.
+    forms += [value[::-1], value.upper(), value.lower(), data.hex(), data.hex().upper()]
     return [f for f in dict.fromkeys(forms) if len(f) >= MIN_SECRET_CHARS]
 
 
