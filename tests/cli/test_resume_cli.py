@@ -209,10 +209,11 @@ def test_kill_9_leaves_no_placeholder_behind_after_resume(cli: Any, tmp_path: Pa
     model = script(tmp_path, SLOW)
     proc = _start(tmp_path, model)
     _wait_for(tmp_path / "started")
-    assert (tmp_path / ".git").is_dir()  # a read-only mount point while the command runs
     proc.kill()
     proc.communicate(timeout=30)
-    assert (tmp_path / ".git").is_dir()  # the killed process could not remove it
+    # The empty .git placeholder (a read-only mount point while the command ran) is still
+    # there: the killed process could not remove it.
+    assert (tmp_path / ".git").is_file() and (tmp_path / ".git").stat().st_size == 0
     resumed = cli("resume")
     assert resumed.returncode == 0, resumed.stderr
     assert not (tmp_path / ".git").exists()
