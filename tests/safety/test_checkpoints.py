@@ -365,3 +365,29 @@ async def test_a_symlinked_python_in_the_workspace_is_put_back(
     result = await checkpointed_bash(sandbox, workspace, command)
     assert result.is_error and ".venv restored" in result.content
     assert (workspace / ".venv").readlink() == Path(".venvs/real")
+
+
+async def test_a_repository_hidden_past_the_path_length_limit_is_removed(
+    sandbox: BubblewrapSandbox, workspace: Path, checkpointed_bash: RunBash
+) -> None:
+    name = "d" * 200
+    command = (
+        f"for i in $(seq 1 25); do mkdir {name} && cd {name} || exit 1; done; "
+        "git init -q . && git config core.fsmonitor 'touch /tmp/x'; true"
+    )
+    result = await checkpointed_bash(sandbox, workspace, command)
+    assert result.is_error and "too long" in result.content
+    depth = 0
+    current = os.open(workspace, os.O_RDONLY)
+    try:  # walk down by descriptor (the whole path is too long to name)
+        while depth < 30:
+            try:
+                child = os.open(name, os.O_RDONLY, dir_fd=current)
+            except FileNotFoundError:
+                break
+            os.close(current)
+            current, depth = child, depth + 1
+        assert ".git" not in os.listdir(current)
+    finally:
+        os.close(current)
+    assert depth < 25

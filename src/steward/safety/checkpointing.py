@@ -48,6 +48,8 @@ PROGRAM_FILES = ("config", "config.worktree", "commondir", "gitdir")
 """Files of a git directory that decide where git looks and which programs it runs."""
 
 _ROOT_FILES = (PROJECT_CONFIG, *sorted(RC_FILES))
+_NAMEABLE = 3000  # characters: a path this long can still be handed to the system calls
+_DEEP = 8  # directories: a tree too long to name starts at least this deep (names are <= 255)
 
 
 @dataclass(slots=True)
@@ -125,12 +127,18 @@ class Checkpointer:
         now = self.scanner.scan()
         # Each stage on its own: whatever a command left in the way of one (a file where a
         # directory was) must not keep the others from running.
-        for stage in (self._dotgits, self._layouts, self._sensitive_files, self._lost_objects):
+        for stage in (
+            self._unwalkable,
+            self._dotgits,
+            self._layouts,
+            self._sensitive_files,
+            self._lost_objects,
+        ):
             try:
                 stage(before, now, undone)
             except (OSError, CheckpointError) as exc:
                 undone.items.append(f"could not finish checking ({type(exc).__name__}: {exc})")
-            if undone and stage in (self._dotgits, self._layouts):
+            if undone and stage in (self._unwalkable, self._dotgits, self._layouts):
                 now = self.scanner.scan()
         return undone
 
@@ -153,6 +161,24 @@ class Checkpointer:
             restored = self.shadow.restore_missing_history(before.run_id, checkpoint, dotgit, described[1])
             if restored:
                 undone.items.append(f"{restored} deleted files of the history in {dotgit} restored")
+
+    # --- what cannot be walked ----------------------------------------------------------
+
+    def _unwalkable(self, before: Before, now: Scan, undone: Undone) -> None:
+        """A tree a call made too deep to walk (a path over the system's limit) could hide a
+        repository from the scan: it is removed, from the deepest ancestor that can be named."""
+        known = set(before.scan.unreadable)
+        for relative in sorted(set(now.unreadable) - known):
+            parts = relative.split("/")
+            keep = 0
+            while keep < len(parts) and len(str(self.workspace / "/".join(parts[: keep + 1]))) < _NAMEABLE:
+                keep += 1
+            if keep < _DEEP:  # no call makes a tree that deep by accident: leave it, say so
+                undone.items.append(f"{relative[:80]}... could not be checked (its path is too long)")
+                continue
+            top = "/".join(parts[:keep])
+            _remove(self.workspace / top)
+            undone.items.append(f"{top[:80]}.../ removed (its paths were too long to check)")
 
     # --- .git entries -------------------------------------------------------------------
 

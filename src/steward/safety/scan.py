@@ -141,8 +141,13 @@ class WorkspaceScanner:
             seen.add(relative)
             try:
                 info = os.lstat(absolute)
-            except OSError:
+            except FileNotFoundError:
                 continue  # removed while we walked
+            except OSError:
+                # Deeper than a path may be (ENAMETOOLONG): its contents are unknown, and the
+                # comparison removes such a tree when it is new.
+                found.unreadable.append(relative)
+                continue
             if not stat.S_ISDIR(info.st_mode):
                 continue
             cached = self._cache.get(relative)
