@@ -498,17 +498,9 @@ class Agent:
                     return None
                 # Programs a deny rule forbids with any arguments are not there inside the sandbox;
                 # the policy then need not fail closed on commands that might reach them.
-                from steward.safety.checkpointing import settings_from_config as checkpoint_settings
-                from steward.safety.checkpoints import default_state_dir
-                from steward.safety.programs import plan_masks
-                from steward.safety.sandbox import BubblewrapSandbox, _environment, settings_from_config
+                from steward.safety.sandbox import agent_sandbox
 
-                settings = settings_from_config(self.config.sandbox)
-                plan = plan_masks(self.policy, _environment(settings)["PATH"])
-                state = checkpoint_settings(self.config).state_dir or default_state_dir()
-                self._sandbox = BubblewrapSandbox(
-                    settings_from_config(self.config.sandbox, [Path(f) for f in plan.files], (state,))
-                )
+                self._sandbox, plan = agent_sandbox(self.config, self.policy)
                 self.policy.masked = plan.masked
                 self.mask_warnings = list(plan.warnings)
             else:

@@ -726,9 +726,7 @@ def _doctor_layers(workspace: Path, config: Config) -> None:
     from steward.safety.checkpointing import settings_from_config
     from steward.safety.checkpoints import default_state_dir
     from steward.safety.policy import Policy
-    from steward.safety.programs import plan_masks
-    from steward.safety.sandbox import _environment
-    from steward.safety.sandbox import settings_from_config as sandbox_settings
+    from steward.safety.sandbox import mask_plan
     from steward.safety.scan import scanner_for
     from steward.tools._beneath import openat2_available
 
@@ -736,7 +734,7 @@ def _doctor_layers(workspace: Path, config: Config) -> None:
     p = config.policy
     policy = Policy.from_lists(allow=p.allow, ask=p.ask, deny=p.deny, mode=p.mode, write=p.write)
     if config.sandbox.enabled:
-        plan = plan_masks(policy, _environment(sandbox_settings(config.sandbox))["PATH"])
+        plan = mask_plan(config.sandbox, policy)
         masked = ", ".join(sorted(plan.masked)) or "none"
         typer.echo(f"program masks: {masked} (programs deny rules forbid with any arguments)")
         for warning in plan.warnings:

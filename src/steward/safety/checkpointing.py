@@ -37,6 +37,7 @@ from steward.safety.checkpoints import (
     Shadow,
     gitdir_key,
 )
+from steward.safety.checkpoints import remove_path as _remove
 from steward.safety.protected import PROJECT_CONFIG, RC_FILES
 from steward.safety.scan import Marker, Scan, WorkspaceScanner, scanner_for
 from steward.safety.secrets import DEFAULT_SECRET_FILES
@@ -184,50 +185,30 @@ class Checkpointer:
 
     def _dotgits(self, before: Before, now: Scan, undone: Undone) -> None:
         old, new = before.scan.dotgits(), now.dotgits()
-        moved: dict[tuple[object, ...], str] = {m.ident: p for p, m in new.items() if m.ident[0] == "dir"}
-        for path, marker in sorted(new.items(), key=lambda item: -item[0].count("/")):
-            if _inside(path, old):
-                continue  # inside an existing git directory: part of it, judged below
-            if path not in old:
-                self._remove_new(path, marker, old, moved, undone)
+        # A git directory found at a new path with the identity (device, inode) of one gone
+        # from its old path was moved: it goes back whole, rather than removed and rebuilt.
+        gone = {m.ident: p for p, m in old.items() if m.ident[0] == "dir" and p not in new}
+        moved = {p: gone[m.ident] for p, m in new.items() if p not in old and m.ident in gone}
+        for path in sorted(new, key=lambda p: -p.count("/")):
+            if path not in old and path not in moved and not _inside(path, old):
+                _remove(self.workspace / path)
+                undone.items.append(f"new {path} removed")
+        for origin, path in sorted(moved.items()):
+            target = self.workspace / path
+            _make_parents(self.workspace, target)
+            _remove(target)  # an empty .git left in its place (not a repository to the scan)
+            (self.workspace / origin).rename(target)
+            undone.items.append(f"{origin} moved back to {path}")
+            self._restore_missing_files(before, path)
         for path, marker in sorted(old.items(), key=lambda item: item[0].count("/")):
             current = new.get(path)
-            if current is not None and current.ident == marker.ident:
-                continue
-            if current is None and marker.ident[0] == "dir":
-                origin = moved.get(marker.ident)
-                if origin is not None and origin != path and (self.workspace / origin).is_dir():
-                    target = self.workspace / path
-                    _make_parents(self.workspace, target)
-                    (self.workspace / origin).rename(target)
-                    undone.items.append(f"{origin} moved back to {path}")
-                    self._restore_missing_files(before, path)
-                    continue
-            self._put_back(before, path, marker, undone)
-
-    def _remove_new(
-        self,
-        path: str,
-        marker: Marker,
-        old: dict[str, Marker],
-        moved: dict[tuple[object, ...], str],
-        undone: Undone,
-    ) -> None:
-        original = next((p for p, m in old.items() if m.ident == marker.ident and m.ident[0] == "dir"), None)
-        if original is not None and not (self.workspace / original).exists():
-            return  # an existing repository that moved here: moved back by the caller's next loop
-        _remove(self.workspace / path)
-        undone.items.append(f"new {path} removed")
-        del moved
-
-    def _put_back(self, before: Before, path: str, marker: Marker, undone: Undone) -> None:
-        checkpoint = before.checkpoint
-        if checkpoint is None or path not in checkpoint.dotgits:
-            return
-        self.shadow.restore_gitdir(before.run_id, checkpoint, path, prune=False)
-        undone.items.append(f"{path} restored")
-        self._restore_missing_files(before, path)
-        del marker
+            changed = current is None or current.ident != marker.ident
+            checkpoint = before.checkpoint
+            recorded = checkpoint is not None and path in checkpoint.dotgits
+            if changed and recorded and checkpoint is not None and path not in moved.values():
+                self.shadow.restore_gitdir(before.run_id, checkpoint, path, prune=False)
+                undone.items.append(f"{path} restored")
+                self._restore_missing_files(before, path)
 
     def _restore_missing_files(self, before: Before, dotgit: str) -> None:
         repo = dotgit.rpartition("/")[0]
@@ -408,12 +389,6 @@ def _ident(path: Path) -> tuple[object, ...]:
     if kind == "dir":
         return ("dir", info.st_mode, info.st_ino)
     return (kind, info.st_mode, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-
-
-def _remove(path: Path) -> None:
-    from steward.safety.checkpoints import _remove as remove
-
-    remove(path)
 
 
 _CHECKPOINTERS: dict[tuple[Path, CheckpointSettings, tuple[str, ...]], Checkpointer] = {}

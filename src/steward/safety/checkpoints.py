@@ -287,16 +287,21 @@ class Shadow:
         return self.path / "runs" / safe
 
     def _unit(self, run_id: str, unit: str) -> _Git:
-        gitdir = self.run_dir(run_id) / _unit_key(unit)
+        gitdir = self._git_dir(run_id, _unit_key(unit), exclude=self._own_paths(unit))
+        return _Git(self, gitdir, self.workspace / unit if unit else self.workspace)
+
+    def _git_dir(self, run_id: str, name: str, *, exclude: str | None = None) -> Path:
+        """A run's small git directory (``HEAD``, refs; objects are the shadow's), made once.
+        With ``exclude``: one over a work tree, with our attributes and those ignore patterns."""
+        gitdir = self.run_dir(run_id) / name
         if not (gitdir / "HEAD").exists():
-            for sub in ("refs/heads", "info"):
-                (gitdir / sub).mkdir(parents=True, exist_ok=True)
-            (gitdir / "info" / "attributes").write_text(_ATTRIBUTES, encoding="utf-8")
-            # The runtime's own state (its database, logs) is not the workspace's content.
-            (gitdir / "info" / "exclude").write_text(self._own_paths(unit), encoding="utf-8")
+            (gitdir / "refs" / "heads").mkdir(parents=True, exist_ok=True)
+            if exclude is not None:
+                (gitdir / "info").mkdir(exist_ok=True)
+                (gitdir / "info" / "attributes").write_text(_ATTRIBUTES, encoding="utf-8")
+                (gitdir / "info" / "exclude").write_text(exclude, encoding="utf-8")
             (gitdir / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
-        worktree = self.workspace / unit if unit else self.workspace
-        return _Git(self, gitdir, worktree)
+        return gitdir
 
     def _own_paths(self, unit: str) -> str:
         """Exclude patterns for what is Steward's, not the workspace's: its state directory,
@@ -308,14 +313,8 @@ class Shadow:
         return "".join(f"{p}\n" for p in patterns)
 
     def _gitdirs(self, run_id: str) -> _Git:
-        return self._unit_git(run_id, _GITDIRS)
-
-    def _unit_git(self, run_id: str, name: str) -> _Git:
-        gitdir = self.run_dir(run_id) / name
-        if not (gitdir / "HEAD").exists():
-            (gitdir / "refs" / "heads").mkdir(parents=True, exist_ok=True)
-            (gitdir / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
-        return _Git(self, gitdir, self.path)
+        """The git directories' own index: trees of ``g/<key>/...`` built from our stat walk."""
+        return _Git(self, self._git_dir(run_id, _GITDIRS), self.path)
 
     # --- the record ---------------------------------------------------------------------
 
@@ -508,8 +507,9 @@ class Shadow:
         found: list[tuple[str, str]] = []
         for unit in sorted(set(older.units) | set(newer.units)):
             git = self._unit(run_id, unit)
-            a = older.units.get(unit) or self._commit_of_tree(git, _EMPTY_TREE)
-            b = newer.units.get(unit) or self._commit_of_tree(git, _EMPTY_TREE)
+            # A unit missing on one side is the empty tree (git knows it without storing it).
+            a = older.units.get(unit) or _EMPTY_TREE
+            b = newer.units.get(unit) or _EMPTY_TREE
             if a == b:
                 continue
             out = git.run("diff-tree", "-r", "-z", "--no-renames", "--name-status", a, b)
@@ -530,9 +530,6 @@ class Shadow:
             ):
                 found.append(("M", path))
         return found
-
-    def _commit_of_tree(self, git: _Git, tree: str) -> str:
-        return git.run("commit-tree", tree, "-m", "empty").decode().strip()
 
     def blob(self, run_id: str, checkpoint: Checkpoint, path: str) -> bytes | None:
         """The content of ``path`` (workspace-relative) at ``checkpoint``, None if it was not there."""
@@ -601,22 +598,22 @@ class Shadow:
         entry = checkpoint.dotgits.get(path)
         absolute = self.workspace / path
         if entry is None:
-            _remove(absolute)
+            remove_path(absolute)
             return
         kind, detail = entry[0], entry[1]
         if kind == "link":
-            _remove(absolute)
+            remove_path(absolute)
             absolute.parent.mkdir(parents=True, exist_ok=True)
             absolute.symlink_to(detail)
             return
         if kind == "file":
             if not absolute.is_file() or absolute.is_symlink() or _read_text(absolute) != detail:
-                _remove(absolute)
+                remove_path(absolute)
                 absolute.parent.mkdir(parents=True, exist_ok=True)
                 absolute.write_text(detail, encoding="utf-8")
             return
         if absolute.is_symlink() or (absolute.exists() and not absolute.is_dir()):
-            _remove(absolute)
+            remove_path(absolute)
         self._write_tree(run_id, checkpoint.gitdirs, f"g/{detail}/", absolute, prune=prune)
 
     def restore_missing_history(self, run_id: str, checkpoint: Checkpoint, dotgit: str, key: str) -> int:
@@ -663,14 +660,14 @@ class Shadow:
         present = dict(_walk_files(target))
         for relative in present:
             if relative not in wanted and prune and not relative.startswith("objects/"):
-                _remove(target / relative)
+                remove_path(target / relative)
         blobs = _read_blobs(git, [sha for (_mode, sha) in wanted.values()])
         for relative, (mode, sha) in wanted.items():
             destination = target / relative
             content = blobs.get(sha, b"")
             if relative in present and _file_sha(destination, mode) == sha:
                 continue
-            _remove(destination)
+            remove_path(destination)
             destination.parent.mkdir(parents=True, exist_ok=True)
             if mode == "120000":
                 destination.symlink_to(content.decode("utf-8", "surrogateescape"))
@@ -693,17 +690,13 @@ class Shadow:
             (report.removed if letter == "A" else report.restored).append(path)
         for unit in sorted(set(before.units) | set(target.units), key=len):
             git = self._unit(run_id, unit)
-            commit = target.units.get(unit)
-            if commit is None:
-                commit = self._commit_of_tree(git, _EMPTY_TREE)
-            if not git.worktree.is_dir():
-                git.worktree.mkdir(parents=True, exist_ok=True)
-            git.run("read-tree", "--reset", "-u", commit)
+            git.worktree.mkdir(parents=True, exist_ok=True)
+            git.run("read-tree", "--reset", "-u", target.units.get(unit) or _EMPTY_TREE)
         for path in sorted(
             set(before.dotgits) | set(target.dotgits), key=lambda p: p.count("/"), reverse=True
         ):
             if path not in target.dotgits:
-                _remove(self.workspace / path)
+                remove_path(self.workspace / path)
             elif before.dotgits.get(path) != target.dotgits.get(path) or before.gitdirs != target.gitdirs:
                 self.restore_gitdir(run_id, target, path)
         report.left = list(target.skipped)
@@ -997,7 +990,7 @@ def _gitdir_from_file(dotgit: Path, text: str) -> Path | None:
     return None
 
 
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
     """Remove a file, link or whole directory (made writable first: git makes objects 0444)."""
     try:
         info = path.lstat()

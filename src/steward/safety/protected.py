@@ -161,19 +161,20 @@ def _within(path: Path, root: Path) -> bool:
 def _add(found: Protection, path: Path, kind: str, reason: str) -> None:
     """Record ``path`` (followed through symlinks) if it lies in the workspace.
 
-    ``kind`` says what to do when it is missing: ``file`` / ``dir`` need a placeholder,
-    ``create_dir`` may be created beforehand.
+    ``kind`` says what to do when it is missing: ``file`` / ``dir`` / ``commondir`` need a
+    placeholder, ``create_dir`` may be created beforehand, ``existing`` is left alone.
     """
     real = path.resolve(strict=False)
     if not _within(real, found.root) or real == found.root or real in found.reasons:
         return  # outside the workspace it is neither writable nor visible in the sandbox
+    exists = real.exists()
+    if not exists and kind == "existing":
+        return
     found.reasons[real] = reason
-    if real.exists():
+    if exists:
         found.existing.append(real)
     elif kind == "create_dir":
         found.to_create.append(real)
-    elif kind == "existing":
-        del found.reasons[real]  # protected only once it exists
     elif kind == "commondir":
         found.missing_commondirs.append(real)
     elif kind == "dir":

@@ -74,8 +74,10 @@ from steward.safety.scan import scanner_for
 from steward.safety.secrets import DEFAULT_SECRET_FILES
 
 if TYPE_CHECKING:
-    from steward.config import SandboxConfig
+    from steward.config import Config, SandboxConfig
     from steward.safety.egress import EgressConnection, EgressProxy
+    from steward.safety.policy import Policy
+    from steward.safety.programs import MaskPlan
 
 INSTALL_FIX = "Install bubblewrap: apt-get install bubblewrap — or run with --no-sandbox to accept the risk"
 USERNS_FIX = (
@@ -216,6 +218,25 @@ def sandbox_from_config(config: SandboxConfig, masked: Sequence[Path] = ()) -> B
     """The sandbox the ``[sandbox]`` section of the configuration describes; ``masked``: the
     programs deny rules forbid (``steward.safety.programs``)."""
     return BubblewrapSandbox(settings_from_config(config, masked))
+
+
+def mask_plan(config: SandboxConfig, policy: Policy) -> MaskPlan:
+    """The programs the policy's deny rules forbid, as found on the PATH the sandbox sees."""
+    from steward.safety.programs import plan_masks
+
+    return plan_masks(policy, _environment(settings_from_config(config))["PATH"])
+
+
+def agent_sandbox(config: Config, policy: Policy) -> tuple[BubblewrapSandbox, MaskPlan]:
+    """The sandbox an agent's commands run in: the configured one, with the policy's programs
+    masked and the checkpoints' state directory out of sight."""
+    from steward.safety.checkpointing import settings_from_config as checkpoint_settings
+    from steward.safety.checkpoints import default_state_dir
+
+    plan = mask_plan(config.sandbox, policy)
+    state = checkpoint_settings(config).state_dir or default_state_dir()
+    masked = [Path(f) for f in plan.files]
+    return BubblewrapSandbox(settings_from_config(config.sandbox, masked, (state,))), plan
 
 
 def settings_from_config(
