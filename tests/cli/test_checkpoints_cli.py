@@ -67,6 +67,8 @@ def test_a_wiped_workspace_is_rewound_and_the_rewind_is_logged(cli: Any, project
     shown = cli("runs", "export", run_id)
     assert shown.returncode == 0, shown.stderr
     assert '"type":"rewind"' in shown.stdout.replace(" ", "")
+    timeline = cli("runs", "show", run_id)
+    assert "rewound to checkpoint #2 (before step 2)" in timeline.stdout
 
     back = cli("rewind", "last", "--to", "1")
     assert back.returncode == 0 and (project / "README.md").read_text() == "# readme\n"

@@ -119,6 +119,9 @@ def _timeline_line(kind: str, d: dict[str, object]) -> str | None:  # noqa: PLR0
             return f"          answered: {_short(d['answer'])}"
         case "done":
             return f"■ {d['end_status'] or d['status']} · {d['steps']} steps · {_short(d['message'])}"
+        case "rewind":
+            changed = len(d["restored"]) + len(d["removed"])  # type: ignore[arg-type]
+            return f"↶ rewound to checkpoint #{d['checkpoint']} (before step {d['step']}): {changed} files"
         case _:
             return None
 
