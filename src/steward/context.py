@@ -6,11 +6,14 @@ the transcript (goal, assistant turns, tool results). A tool output travels once
 tool result; the view only points at it. When the request would exceed its budget:
 
 1. tool outputs beyond the newest ``keep_recent_observations`` are kept only while they fit
-   in ``observation_share`` of the budget; older ones are elided with a pointer that
-   ``recall_output`` resolves;
-2. if still too large, the oldest whole turns are left out (the view keeps their plan,
-   facts and errors), then the view folds its oldest step entries;
-3. if the newest outputs alone are too large, they are cut in the middle with a pointer.
+   in ``observation_share`` of the budget; older ones are elided, for good, with a pointer
+   that ``recall_output`` resolves;
+2. when the run's turns outgrow ``history_share`` of the budget (or the request would not
+   fit), the oldest whole turns are folded into a summary that joins the goal's message
+   (the view keeps their plan, facts and errors); this happens as the run goes, so a run of
+   any length sends requests of bounded size, built in bounded time;
+3. if still too large, the view folds more of its step entries, then the newest outputs
+   are cut in the middle with a pointer.
 
 Token counts are estimated from characters; the ratio is calibrated from the provider's
 reported usage as the run goes.
@@ -18,6 +21,7 @@ reported usage as the run goes.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -49,6 +53,11 @@ class Entry:
     compact_chars: int = 0
     observation: bool = False
     elided: Message | None = None
+    #: What requests carry for this entry now (the message, its compact form or its pointer).
+    sent: Message | None = None
+    sent_chars: int = 0
+    #: An observation still sent in full (older ones are elided to a pointer, for good).
+    verbatim: bool = False
 
 
 def _message_chars(message: Message) -> int:
@@ -82,32 +91,127 @@ def _compact(message: AssistantMessage) -> AssistantMessage | None:
 
 @dataclass(slots=True)
 class Transcript:
-    """The conversation of one run, with what the budgeter needs to know per message."""
+    """The conversation of one run, kept in the form it is sent, with running totals.
+
+    Every change is O(1) (a fold, which happens once in many steps, re-indexes), so building a
+    request costs the same at step 10,000 as at step 50.
+    """
 
     entries: list[Entry] = field(default_factory=list)
     turn: int = 0
     #: Index of this run's goal (earlier entries are a session's previous turns).
     start: int = 0
     goal: str = ""
+    #: Characters of every entry as sent now.
+    total: int = 0
+    #: How many observations are elided to a pointer.
+    elided: int = 0
+    _sent: list[Message] = field(default_factory=list, repr=False, compare=False)
+    _last_assistant: int = field(default=-1, repr=False, compare=False)
+    _verbatim: deque[int] = field(default_factory=deque, repr=False, compare=False)
+    _verbatim_chars: int = field(default=0, repr=False, compare=False)
+
+    def _append(self, entry: Entry) -> None:
+        entry.sent, entry.sent_chars = entry.message, entry.chars
+        self.entries.append(entry)
+        self._sent.append(entry.message)
+        self.total += entry.chars
+
+    def _send(self, index: int, message: Message, chars: int) -> None:
+        entry = self.entries[index]
+        self.total += chars - entry.sent_chars
+        entry.sent, entry.sent_chars = message, chars
+        self._sent[index] = message
 
     def add_user(self, text: str) -> None:
         self.turn += 1
-        self.entries.append(Entry(UserMessage(text), len(text), self.turn))
+        self._append(Entry(UserMessage(text), len(text), self.turn))
 
     def add_goal(self, text: str) -> None:
         """This run's goal, after any earlier turns of its session."""
         self.start, self.goal = len(self.entries), text
         self.add_user(text)
 
+    def add_assistant(self, message: AssistantMessage) -> None:
+        last = self._last_assistant
+        if last >= 0 and (older := self.entries[last]).compact is not None:
+            self._send(last, older.compact, older.compact_chars)
+        self.turn += 1
+        compact = _compact(message)
+        self._last_assistant = len(self.entries)
+        self._append(
+            Entry(
+                message,
+                _message_chars(message),
+                self.turn,
+                compact=compact,
+                compact_chars=_message_chars(compact) if compact else 0,
+            )
+        )
+
+    def add_tool_result(self, result: ToolResultMessage, *, observation: bool) -> None:
+        entry = Entry(result, len(result.content), self.turn, observation=observation, verbatim=observation)
+        if observation:
+            self._verbatim.append(len(self.entries))
+            self._verbatim_chars += entry.chars
+        self._append(entry)
+
     def replace_result(self, call_id: str, content: str) -> int:
         """Send ``content`` instead of a tool result from now on; return the chars it had."""
-        for e in reversed(self.entries):
+        for i in range(len(self.entries) - 1, -1, -1):
+            e = self.entries[i]
             message = e.message
             if isinstance(message, ToolResultMessage) and message.call_id == call_id:
                 e.message = ToolResultMessage(call_id, message.name, content, message.is_error)
-                before, e.chars, e.elided = e.chars, len(content), None
+                before, e.chars = e.chars, len(content)
+                if e.verbatim:
+                    self._verbatim_chars += e.chars - before
+                if e.elided is not None:
+                    e.elided = _pointer(e.message)
+                    self._send(i, e.elided, _message_chars(e.elided))
+                else:
+                    self._send(i, e.message, e.chars)
                 return before
         return 0
+
+    def elide(self, share: int, keep_recent: int) -> None:
+        """Elide the oldest observations sent in full until the rest fit in ``share`` chars.
+
+        The newest ``keep_recent`` always stay. Elision is for good, so the start of the
+        transcript stays the same from request to request (providers cache it).
+        """
+        while self._verbatim_chars > share and len(self._verbatim) > keep_recent:
+            i = self._verbatim.popleft()
+            e = self.entries[i]
+            assert isinstance(e.message, ToolResultMessage)
+            e.verbatim, e.elided = False, _pointer(e.message)
+            self._verbatim_chars -= e.chars
+            self._send(i, e.elided, _message_chars(e.elided))
+            self.elided += 1
+
+    def verbatim(self) -> Sequence[int]:
+        """Indices of the observations sent in full, oldest first."""
+        return self._verbatim
+
+    def history_chars(self) -> int:
+        """Characters of this run's turns after its goal (what a fold can shrink)."""
+        return self.total - sum(e.sent_chars for e in self.entries[: self.start + 1])
+
+    def fold_count(self, target: int, keep_turns: int) -> int:
+        """How many entries after the goal to fold so that the rest fit in ``target`` chars.
+
+        Folds end at a turn boundary and never take the newest ``keep_turns`` turns.
+        """
+        limit = self.foldable(keep_turns)
+        rest = self.history_chars()
+        n = 0
+        first = self.start + 1
+        while n < limit and rest > target:
+            rest -= self.entries[first + n].sent_chars
+            n += 1
+        while n < limit and self.entries[first + n].turn == self.entries[first + n - 1].turn:
+            n += 1  # the tool results of the last folded assistant turn go with it
+        return n
 
     def foldable(self, keep_turns: int) -> int:
         """How many entries after the goal could be folded, keeping the last ``keep_turns`` turns."""
@@ -130,7 +234,20 @@ class Transcript:
         goal_entry = self.entries[self.start]
         text = f"{self.goal}\n\n{summary}"
         goal_entry.message, goal_entry.chars = UserMessage(text), len(text)
+        goal_entry.sent, goal_entry.sent_chars = goal_entry.message, goal_entry.chars
         del self.entries[self.start + 1 : self.start + 1 + count]
+        self._reindex()
+
+    def _reindex(self) -> None:
+        entries = self.entries
+        self._sent = [e.sent if e.sent is not None else e.message for e in entries]
+        self.total = sum(e.sent_chars for e in entries)
+        self._last_assistant = max(
+            (i for i, e in enumerate(entries) if isinstance(e.message, AssistantMessage)), default=-1
+        )
+        self._verbatim = deque(i for i, e in enumerate(entries) if e.verbatim)
+        self._verbatim_chars = sum(entries[i].chars for i in self._verbatim)
+        self.elided = sum(1 for e in entries if e.elided is not None)
 
     def render(self, first: int, count: int, cap: int = 2_000) -> str:
         """Entries as plain text for a summary, each long one cut to ``cap`` chars."""
@@ -153,24 +270,9 @@ class Transcript:
                     pass
         return "\n".join(lines)
 
-    def add_assistant(self, message: AssistantMessage) -> None:
-        self.turn += 1
-        compact = _compact(message)
-        self.entries.append(
-            Entry(
-                message,
-                _message_chars(message),
-                self.turn,
-                compact=compact,
-                compact_chars=_message_chars(compact) if compact else 0,
-            )
-        )
-
-    def add_tool_result(self, result: ToolResultMessage, *, observation: bool) -> None:
-        self.entries.append(Entry(result, len(result.content), self.turn, observation=observation))
-
     def messages(self) -> list[Message]:
-        return [e.message for e in self.entries]
+        """The messages as sent now (a new list; the caller may change it)."""
+        return list(self._sent)
 
 
 def _pointer(result: ToolResultMessage) -> ToolResultMessage:
@@ -197,6 +299,10 @@ class BudgetSettings:
     request_tokens: int = 32_000
     observation_share: float = 0.2
     keep_recent: int = 3
+    #: When the run's turns outgrow this share of the budget, the oldest are folded into a
+    #: summary, down to half of it: the transcript stays bounded however long the run.
+    history_share: float = 0.5
+    keep_turns: int = 2
 
 
 @dataclass(slots=True)
@@ -205,7 +311,8 @@ class BuiltRequest:
     chars: int
     estimated_tokens: int
     elided: int
-    dropped_turns: int
+    #: Entries after the goal to fold into a summary before this request is sent (0: none).
+    fold: int = 0
 
 
 def _schema_chars(tools: Sequence[ToolSpec]) -> int:
@@ -218,7 +325,6 @@ class ContextBuilder:
     def __init__(self, settings: BudgetSettings) -> None:
         self.settings = settings
         self.chars_per_token = DEFAULT_CHARS_PER_TOKEN
-        self._elided_upto = 0  # entries before this index stay elided (keeps prefixes stable)
         # The schemas' size, keyed by the identity of the tool specs (the toolsets hand out the
         # same spec objects step after step; the list around them is new each time).
         self._tools_key: tuple[int, ...] = ()
@@ -230,6 +336,10 @@ class ContextBuilder:
         observed = min(6.0, max(2.0, chars_sent / input_tokens))
         self.chars_per_token = 0.5 * self.chars_per_token + 0.5 * observed
 
+    @property
+    def budget_chars(self) -> int:
+        return int(self.settings.request_tokens * self.chars_per_token)
+
     def build(
         self,
         static_prompt: str,
@@ -237,155 +347,86 @@ class ContextBuilder:
         signals: str,
         transcript: Transcript,
         tools: Sequence[ToolSpec],
+        *,
+        may_fold: bool = True,
     ) -> BuiltRequest:
+        """The request for the next step.
+
+        With ``may_fold``, a transcript that outgrew its share (or the budget) is not trimmed
+        here: the request says how many old entries to fold, and the caller folds them (into a
+        summary it records) and builds again. Otherwise the request is made to fit, or a
+        ``ConfigError`` names the fix.
+        """
         s = self.settings
-        budget = int(s.request_tokens * self.chars_per_token)
+        budget = self.budget_chars
         key = tuple(map(id, tools))
         if key != self._tools_key:
             self._tools_key, self._tools_chars = key, _schema_chars(tools)
-        fixed = self._tools_chars
-        entries = transcript.entries
-        last_assistant = max(
-            (i for i, e in enumerate(entries) if isinstance(e.message, AssistantMessage)), default=-1
-        )
-
-        chosen: list[Message] = []
-        sizes: list[int] = []
-        obs_index: list[int] = []
-        for i, e in enumerate(entries):
-            if e.compact is not None and i != last_assistant:
-                chosen.append(e.compact)
-                sizes.append(e.compact_chars)
-            else:
-                chosen.append(e.message)
-                sizes.append(e.chars)
-                if e.observation:
-                    obs_index.append(i)
-
         # The static prompt is one shared string; the view travels apart as the request's context.
-        fixed += len(static_prompt) + 2
+        fixed = self._tools_chars + len(static_prompt) + 2
         view = memory.render_view(signals, output=_reference) if memory.steps or memory.plan else ""
-        total = fixed + len(view) + sum(sizes)
-        elided = self._elide(entries, chosen, sizes, obs_index, total, budget)
-        total = fixed + len(view) + sum(sizes)
+        transcript.elide(int(budget * s.observation_share), s.keep_recent)
+        total = fixed + len(view) + transcript.total
+        if may_fold:
+            history_cap = int(budget * s.history_share)
+            if transcript.history_chars() > history_cap or total > budget:
+                room = budget - (total - transcript.history_chars()) - 2 * fold_summary_limit(budget)
+                fold = transcript.fold_count(max(0, min(history_cap // 2, room)), s.keep_turns)
+                if fold:
+                    request = ModelRequest(system=static_prompt, messages=[], tools=tools, context=view)
+                    return BuiltRequest(request, total, int(total / self.chars_per_token), 0, fold)
 
-        dropped = 0
-        if total > budget:
-            dropped, total = self._drop_turns(entries, chosen, sizes, total, budget)
+        messages = transcript.messages()
         if total > budget and memory.steps:
-            view, total = self._fold_view(memory, signals, dropped, fixed, sizes, budget)
-        elif dropped:
-            view += _dropped_note(dropped)
-            total += len(_dropped_note(dropped))
+            view, total = self._fold_view(memory, signals, fixed, transcript.total, budget)
         if total > budget:
-            total = self._cut_newest(chosen, sizes, obs_index, total, budget) + 0
+            total = self._cut_newest(messages, transcript, total, budget)
         if total > budget:
             fixed_tokens = int((fixed + len(view)) / self.chars_per_token)
-            rest_tokens = int(sum(sizes) / self.chars_per_token)
+            rest_tokens = int(transcript.total / self.chars_per_token)
             raise ConfigError(
                 f"The request budget of {s.request_tokens:,} tokens is too small: the system prompt and "
                 f"tool schemas take ~{fixed_tokens:,} tokens and the goal and conversation that cannot be "
                 f"left out ~{rest_tokens:,}. Raise limits.request_token_budget in steward.toml, or shorten "
                 "the goal."
             )
-        request = ModelRequest(
-            system=static_prompt, messages=[m for m in chosen if m is not None], tools=tools, context=view
-        )
-        return BuiltRequest(request, total, int(total / self.chars_per_token), elided, dropped)
-
-    def _elide(
-        self,
-        entries: list[Entry],
-        chosen: list[Message],
-        sizes: list[int],
-        obs_index: list[int],
-        total: int,
-        budget: int,
-    ) -> int:
-        s = self.settings
-        share = int(budget * s.observation_share)
-        kept = 0
-        elided = 0
-        cutoff = -1
-        for rank, i in enumerate(reversed(obs_index)):
-            size = sizes[i]
-            if rank < s.keep_recent or (kept + size <= share and i >= self._elided_upto):
-                kept += size
-                continue
-            cutoff = i
-            break
-        if cutoff < 0:
-            return 0
-        for i in obs_index:
-            if i > cutoff:
-                break
-            e = entries[i]
-            if e.elided is None:
-                assert isinstance(e.message, ToolResultMessage)
-                e.elided = _pointer(e.message)
-            chosen[i] = e.elided
-            sizes[i] = len(e.elided.content)  # type: ignore[union-attr]
-            elided += 1
-        self._elided_upto = max(self._elided_upto, cutoff + 1)
-        return elided
-
-    def _drop_turns(
-        self, entries: list[Entry], chosen: list[Message], sizes: list[int], total: int, budget: int
-    ) -> tuple[int, int]:
-        # Whole turns only (an assistant message with its tool results), never the goal
-        # (first message) nor the last two turns.
-        last_turn = entries[-1].turn if entries else 0
-        dropped_turns: set[int] = set()
-        for i, e in enumerate(entries):
-            if total <= budget or e.turn >= last_turn - 1:
-                break
-            if i == 0 or isinstance(e.message, UserMessage):
-                continue
-            total -= sizes[i]
-            sizes[i] = 0
-            chosen[i] = None  # type: ignore[call-overload]
-            dropped_turns.add(e.turn)
-        return len(dropped_turns), total
+        request = ModelRequest(system=static_prompt, messages=messages, tools=tools, context=view)
+        return BuiltRequest(request, total, int(total / self.chars_per_token), transcript.elided)
 
     def _fold_view(
-        self, memory: WorkingMemory, signals: str, dropped: int, fixed: int, sizes: list[int], budget: int
+        self, memory: WorkingMemory, signals: str, fixed: int, history: int, budget: int
     ) -> tuple[str, int]:
-        note = _dropped_note(dropped) if dropped else ""
-        rest = fixed + sum(sizes)
+        rest = fixed + history
         view = ""
         first = 0
         for _ in range(32):  # halve the shown steps until the view fits (bounded)
             first = len(memory.steps) - max(1, (len(memory.steps) - first) // 2)
-            view = memory.render_view(signals, output=_reference, first_step_shown=first) + note
+            view = memory.render_view(signals, output=_reference, first_step_shown=first)
             if rest + len(view) <= budget or first >= len(memory.steps) - 1:
                 break
         return view, rest + len(view)
 
-    def _cut_newest(
-        self, chosen: list[Message], sizes: list[int], obs_index: list[int], total: int, budget: int
-    ) -> int:
-        for i in obs_index:
-            message = chosen[i]
+    def _cut_newest(self, messages: list[Message], transcript: Transcript, total: int, budget: int) -> int:
+        """Cut the observations still sent in full in the middle, oldest first, until it fits."""
+        for i in transcript.verbatim():
+            message = messages[i]
             if total <= budget:
                 break
-            if not isinstance(message, ToolResultMessage) or message.content.startswith("[output elided"):
+            if not isinstance(message, ToolResultMessage):
                 continue
-            excess = total - budget
-            keep = max(200, sizes[i] - excess - 200)
-            if keep >= sizes[i]:
+            size = len(message.content)
+            keep = max(200, size - (total - budget) - 200)
+            if keep >= size:
                 continue
             cut = _cut(message, keep)
-            total += len(cut.content) - sizes[i]
-            chosen[i] = cut
-            sizes[i] = len(cut.content)
+            total += len(cut.content) - size
+            messages[i] = cut
         return total
 
 
-def _dropped_note(dropped: int) -> str:
-    return (
-        f"\n\n({dropped} earlier turns of this run are left out of the transcript to fit the request "
-        "budget; the working memory above keeps their plan, key facts and errors.)"
-    )
+def fold_summary_limit(budget_chars: int) -> int:
+    """The length asked of a fold's summary (what is written is kept to twice this)."""
+    return min(4_000, max(800, budget_chars // 10))
 
 
 def _reference(step: Step) -> str:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 from steward import signals as sig
-from steward.context import BuiltRequest, ContextBuilder
+from steward.context import BuiltRequest, ContextBuilder, fold_summary_limit
 from steward.errors import ApprovalRequired, ConfigError, ModelError
 from steward.events import (
     AnswerEvent,
@@ -285,10 +285,11 @@ class Loop:
             if self.core_memory is not None and len(self.core_memory):
                 static += "\n\n" + self.core_memory.render()
             built = self.context.build(static, st.memory, signal_text, st.transcript, tools)
-            if built.dropped_turns and self.settings.summarize_turns:
-                folds = self._fold("turns", st.transcript.foldable(self.settings.keep_turns))
-                events.extend([event async for event in folds])
-                built = self.context.build(static, st.memory, signal_text, st.transcript, tools)
+            if built.fold:  # the oldest turns outgrew their share: fold them into a summary first
+                events.extend([event async for event in self._fold("turns", built.fold)])
+                built = self.context.build(
+                    static, st.memory, signal_text, st.transcript, tools, may_fold=False
+                )
         except ConfigError as exc:
             return events, Fail("config_error", str(exc))
         except Exception as exc:  # a broken toolset (e.g. a crashed server) ends the run cleanly
@@ -716,9 +717,13 @@ class Loop:
             return
         first = tr.start + 1
         turns = f"turns {tr.entries[first].turn}-{tr.entries[first + count - 1].turn}"
-        budget = int(self.context.settings.request_tokens * self.context.chars_per_token)
-        limit = min(4_000, max(800, budget // 10))
-        compacted = await self._summary(kind, turns, tr.render(first, count), limit=limit)
+        budget = self.context.budget_chars
+        # The summariser's own request must fit the budget too: long entries are cut shorter.
+        cap = max(100, min(2_000, budget // 2 // count))
+        compacted = await self._summary(
+            kind, turns, tr.render(first, count, cap), limit=fold_summary_limit(budget),
+            by_model=kind != "turns" or self.settings.summarize_turns,
+        )  # fmt: skip
         if compacted is None:
             return
         text, event = compacted
@@ -732,10 +737,21 @@ class Loop:
         yield event
 
     async def _summary(
-        self, kind: str, ref: str, text: str, *, limit: int, task: str = "", what: str = ""
+        self,
+        kind: str,
+        ref: str,
+        text: str,
+        *,
+        limit: int,
+        task: str = "",
+        what: str = "",
+        by_model: bool = True,
     ) -> tuple[str, Event] | None:
-        """A summary and its event: the recorded one while rebuilding, else the model's."""
-        from steward.compression import summarize
+        """A summary and its event: the recorded one while rebuilding, else the model's.
+
+        Without ``by_model`` (summaries turned off) it is a mechanical excerpt, still recorded.
+        """
+        from steward.compression import excerpt, summarize
 
         if self.replay is not None:
             recorded = self.replay.peek()
@@ -743,6 +759,8 @@ class Loop:
                 return None  # the original run did not compress here; neither does its rebuild
             usage = Usage(**recorded.usage)
             written, by_model = recorded.text, recorded.by_model
+        elif not by_model:
+            written, usage = excerpt(text, limit), Usage()
         else:
             try:
                 summary = await self._within_time(

@@ -102,7 +102,6 @@ class LoopSettings:
     compact_skip_tools: frozenset[str] = frozenset({"recall_output", "read_file"})
     summarize_turns: bool = True
     summarize_failed_attempts: bool = True
-    keep_turns: int = 2  # the newest turns never folded into a summary
     run_timeout_s: float = 0.0
     """Seconds the run may spend running (time waiting for a human not counted); 0: no limit."""
 
@@ -158,7 +157,7 @@ def progress_report(st: RunState) -> str:
         open_ = [f"{t.id} {t.title}" for t in plan.sub_tasks if t.status != "done"]
         return f"Done: {'; '.join(done) or 'nothing'}. Not done: {'; '.join(open_) or 'nothing'}."
     last = next((s.summary for s in reversed(st.memory.steps) if s.summary), "")
-    unresolved = sum(1 for e in st.memory.errors if not e.resolved)
+    unresolved = st.memory.unresolved()
     return (
         f"Made {c.tool_calls} tool calls ({c.failed_tool_calls} failed, {unresolved} errors unresolved). "
         f"Last step: {last or '(none)'}. The goal was not confirmed as reached: {st.goal}"

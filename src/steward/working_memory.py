@@ -7,6 +7,7 @@ It is rebuilt into the system message before every model call as the
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -89,6 +90,44 @@ def inline_output(step: Step) -> str:
     return step.tool_output or ""
 
 
+#: How many of the newest step entries the view lists; older ones are folded into one line.
+VIEW_STEPS = 20
+#: How many key facts and errors the view lists (the newest); older ones are counted.
+VIEW_FACTS = 40
+VIEW_OPEN_ERRORS = 20
+VIEW_RESOLVED_ERRORS = 5
+
+
+@dataclass(slots=True)
+class Folded:
+    """A running tally of the step entries no longer listed in the view (grows in O(1) per step)."""
+
+    count: int = 0
+    first: int = 0
+    last: int = 0
+    acts: int = 0
+    failed: int = 0
+    tools: Counter[str] = field(default_factory=Counter)
+
+    def add(self, s: Step) -> None:
+        if not self.count:
+            self.first = s.step
+        self.count, self.last = self.count + 1, s.step
+        if s.tool_name:
+            self.acts += 1
+            self.tools[s.tool_name] += 1
+        self.failed += s.tool_status == "failed"
+
+    def line(self) -> str:
+        tools = ", ".join(f"{name} ×{n}" for name, n in self.tools.most_common(5))
+        more = f", {len(self.tools) - 5} other tools" if len(self.tools) > 5 else ""
+        used = f", tools: {tools}{more}" if tools else ""
+        return (
+            f"  [Steps {self.first}-{self.last}] {self.count} older entries folded ({self.acts} tool calls, "
+            f"{self.failed} failed){used}; plan, key facts and errors above keep what matters."
+        )
+
+
 @dataclass(slots=True)
 class WorkingMemory:
     run_id: str
@@ -96,11 +135,23 @@ class WorkingMemory:
     steps: list[Step] = field(default_factory=list)
     errors: list[ErrorEntry] = field(default_factory=list)
     facts: list[Fact] = field(default_factory=list)
+    #: The newest step entries listed in the view; the rest are folded as the run goes.
+    view_steps: int = VIEW_STEPS
+    _folded: Folded = field(default_factory=Folded, repr=False, compare=False)
+    _open: list[ErrorEntry] = field(default_factory=list, repr=False, compare=False)
+    _by_call: dict[str, Step] = field(default_factory=dict, repr=False, compare=False)
 
     # --- updates (seed 000's AgentWorkingMemory) ---
 
     def add_step(self, entry: Step) -> None:
         self.steps.append(entry)
+        if entry.call_id:
+            self._by_call[entry.call_id] = entry
+        # Fold as the run goes, so the view (and its cost) stays the same size at any length.
+        while len(self.steps) - self._folded.count > self.view_steps:
+            old = self.steps[self._folded.count]
+            self._folded.add(old)
+            old.rendered = None
 
     def set_plan(self, goal: str, sub_tasks: Iterable[tuple[int, str, Sequence[int]]]) -> Plan:
         """Install a new plan version; the first sub-task whose dependencies are met is current."""
@@ -131,12 +182,15 @@ class WorkingMemory:
 
     def add_error(self, entry: ErrorEntry) -> None:
         self.errors.append(entry)
+        if not entry.resolved:
+            self._open.append(entry)
 
     def resolve_error(self, step: int, resolution_summary: str) -> None:
-        for entry in self.errors:
-            if entry.step == step and not entry.resolved:
+        for entry in self._open:
+            if entry.step == step:
                 entry.resolved = True
                 entry.resolution_summary = resolution_summary
+        self._open = [e for e in self._open if not e.resolved]
 
     def failed_current_sub_task(self) -> int | None:
         plan = self.plan
@@ -146,13 +200,17 @@ class WorkingMemory:
         return task.id if task is not None and task.status == "failed" else None
 
     def last_unresolved_error(self) -> ErrorEntry | None:
-        return next((e for e in reversed(self.errors) if not e.resolved), None)
+        return self._open[-1] if self._open else None
+
+    def unresolved(self) -> int:
+        return len(self._open)
 
     def add_key_facts(self, facts: Iterable[Fact]) -> None:
-        self.facts.extend(facts)
+        known = {f.fact for f in self.facts[-VIEW_FACTS:]}
+        self.facts.extend(f for f in facts if f.fact not in known)  # a fact said again adds nothing
 
     def find_output(self, call_id: str) -> Step | None:
-        return next((s for s in reversed(self.steps) if s.call_id == call_id), None)
+        return self._by_call.get(call_id)
 
     # --- the view ---
 
@@ -165,23 +223,41 @@ class WorkingMemory:
     ) -> str:
         """Render seed 000's ``--- Agent Working Memory ---`` block.
 
-        ``first_step_shown`` lets the context builder fold the oldest step entries into one
-        line when the view itself would crowd the request budget.
+        Only the newest ``view_steps`` step entries are listed; older ones are folded into one
+        line as the run goes, so the view has the same size at step 50 and at step 10,000.
+        ``first_step_shown`` folds more of them when the view itself would crowd the budget.
         """
         parts = ["--- Agent Working Memory ---"]
         if self.plan is not None:
             parts.append(_render_plan(self.plan))
         if self.facts:
-            lines = ["[Key Facts]"]
-            lines.extend(f"  • {f.fact}  [step {f.source_step}]" for f in self.facts)
-            parts.append("\n".join(lines))
+            parts.append(_render_facts(self.facts))
         if self.steps:
-            parts.append(_render_steps(self.steps, output, first_step_shown))
-        parts.append(_render_errors(self.errors))
+            parts.append(self._render_steps(output, first_step_shown))
+        parts.append(_render_errors(self.errors, self._open))
         if signals:
             parts.append("[Context Signals]\n" + "\n".join(f"  {line}" for line in signals.splitlines()))
         parts.append("--- End Agent Working Memory ---")
         return "\n\n".join(parts)
+
+    def _render_steps(self, output: OutputRenderer, first_shown: int) -> str:
+        lines = ["[Steps]"]
+        folded, steps = self._folded, self.steps
+        first = max(first_shown, folded.count)
+        if first > folded.count:  # an emergency fold beyond the running one: tally a copy
+            folded = Folded(folded.count, folded.first, folded.last, folded.acts, folded.failed,
+                            Counter(folded.tools))  # fmt: skip
+            for s in steps[folded.count : first]:
+                folded.add(s)
+        if folded.count:
+            lines.append(folded.line())
+        for s in steps[first:]:
+            cached = s.rendered
+            if cached is None or cached[0] is not output:
+                cached = (output, _render_step(s, output))
+                s.rendered = cached
+            lines.append(cached[1])
+        return "\n".join(lines)
 
 
 def _render_plan(plan: Plan) -> str:
@@ -203,22 +279,11 @@ def _render_plan(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def _render_steps(steps: Sequence[Step], output: OutputRenderer, first_shown: int) -> str:
-    lines = ["[Steps]"]
-    hidden = [s for s in steps[:first_shown]]
-    if hidden:
-        acts = sum(1 for s in hidden if s.tool_name)
-        failed = sum(1 for s in hidden if s.tool_status == "failed")
-        lines.append(
-            f"  [Steps {hidden[0].step}-{hidden[-1].step}] {len(hidden)} older entries folded "
-            f"({acts} tool calls, {failed} failed); plan, key facts and errors above keep what matters."
-        )
-    for s in steps[first_shown:]:
-        cached = s.rendered
-        if cached is None or cached[0] is not output:
-            cached = (output, _render_step(s, output))
-            s.rendered = cached
-        lines.append(cached[1])
+def _render_facts(facts: Sequence[Fact]) -> str:
+    lines = ["[Key Facts]"]
+    if len(facts) > VIEW_FACTS:
+        lines.append(f"  ({len(facts) - VIEW_FACTS} earlier facts are in the run's log)")
+    lines.extend(f"  • {f.fact}  [step {f.source_step}]" for f in facts[-VIEW_FACTS:])
     return "\n".join(lines)
 
 
@@ -235,11 +300,19 @@ def _render_step(s: Step, output: OutputRenderer) -> str:
     return "\n".join(lines)
 
 
-def _render_errors(errors: Sequence[ErrorEntry]) -> str:
+def _render_errors(errors: Sequence[ErrorEntry], unresolved: Sequence[ErrorEntry]) -> str:
+    """Every unresolved error (the newest ``VIEW_OPEN_ERRORS``) and the newest resolved ones."""
     if not errors:
         return "[Errors]\n  (none)"
     lines = ["[Errors]"]
-    for e in errors:
+    resolved: list[ErrorEntry] = []
+    for e in reversed(errors[-(VIEW_RESOLVED_ERRORS + VIEW_OPEN_ERRORS) :]):
+        if e.resolved and len(resolved) < VIEW_RESOLVED_ERRORS:
+            resolved.append(e)
+    shown = sorted([*resolved, *unresolved[-VIEW_OPEN_ERRORS:]], key=lambda e: e.step)
+    if len(shown) < len(errors):
+        lines.append(f"  ({len(errors) - len(shown)} other errors are in the run's log)")
+    for e in shown:
         where = f"[step {e.step}] {e.tool_name}: " if e.tool_name else f"[step {e.step}] "
         first_line = error_summary(e.error_message)
         if e.resolved:
