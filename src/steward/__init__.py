@@ -35,10 +35,10 @@ _WHERE = {
     "ModelRequest": "steward.models.base",
     "ModelResponse": "steward.models.base",
     "PrefixedToolset": "steward.tools.base",
-    "Run": "steward.agent",
+    "Run": "steward.run",
     "RunError": "steward.errors",
-    "RunResult": "steward.agent",
-    "RunStream": "steward.agent",
+    "RunResult": "steward.run",
+    "RunStream": "steward.run",
     "ScriptError": "steward.errors",
     "ScriptedModel": "steward.models.scripted",
     "StewardError": "steward.errors",
@@ -107,12 +107,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from steward.agent import Agent, Run, RunResult, RunStream
+    from steward.agent import Agent
     from steward.config import Config, Limits, load_config
     from steward.errors import ConfigError, ModelError, RunError, ScriptError, StewardError, ToolError
     from steward.events import Event, decode_event, encode_event
     from steward.models.base import Model, ModelRequest, ModelResponse, Usage
     from steward.models.scripted import FunctionModel, ScriptedModel
+    from steward.run import Run, RunResult, RunStream
     from steward.tools.base import (
         CombinedToolset,
         FilteredToolset,

@@ -7,22 +7,29 @@ that run's state; a run that waits for a human is answered through ``Run.answer`
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from steward.config import Config, Limits, ProviderSettings
 from steward.context import BudgetSettings, ContextBuilder
-from steward.errors import ConfigError, StoreError
+from steward.errors import ConfigError
 from steward.events import Event, RunStart
 from steward.loop import Loop
-from steward.models.base import AssistantMessage, Model, Usage
-from steward.phases import PHASE_GUIDE, EndStatus
-from steward.run_state import LoopSettings, Pending, RunState
+from steward.models.base import AssistantMessage, Model
+from steward.phases import PHASE_GUIDE
+from steward.run import (
+    Run,
+    RunResult,
+    RunStream,
+    check_goal,
+    check_workspace,
+    owner_alive,
+    process_owner,
+)
+from steward.run_state import LoopSettings, RunState
 from steward.signals import LoopCounters
 from steward.tools.base import (
     CombinedToolset,
@@ -37,6 +44,18 @@ from steward.tools.base import (
 from steward.tools.recall import recall_toolset
 from steward.working_memory import WorkingMemory
 
+# Run and its helpers live in ``steward.run``; they are named here too for older imports.
+__all__ = [
+    "Agent",
+    "Run",
+    "RunResult",
+    "RunStream",
+    "check_goal",
+    "check_workspace",
+    "owner_alive",
+    "process_owner",
+]
+
 if TYPE_CHECKING:
     from steward.mcp.toolset import McpToolset
     from steward.memory.blocks import CoreMemory, MemoryBlock
@@ -44,333 +63,7 @@ if TYPE_CHECKING:
     from steward.safety.policy import Policy
     from steward.safety.secrets import SecretWatch
     from steward.session import History
-    from steward.store.events import EventStore, RunLog
-
-# Events that must be durable before the run goes on: a tool is about to run, a human's
-# decision is about to be acted on, or the process may stop here.
-_BARRIERS = frozenset({"run_start", "tool_use", "approval_result", "answer", "waiting", "done"})
-
-
-def check_goal(goal: str) -> None:
-    if not goal.strip():
-        raise ConfigError(
-            'The goal is empty. Say what the agent should do, e.g. steward run "fix the tests".'
-        )
-
-
-def check_workspace(workspace: str | Path) -> Path:
-    """The workspace as an absolute path, or a ``ConfigError`` naming the fix."""
-    try:
-        ws = Path(workspace).resolve()
-        usable = ws.is_dir() and os.access(ws, os.R_OK | os.X_OK)
-    except OSError:
-        usable = False
-    if not usable:
-        raise ConfigError(
-            f"Workspace '{workspace}' is not a directory this user can read. "
-            "Pass --workspace DIR or cd into one."
-        )
-    return ws
-
-
-def process_owner() -> str:
-    """Who runs a run, as recorded in the store: ``host:pid:start`` (start tells reused pids apart)."""
-    import socket
-
-    from steward._proc import process_start
-
-    return f"{socket.gethostname()}:{os.getpid()}:{process_start(os.getpid()) or ''}"
-
-
-def owner_alive(owner: str) -> bool:
-    """Whether the recorded owner of a run is a live process other than this one.
-
-    Only processes on this host can be checked; one elsewhere is taken to be alive. A zombie,
-    or another process that got the same pid later, is not the owner.
-    """
-    import socket
-
-    from steward._proc import pid_alive
-
-    host, _, rest = owner.partition(":")
-    if host != socket.gethostname():
-        return True
-    pid_text, _, start = rest.partition(":")
-    try:
-        pid = int(pid_text)
-    except ValueError:
-        return False
-    if pid == os.getpid():
-        return False
-    return pid_alive(pid, start or None)
-
-
-@dataclass(slots=True)
-class RunResult:
-    """Where a run stands after ``run``/``answer`` returned."""
-
-    run: Run
-    status: str  # done | waiting | failed | cancelled
-    end_status: EndStatus | None
-    output: str
-    steps: int
-    usage: Usage
-    pending: Pending | None = None
-
-    @property
-    def waiting(self) -> bool:
-        return self.status == "waiting"
-
-    @property
-    def solved(self) -> bool:
-        return self.status == "done" and self.end_status == "solved"
-
-    @property
-    def question(self) -> str | None:
-        return self.pending.question if self.pending else None
-
-
-class Run:
-    """One execution of the loop for one goal. Not started until streamed or awaited."""
-
-    def __init__(
-        self,
-        loop: Loop,
-        *,
-        model_name: str,
-        max_steps: int,
-        remember: Callable[[str], None] | None = None,
-        store: EventStore | None = None,
-        prepare: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        self._prepare = prepare
-        self._loop = loop
-        self._store = store
-        self._log: RunLog | None = None
-        self._suspended: AsyncIterator[Event] | None = None  # the loop, stopped where a rebuild ended
-        self._closing: Event | None = None  # the done event of a cancelled run
-        self._model_name = model_name
-        self._max_steps = max_steps
-        self._started = False
-        self._remember = remember
-
-    @property
-    def id(self) -> str:
-        return self._loop.state.run_id
-
-    @property
-    def state(self) -> RunState:
-        return self._loop.state
-
-    @property
-    def status(self) -> str:
-        return self._loop.state.status
-
-    @property
-    def pending(self) -> Pending | None:
-        return self._loop.state.pending
-
-    @property
-    def store_backed(self) -> bool:
-        """Whether the run is recorded, so it can be resumed or answered from another process."""
-        return self._store is not None
-
-    def stream(self) -> AsyncIterator[Event]:
-        """Run until done, failed or waiting, yielding every event."""
-        events, self._suspended = self._suspended or self._events(), None
-        return self._recorded(events)
-
-    async def _recorded(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-        """Record each new event of the log in the store (when there is one) as it is shown.
-
-        Events are queued to the store's writer as they come; the stream waits for them to be
-        durable only at a barrier (before a tool runs, when the run waits or ends), so a crash
-        can lose only events the run can make again, never the record of a side effect.
-        """
-        store = self._store
-        if store is None:
-            async for event in events:
-                yield event
-            return
-        st = self._loop.state
-        if self._log is None:
-            if self._prepare is not None:
-                await self._prepare()
-            await store.create_run(
-                st.run_id, goal=st.goal, session_id=st.session_id, workspace=str(st.workspace),
-                model=self._model_name, owner=process_owner(),
-            )  # fmt: skip
-            self._log = store.log(st.run_id, session_id=st.session_id, last_seq=0)
-        log = self._log
-        if st.status == "running":  # going on (again): this process owns the run now
-            log.status("running", owner=process_owner())
-        try:
-            async for event in events:
-                if event.seq > log.last_seq:
-                    log.add(event)
-                    if event.type in _BARRIERS:
-                        if event.type in ("waiting", "done"):  # one transaction with the event
-                            log.status(st.status, st.end_status, output=st.output)
-                        await log.flush()
-                elif event.seq:  # rebuilt from the log: recorded and shown before
-                    continue
-                yield event
-        finally:
-            await self._close(events, log)
-
-    async def _close(self, events: AsyncIterator[Event], log: RunLog) -> None:
-        """After a stream: record how the run stands now (and a cancellation, as its ending)."""
-        st = self._loop.state
-        # Close the loop now, not whenever it is collected: its own cleanup decides whether the
-        # run was cancelled, and a cancellation belongs in the log like any other ending.
-        close = getattr(events, "aclose", None)
-        if close is not None:
-            await close()
-        if log.error is not None:
-            return
-        with contextlib.suppress(StoreError):  # a closed or broken store: resume recovers
-            if st.status == "cancelled" and self._closing is None:
-                self._closing = self._loop.cancel()
-                log.add(self._closing)
-            owner = process_owner() if st.status == "running" else None
-            log.status(st.status, st.end_status, output=st.output, owner=owner)
-            await log.flush()
-
-    async def _rebuild(self, events: list[Event], last_seq: int) -> None:
-        """Bring this run to where its log ends, running the loop against the log."""
-        from steward.events import AnswerEvent, ApprovalResultEvent
-        from steward.replay import Replay, ReplayError
-
-        loop = self._loop
-        loop.replay = Replay(self.id, events, last_seq)
-        if self._store is not None:
-            self._log = self._store.log(self.id, session_id=self.state.session_id, last_seq=last_seq)
-        stream = self._events()
-        # Bounded by the log: each pass consumes at least one recorded event or ends.
-        for _ in range(len(events) + 2):
-            if not loop.rebuilding():
-                break
-            async for _event in stream:
-                if not loop.rebuilding():
-                    break  # the log is used up: the loop stays suspended right here
-            else:
-                # The loop paused for a human and the log goes on with the answer given then.
-                match recorded := loop.next_recorded():
-                    case ApprovalResultEvent(decision=decision, reason=reason, by=by):
-                        loop.decide(decision == "approved", reason=reason, by=by)
-                    case AnswerEvent(answer=answer):
-                        loop.answer(answer)
-                    case None:
-                        break
-                    case _:
-                        raise ReplayError(
-                            f"cannot rebuild the run: at seq {recorded.seq} the log has "
-                            f"'{recorded.type}' where a human's answer belongs",
-                            run_id=self.id,
-                            status="diverged",
-                        )
-                stream = self._events()
-        if self.state.status == "waiting":
-            self._suspended = None
-        else:
-            self._suspended = stream
-
-    async def _events(self) -> AsyncIterator[Event]:
-        st = self._loop.state
-        if st.status == "waiting":  # e.g. a run resumed while it waits: nothing to do yet
-            return
-        if st.status != "running":
-            raise RuntimeError(f"run {st.run_id} is {st.status}; start a new run")
-        if not self._started:
-            self._started = True
-            yield self._loop.emit(
-                RunStart(
-                    goal=st.goal,
-                    model=self._model_name,
-                    workspace=str(st.workspace),
-                    max_steps=self._max_steps,
-                )
-            )
-        finished = False
-        try:
-            async for event in self._loop.run():
-                yield event
-            finished = True
-        finally:
-            # Cancelled, or abandoned by its consumer: either way this run will not go on.
-            if not finished and st.status == "running":
-                st.status = "cancelled"
-
-    def cancelled(self) -> Event:
-        """Mark the run cancelled (its task was cancelled) and return the closing event."""
-        if self._closing is None:
-            self._closing = self._loop.cancel()
-        return self._closing
-
-    async def result(self) -> RunResult:
-        """Run to the end (or the next pause) and return where it stands."""
-        async for _ in self.stream():
-            pass
-        return self.snapshot()
-
-    def snapshot(self) -> RunResult:
-        st = self._loop.state
-        return RunResult(self, st.status, st.end_status, st.output, st.counters.step, st.usage, st.pending)
-
-    def answer_stream(self, text: str) -> AsyncIterator[Event]:
-        """Answer the pending question and continue, yielding events (the answer first)."""
-        return self._recorded(_prepend(self._loop.answer(text), self._events()))
-
-    async def answer(self, text: str) -> RunResult:
-        """Answer the pending question and run on; returns the new result."""
-        async for _ in self.answer_stream(text):
-            pass
-        return self.snapshot()
-
-    def _check_pending(self, approval_id: str | None) -> Pending:
-        pending = self._loop.state.pending
-        if pending is None or pending.approval is None:
-            raise RuntimeError(f"run {self.id} is {self.status}, not waiting for an approval")
-        if approval_id is not None and approval_id != pending.id:
-            raise RuntimeError(f"run {self.id} waits for approval {pending.id}, not {approval_id}")
-        return pending
-
-    def approve_stream(
-        self, approval_id: str | None = None, *, remember: bool = False
-    ) -> AsyncIterator[Event]:
-        """Approve the pending call (once, or ``remember`` its rule) and go on, yielding events.
-
-        Past the approval's deadline its default action applies instead.
-        """
-        pending = self._check_pending(approval_id)
-        result = self._loop.resolve_approval(True)
-        suggestion = pending.approval.suggestion if pending.approval else None
-        if remember and suggestion and self._remember and result.decision == "approved":
-            self._remember(suggestion)
-        return self._recorded(_prepend(result, self._events()))
-
-    def deny_stream(self, approval_id: str | None = None, reason: str = "") -> AsyncIterator[Event]:
-        """Deny the pending call; the model is told, with ``reason``, and goes on."""
-        self._check_pending(approval_id)
-        return self._recorded(_prepend(self._loop.resolve_approval(False, reason=reason), self._events()))
-
-    def expire_stream(self) -> AsyncIterator[Event]:
-        """Apply the pending approval's default action now (its deadline passed)."""
-        self._check_pending(None)
-        event = self._loop.resolve_approval(False, reason="no answer before the deadline", by="timeout")
-        return self._recorded(_prepend(event, self._events()))
-
-    async def approve(self, approval_id: str | None = None, *, remember: bool = False) -> RunResult:
-        """Approve the pending call and run on; returns the new result."""
-        async for _ in self.approve_stream(approval_id, remember=remember):
-            pass
-        return self.snapshot()
-
-    async def deny(self, approval_id: str | None = None, reason: str = "") -> RunResult:
-        """Deny the pending call and run on; returns the new result."""
-        async for _ in self.deny_stream(approval_id, reason):
-            pass
-        return self.snapshot()
+    from steward.store.events import EventStore
 
 
 def _static_prompt(name: str, instructions: str) -> str:
@@ -649,7 +342,7 @@ class Agent:
         """
         from steward.errors import RunError, StewardError
         from steward.events import DoneEvent, ErrorEvent
-        from steward.replay import resumable_prefix
+        from steward.recovery import resumable_prefix
 
         store = self.store
         if store is None:
@@ -814,28 +507,6 @@ class Agent:
     def run_stream(self, goal: str, *, workspace: str | Path = ".") -> RunStream:
         """The run's events as they happen; ``.run`` is the run, to answer it when it waits."""
         return RunStream(self.start(goal, workspace=workspace))
-
-
-class RunStream:
-    """Async-iterable events of one run, with the ``Run`` at hand."""
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self._events = run.stream()
-
-    def __aiter__(self) -> AsyncIterator[Event]:
-        return self._events
-
-
-async def _prepend(first: Event, rest: AsyncIterator[Event]) -> AsyncIterator[Event]:
-    try:
-        yield first
-        async for event in rest:
-            yield event
-    finally:  # closing this closes the run's stream too (see Run._close)
-        close = getattr(rest, "aclose", None)
-        if close is not None:
-            await close()
 
 
 def _recaller(memory: WorkingMemory) -> Callable[[str], str | None]:

@@ -17,9 +17,18 @@ a mechanical excerpt, so compression never stops a run.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from steward.events import CompactionEvent
 from steward.models.base import Model, ModelRequest, Usage, UserMessage
+
+if TYPE_CHECKING:
+    from steward.clock import Clock
+    from steward.context import ContextBuilder
+    from steward.run_state import RunState
+    from steward.tools.base import ToolResult
 
 SUMMARY = "summary"  # the purpose of a summarising request (``ModelRequest.purpose``)
 
@@ -86,3 +95,106 @@ def excerpt(text: str, limit: int) -> str:
     head = max(1, limit * 3 // 5)
     tail = max(1, limit - head - 40)
     return f"{text[:head]}\n[... {len(text) - head - tail:,} chars omitted ...]\n{text[-tail:]}"
+
+
+class Compressor:
+    """Compression inside one run: large outputs, old turns, a failed attempt.
+
+    Each returns the ``compaction`` event to record (the caller stamps and emits it), or None
+    when nothing was compressed (no time was left to ask the model). Summaries are asked of the
+    run's model within the run's time; a rebuilt run's model answers from the log.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        state: RunState,
+        context: ContextBuilder,
+        clock: Clock,
+        *,
+        output_chars: int,
+        skip_tools: frozenset[str],
+        summarize_turns: bool,
+    ) -> None:
+        self.model, self.state, self.context, self.clock = model, state, context, clock
+        self.output_chars, self.skip_tools, self.summarize_turns = output_chars, skip_tools, summarize_turns
+
+    def compactable(self, tool: str, result: ToolResult) -> bool:
+        from steward.rules.marks import split_rules
+
+        limit = self.output_chars
+        if not limit or len(result.content) <= limit or tool in self.skip_tools:
+            return False
+        return len(split_rules(result.content)[0]) > limit  # the rules appended do not count
+
+    async def output(
+        self, call_id: str, tool: str, arguments: Mapping[str, Any], result: ToolResult
+    ) -> CompactionEvent | None:
+        """Replace a large output in the transcript by the model's digest of it."""
+        from steward.rules.marks import split_rules
+        from steward.working_memory import compact_json
+
+        size, mem = len(result.content), self.state.memory
+        current = mem.plan.get(mem.plan.current_sub_task) if mem.plan and mem.plan.current_sub_task else None
+        body, rules = split_rules(result.content)  # nested rules are given once: kept verbatim
+        compacted = await self._summary(
+            "tool_output", call_id, body, limit=self.output_chars // 2,
+            task=current.title if current else "", what=f"{tool} {compact_json(dict(arguments))[:300]}",
+        )  # fmt: skip
+        if compacted is None:
+            return None
+        pointer = f'recall_output(call_id="{call_id}")'
+        heading = f"[{tool} output of {size:,} chars, compacted by the model; {pointer} returns all of it]"
+        self.state.transcript.replace_result(call_id, f"{heading}\n{compacted.text}{rules}")
+        return compacted
+
+    async def fold(self, kind: str, count: int) -> CompactionEvent | None:
+        """Fold ``count`` transcript entries after the goal into a summary (``turns``/``attempt``)."""
+        from steward.context import fold_summary_limit
+
+        tr = self.state.transcript
+        if count <= 0:
+            return None
+        first = tr.start + 1
+        turns = f"turns {tr.entries[first].turn}-{tr.entries[first + count - 1].turn}"
+        budget = self.context.budget_chars
+        # The summariser's own request must fit the budget too: long entries are cut shorter.
+        cap = max(100, min(2_000, budget // 2 // count))
+        compacted = await self._summary(
+            kind, turns, tr.render(first, count, cap), limit=fold_summary_limit(budget),
+            by_model=kind != "turns" or self.summarize_turns,
+        )  # fmt: skip
+        if compacted is None:
+            return None
+        heading = (
+            "[The previous attempt, summarised before re-planning; the plan, key facts and errors are in "
+            "the working memory]"
+            if kind == "attempt"
+            else f"[Summary of earlier {turns} of this run, written to save context]"
+        )
+        tr.fold(count, f"{heading}\n{compacted.text}")
+        return compacted
+
+    async def _summary(
+        self, kind: str, ref: str, text: str, *, limit: int, task: str = "", what: str = "",
+        by_model: bool = True,
+    ) -> CompactionEvent | None:  # fmt: skip
+        """The model's summary (a mechanical excerpt without ``by_model``), as its event."""
+        from steward.clock import OutOfTime, within
+
+        if by_model:
+            goal = self.state.goal
+            try:
+                summary = await within(
+                    self.clock,
+                    lambda: summarize(self.model, kind, text, goal=goal, limit=limit, task=task, what=what),
+                )
+            except OutOfTime:
+                return None  # no time left to summarise: the text stays; the run ends at the next check
+        else:
+            summary = Summary(excerpt(text, limit), Usage(), by_model=False)
+        self.state.usage.add(summary.usage)
+        return CompactionEvent(
+            kind=kind, ref=ref, chars_before=len(text), text=summary.text, by_model=summary.by_model,
+            usage=summary.usage.as_dict(),
+        )  # fmt: skip

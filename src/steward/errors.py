@@ -36,10 +36,14 @@ class ModelError(StewardError):
     server errors, timeouts) once the provider's own bounded retries are used up.
     """
 
-    def __init__(self, message: str, *, provider: str = "", retryable: bool = False) -> None:
+    def __init__(
+        self, message: str, *, provider: str = "", retryable: bool = False, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.provider = provider
         self.retryable = retryable
+        #: Seconds to wait before trying again, when known better than the loop's backoff.
+        self.retry_after = retry_after
 
 
 class ScriptError(ModelError):
@@ -62,6 +66,7 @@ class ApprovalRequired(StewardError):  # noqa: N818 - control flow: the run paus
         reason: str,
         suggestion: str | None,
         description: str = "",
+        deadline: float | None = None,
     ) -> None:
         super().__init__(f"{tool} needs approval: {reason}")
         self.tool = tool
@@ -71,6 +76,8 @@ class ApprovalRequired(StewardError):  # noqa: N818 - control flow: the run paus
         self.suggestion = suggestion
         #: What the tool says it does, shown to the human (MCP tools: the server's own words).
         self.description = description
+        #: When the approval expires (epoch seconds); None: the run's approval timeout from now.
+        self.deadline = deadline
 
 
 class RunError(StewardError):

@@ -7,15 +7,26 @@ changes this state; events record how it changed.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from steward import signals as sig
 from steward.context import Transcript
-from steward.models.base import ToolCall, Usage
-from steward.phases import EndStatus
-from steward.working_memory import WorkingMemory
+from steward.errors import ApprovalRequired
+from steward.events import (
+    AnswerEvent,
+    ApprovalGateEvent,
+    ApprovalResultEvent,
+    ErrorEvent,
+    SignalEvent,
+    ToolResultEvent,
+)
+from steward.models.base import ToolCall, ToolResultMessage, Usage
+from steward.phases import AGENT_STEP, EndStatus
+from steward.tools.base import ToolResult
+from steward.working_memory import ErrorEntry, Step, WorkingMemory, compact_json
 
 # --- outcomes -------------------------------------------------------------------------------
 
@@ -82,7 +93,6 @@ class Resume:
     approved: bool
     reason: str
     expired: bool = False
-    from_log: bool = False  # the decision was recorded by an earlier process (a rebuilt run)
 
 
 @dataclass(slots=True)
@@ -127,8 +137,101 @@ class RunState:
     empty_replies: int = 0
     call_ids: set[str] = field(default_factory=set)
     resume: Resume | None = None
-    #: Seconds spent running in this process so far, up to the last pause (see ``Loop``'s clock).
+    #: Seconds spent running in this process so far, up to the last pause (the loop's clock).
     run_time_s: float = 0.0
+
+    # --- what a step leaves behind (the loop decides; these record) ---
+
+    def reply(self, call: ToolCall, content: str, *, error: bool = False, observation: bool = False) -> None:
+        """The result the model reads for ``call``."""
+        result = ToolResultMessage(call.id, call.name, content, error)
+        self.transcript.add_tool_result(result, observation=observation)
+
+    def record_call(
+        self, call: ToolCall, tool: str, arguments: dict[str, Any], thinking: str, summary: str,
+        result: ToolResult, duration: float,
+    ) -> ToolResultEvent:  # fmt: skip
+        """Record a finished call everywhere it belongs; its ``tool_result`` event."""
+        n = self.counters.step
+        category = (result.category or sig.categorize_error(result.content)) if result.is_error else None
+        status: Literal["success", "failed"] = "failed" if result.is_error else "success"
+        self.memory.add_step(
+            Step(n, "act", thinking, summary, tool, arguments, result.content, status, duration, call.id)
+        )
+        if result.is_error:
+            self.memory.add_error(ErrorEntry(n, result.content, tool, category or "runtime"))
+        self.counters.record_act(f"{tool} {compact_json(arguments)}", result.is_error, category)
+        self.reply(call, result.content, error=result.is_error, observation=True)
+        return ToolResultEvent(
+            step=n, call_id=call.id, tool=tool, status="failed" if result.is_error else "completed",
+            output=result.content, duration_ms=round(duration, 3), error_category=category,
+        )  # fmt: skip
+
+    def record_bad_call(self, call: ToolCall, message: str) -> ErrorEvent:
+        """A call the model must fix (bad arguments, a malformed step); its ``error`` event."""
+        n = self.counters.step
+        self.memory.add_error(ErrorEntry(n, message, call.name, "invalid_input"))
+        if call.name == AGENT_STEP:  # a malformed step is not an action: no tool ran
+            self.counters.record_non_act("invalid")
+            self.counters.errors_by_category["invalid_input"] += 1
+        else:
+            self.counters.record_act(
+                f"{call.name} {compact_json(dict(call.arguments))}", True, "invalid_input"
+            )
+        self.reply(call, message, error=True)
+        return ErrorEvent(code="invalid_tool_call", message=message, recoverable=True)
+
+    def signals(self, repeat_threshold: int) -> list[sig.Signal]:
+        return sig.compute(
+            self.counters,
+            repeat_threshold=repeat_threshold,
+            failed_sub_task=self.memory.failed_current_sub_task(),
+        )
+
+    def new_warnings(self, repeat_threshold: int) -> list[SignalEvent]:
+        """The warnings that appeared with this step (each is announced once, when it first shows)."""
+        warnings = {s.code: s for s in self.signals(repeat_threshold) if s.level == "warning"}
+        new = [SignalEvent(code=s.code, level=s.level, message=s.message) for c, s in warnings.items()
+               if c not in self.raised]  # fmt: skip
+        self.raised = frozenset(warnings)
+        return new
+
+
+def pending_approval(
+    request: ApprovalRequired, call: ToolCall, thinking: str, summary: str, settings: LoopSettings, seq: int
+) -> Pending:
+    """What the run waits for when a call needs a human's approval."""
+    approval = Approval(
+        tool=request.tool,
+        arguments=request.arguments,
+        call_hash=request.call_hash,
+        reason=request.reason,
+        suggestion=request.suggestion,
+        description=request.description,
+        deadline=request.deadline
+        if request.deadline is not None
+        else time.time() + settings.approval_timeout_s,
+        default=settings.approval_default,
+        call=call,
+        thinking=thinking,
+        summary=summary,
+    )
+    question = f"Allow {request.tool} {compact_json(request.arguments)}? ({request.reason})"
+    return Pending(f"a-{request.call_hash[:12]}-{seq}", "approval", question, call.id, approval)
+
+
+def gate_event(pending_id: str, a: Approval) -> ApprovalGateEvent:
+    return ApprovalGateEvent(
+        id=pending_id,
+        tool=a.tool,
+        input=a.arguments,
+        reason=a.reason,
+        deadline=a.deadline,
+        default=a.default,
+        suggestion=a.suggestion,
+        call_hash=a.call_hash,
+        description=a.description,
+    )
 
 
 def limit_outcome(st: RunState) -> Finish:
@@ -162,3 +265,47 @@ def progress_report(st: RunState) -> str:
         f"Made {c.tool_calls} tool calls ({c.failed_tool_calls} failed, {unresolved} errors unresolved). "
         f"Last step: {last or '(none)'}. The goal was not confirmed as reached: {st.goal}"
     )
+
+
+# --- a human's answers ---------------------------------------------------------------------
+
+
+def resolve_approval(
+    st: RunState, approved: bool, *, reason: str = "", by: str = "user"
+) -> ApprovalResultEvent:
+    """The decision on the pending approval; past its deadline the default action applies instead."""
+    pending = st.pending
+    if st.status != "waiting" or pending is None or pending.approval is None:
+        raise RuntimeError(f"run {st.run_id} is {st.status}, not waiting for an approval")
+    approval = pending.approval
+    if time.time() > approval.deadline:
+        approved, by = approval.default == "allow", "timeout"
+        reason = reason or f"the approval expired; the default is to {approval.default}"
+    return decide(st, approved, reason=reason, by=by)
+
+
+def decide(st: RunState, approved: bool, *, reason: str, by: str) -> ApprovalResultEvent:
+    """Record the decision on the pending approval (the loop acts on it when run next); its event."""
+    pending = st.pending
+    assert pending is not None and pending.approval is not None
+    approval = pending.approval
+    decision = "approved" if approved else ("expired" if by == "timeout" else "denied")
+    st.pending, st.status = None, "running"
+    st.resume = Resume(approval, approved, reason, expired=by == "timeout")
+    return ApprovalResultEvent(id=pending.id, tool=approval.tool, decision=decision, by=by, reason=reason)
+
+
+def answer(st: RunState, text: str) -> AnswerEvent:
+    """The human's answer to the pending question becomes the result of the feedback step."""
+    import json
+
+    from steward.working_memory import Fact
+
+    if st.status != "waiting" or st.pending is None:
+        raise RuntimeError(f"run {st.run_id} is {st.status}, not waiting for an answer")
+    pending, st.pending, st.status = st.pending, None, "running"
+    # The answer also becomes a key fact, so it survives any trimming of the transcript.
+    st.memory.add_key_facts([Fact(f"User answered {pending.question!r}: {text}", st.counters.step, "user")])
+    content = json.dumps({"user_answer": text}, ensure_ascii=False)
+    st.transcript.add_tool_result(ToolResultMessage(pending.call_id, AGENT_STEP, content), observation=False)
+    return AnswerEvent(id=pending.id, answer=text)

@@ -10,7 +10,12 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from steward.events import Event, KeyFactEvent, PlanEvent
+
+if TYPE_CHECKING:
+    from steward.phases import AgentStep
 
 SubTaskStatus = Literal["pending", "in_progress", "done", "failed"]
 ToolStatus = Literal["success", "failed"]
@@ -356,3 +361,60 @@ def plan_event_payload(plan: Plan) -> dict[str, Any]:
 
 def compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+# --- what the phases that only think do to the working memory --------------------------
+
+
+def record_phase(mem: WorkingMemory, step: AgentStep, n: int) -> tuple[dict[str, Any], list[Event]]:
+    """Apply a ``plan``, ``reason``, ``verify`` or ``reflect`` step; return its ack and events."""
+    match step.phase:
+        case "plan":
+            assert step.plan is not None
+            plan = mem.set_plan(step.plan.goal, step.plan.sub_tasks)
+            ack = {
+                "acknowledged": True,
+                "plan_version": plan.version,
+                "current_sub_task": plan.current_sub_task,
+            }
+            return ack, [PlanEvent(**plan_event_payload(plan))]
+        case "verify":
+            known = len(mem.facts)
+            ack = _verify(mem, step, n)
+            events: list[Event] = [
+                KeyFactEvent(f.fact, f.source_step, f.source_tool) for f in mem.facts[known:]
+            ]
+            if step.sub_task_outcome and mem.plan is not None:
+                events.append(PlanEvent(**plan_event_payload(mem.plan)))
+            return ack, events
+        case "reflect":
+            error = mem.last_unresolved_error()
+            if error is not None:
+                mem.resolve_error(error.step, step.summary)
+            return {"acknowledged": True, "resolved_error_step": error.step if error else None}, []
+        case _:
+            return {"acknowledged": True, "step": n}, []
+
+
+def _verify(mem: WorkingMemory, step: AgentStep, n: int) -> dict[str, Any]:
+    if step.key_facts:
+        last_tool = next((s.tool_name for s in reversed(mem.steps[-50:]) if s.tool_name), None)
+        mem.add_key_facts(Fact(f, n, last_tool) for f in step.key_facts)
+    current = mem.plan.current_sub_task if mem.plan else None
+    if step.sub_task_outcome and current is not None:
+        mem.update_sub_task_status(current, step.sub_task_outcome)
+        if step.sub_task_outcome == "done":
+            current = mem.advance_to_next_sub_task()
+    return {
+        "acknowledged": True,
+        "facts_recorded": len(step.key_facts),
+        "sub_task_outcome": step.sub_task_outcome,
+        "current_sub_task": current,
+    }
+
+
+def attempt_failed(mem: WorkingMemory) -> bool:
+    """Whether a new plan replaces one whose attempt failed (an open error or a failed sub-task)."""
+    if mem.plan is None:
+        return False
+    return mem.last_unresolved_error() is not None or any(t.status == "failed" for t in mem.plan.sub_tasks)

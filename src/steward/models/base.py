@@ -189,7 +189,14 @@ class ModelResponse:
     stop_reason: str = ""
 
 
-StreamItem = TextDelta | ThinkingDelta | ModelResponse
+@dataclass(slots=True, frozen=True)
+class Retrying:
+    """The attempt failed in a way a later one may not (see ``steward.models.retry``)."""
+
+    message: str
+
+
+StreamItem = TextDelta | ThinkingDelta | Retrying | ModelResponse
 
 
 class Model(ABC):

@@ -96,6 +96,9 @@ class ToolResult:
     #: The error's kind when the tool knows it better than a guess from the text (e.g.
     #: "mcp_tool_error" for a tool's own failure, "mcp_protocol" for a broken conversation).
     category: str | None = None
+    #: How long the call took, when the toolset knows better than the caller's own clock
+    #: (a result taken from a run's log keeps the duration it was recorded with).
+    duration_ms: float | None = None
 
 
 # --- @tool ------------------------------------------------------------------------------

@@ -1,0 +1,256 @@
+"""Rebuilding a run from its recorded events: the loop runs again against a recorded world.
+
+The loop is the one place that knows how events change a run's state, so a run is rebuilt by
+running the same loop with its model, its toolset and its clock wrapped in recorded ones that
+answer from the log: the model's replies (and summaries), tool results (with the notes the
+wrappers left), approvals asked, and where the time ran out. While the log lasts nothing is
+asked of the model and no tool runs; every event the loop emits must be the recorded one at
+that position (``Replay.stamp`` checks it and gives it its recorded time). When the log ends
+the wrappers pass everything through: the loop is live again, at exactly the point where the
+earlier process stopped. The loop never knows which of the two it is talking to.
+
+A call whose start is the log's last word ran when the process stopped: its outcome is
+unknown, and it is reported to the model as interrupted, never run again (an approved one
+is put to the human again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from steward.clock import RUN_TIMEOUT, Clock
+from steward.errors import ApprovalRequired, ModelError, RunError
+from steward.events import (
+    ApprovalGateEvent,
+    ApprovalResultEvent,
+    CompactionEvent,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    ModelReplyEvent,
+    SignalEvent,
+    ToolResultEvent,
+    ToolUse,
+)
+from steward.models.base import (
+    AssistantMessage,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    StreamItem,
+    ToolSpec,
+    Usage,
+)
+from steward.replies import response_from
+from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
+
+if TYPE_CHECKING:
+    from steward.run_state import RunState
+
+
+class ReplayError(RunError):
+    """The recorded log and the loop disagree: the run cannot be rebuilt faithfully."""
+
+
+INTERRUPTED = (
+    "Interrupted: the process running this call stopped before the call finished, so its outcome "
+    "is unknown: it may have done all, some or none of its work. Check the state (read the files, "
+    "run a read-only command) before doing it again."
+)
+
+# The fields that identify an event well enough to notice that the loop took another path.
+_KEYS: dict[str, tuple[str, ...]] = {
+    "step": ("step",),
+    "phase": ("step", "phase"),
+    "tool_use": ("call_id", "tool"),
+    "tool_result": ("call_id",),
+    "model_reply": ("step",),
+    "approval_gate": ("id",),
+    "waiting": ("id",),
+    "signal": ("code",),
+    "compaction": ("kind", "ref"),
+}
+
+
+def resumable_prefix(events: Sequence[Event]) -> list[Event]:
+    """The log without its closing events when the run ended cancelled or failed.
+
+    A run stopped by Ctrl-C, or failed because the model's API or a toolset was down, goes
+    on from where it stopped; its closing events stay in the store as a record of the stop.
+    A run marked failed because it kept killing its process stays failed.
+    """
+    end = len(events)
+    closing = events[end - 1] if end else None
+    if isinstance(closing, DoneEvent) and closing.status in ("cancelled", "failed"):
+        last = events[end - 2] if end > 1 else None
+        if isinstance(last, ErrorEvent) and last.code == "crashed":
+            return list(events)  # it kept killing its process: that ending is final
+        end -= 1
+        if isinstance(last, ErrorEvent) and not last.recoverable:
+            end -= 1
+    return list(events[:end])
+
+
+class Replay:
+    """A cursor over a run's recorded events, consumed as the loop emits them again."""
+
+    def __init__(self, state: RunState, events: Sequence[Event], last_seq: int | None = None) -> None:
+        self.state = state
+        self._events = list(events)
+        self._pos = 0
+        #: The seq of the last recorded event, closing events of a stop included: live events
+        #: continue after it.
+        self.last_seq = last_seq if last_seq is not None else (self._events[-1].seq if self._events else 0)
+        #: The log's last event while nothing live has happened after it (what a call that
+        #: starts now was doing when the process stopped).
+        self.ended_on: Event | None = None
+        #: The approval gate the run last went through (its call hash, for an approved call).
+        self.gate: ApprovalGateEvent | None = None
+
+    def ended(self) -> bool:
+        """Whether the log is used up (from here on the run is live)."""
+        return self._pos >= len(self._events)
+
+    def peek(self) -> Event | None:
+        return None if self.ended() else self._events[self._pos]
+
+    def stamp(self, event: Event) -> None:
+        """The loop emitted ``event``: it must be the recorded one here; it takes its time and seq."""
+        if self.ended():
+            self.ended_on = None  # the run has moved on live
+            return
+        recorded = self._events[self._pos]
+        if recorded.type != event.type or any(
+            getattr(recorded, key) != getattr(event, key) for key in _KEYS.get(event.type, ())
+        ):
+            raise self.diverged(f"'{event.type}'" + _keys(event), recorded)
+        self._pos += 1
+        event.ts, event.seq = recorded.ts, recorded.seq
+        if isinstance(recorded, ApprovalGateEvent):
+            self.gate = recorded
+        if self._pos >= len(self._events):  # live again from here, after the closing events of a stop
+            self.state.seq, self.ended_on = self.last_seq, recorded
+
+    def diverged(self, what: str, recorded: Event) -> ReplayError:
+        return ReplayError(
+            f"cannot rebuild the run: at seq {recorded.seq} the log has '{recorded.type}'{_keys(recorded)} "
+            f"but the loop now produces {what}. The run was recorded with other tools, settings or "
+            "Steward version; resume it with those, or start a new run",
+            run_id=self.state.run_id,
+            status="diverged",
+        )
+
+    def peek_at(self, offset: int) -> Event | None:
+        """The recorded event ``offset`` places ahead (left in place: the loop emits its copy)."""
+        at = self._pos + offset
+        return self._events[at] if at < len(self._events) else None
+
+    def attach(self, model: Model, toolset: Toolset, clock: Clock) -> tuple[Model, Toolset, Clock]:
+        """The recorded stand-ins for a run's model, toolset and clock."""
+        return RecordedModel(self, model), RecordedToolset(self, toolset), RecordedClock(self, clock)
+
+
+def _keys(event: Event) -> str:
+    keys = ", ".join(f"{k}={getattr(event, k)!r}" for k in _KEYS.get(event.type, ()))
+    return f" ({keys})" if keys else ""
+
+
+class RecordedModel(Model):
+    """Answers from the log while it lasts (replies, retries, summaries); then asks ``model``."""
+
+    def __init__(self, replay: Replay, model: Model) -> None:
+        self.replay, self.model, self.name = replay, model, model.name
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        replay = self.replay
+        if replay.ended():
+            async for item in self.model.stream(request):
+                yield item
+            return
+        recorded = replay.peek()
+        match recorded:
+            case ErrorEvent(code="model_retry", message=message):
+                # A retry happened here: fail the same way, so the loop records it again.
+                raise ModelError(message, provider=self.name, retryable=True, retry_after=0.0)
+            case ModelReplyEvent() if request.purpose == "step":
+                self.model.replayed()
+                yield response_from(recorded)
+            case CompactionEvent(text=text, usage=usage) if request.purpose != "step":
+                yield ModelResponse(AssistantMessage(text=text), Usage(**usage), model=self.name)
+            case _:
+                what = "a summary" if request.purpose != "step" else "the model's reply"
+                assert recorded is not None
+                raise replay.diverged(f"a request for {what}", recorded)
+
+    async def aclose(self) -> None:
+        await self.model.aclose()
+
+    def warnings(self) -> list[str]:
+        return self.model.warnings()
+
+
+class RecordedToolset(WrapperToolset):
+    """Returns each call's recorded result while the log lasts; then runs the real tools."""
+
+    def __init__(self, replay: Replay, toolset: Toolset) -> None:
+        super().__init__(toolset)
+        self.replay = replay
+
+    async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        return await self.wrapped.get_tools(ctx)
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        replay = self.replay
+        if replay.ended():
+            stopped, replay.ended_on = replay.ended_on, None
+            match stopped:
+                case ToolUse():  # it began, then the process stopped: never run it again silently
+                    return ToolResult(INTERRUPTED, is_error=True, category="interrupted", duration_ms=0.0)
+                case ApprovalResultEvent(decision="approved") if replay.gate is not None:
+                    raise ApprovalRequired(
+                        tool=name, arguments=dict(arguments), call_hash=replay.gate.call_hash,
+                        reason="it was approved, but the process stopped while it ran, so its outcome is "
+                        "unknown; approve to run it again", suggestion=None,
+                    )  # fmt: skip
+                case _:
+                    return await self.wrapped.call_tool(name, arguments, ctx)
+        # The notes the wrappers left on the way (blocked, egress, ...) come before the result.
+        position = 0
+        while isinstance(note := replay.peek_at(position), SignalEvent):
+            ctx.notes.append((note.code, note.message))
+            position += 1
+        recorded = replay.peek_at(position)
+        match recorded:
+            case ToolResultEvent(output=output, status=status):
+                result = ToolResult(
+                    output, is_error=status == "failed", category=recorded.error_category,
+                    duration_ms=recorded.duration_ms,
+                )  # fmt: skip
+                self.wrapped.replayed(name, arguments, result, ctx)
+                return result
+            case ApprovalGateEvent():  # asked (again, if it was approved and interrupted before)
+                raise ApprovalRequired(
+                    tool=recorded.tool, arguments=recorded.input, call_hash=recorded.call_hash,
+                    reason=recorded.reason, suggestion=recorded.suggestion,
+                    description=recorded.description, deadline=recorded.deadline,
+                )  # fmt: skip
+            case _:
+                assert recorded is not None
+                raise replay.diverged(f"a call of {name}", recorded)
+
+
+class RecordedClock:
+    """Says the time is up exactly where the log does; a rebuild itself is never cut short."""
+
+    def __init__(self, replay: Replay, clock: Clock) -> None:
+        self.replay, self.clock = replay, clock
+
+    def remaining(self) -> float | None:
+        if self.replay.ended():
+            return self.clock.remaining()
+        recorded = self.replay.peek()
+        return 0.0 if isinstance(recorded, SignalEvent) and recorded.code == RUN_TIMEOUT else None
+
+    def stop(self) -> None:
+        self.clock.stop()
