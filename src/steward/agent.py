@@ -8,15 +8,14 @@ that run's state; a run that waits for a human is answered through ``Run.answer`
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from steward.config import Config, Limits, ProviderSettings
-from steward.context import BudgetSettings, ContextBuilder
+from steward.context import ContextBuilder
 from steward.errors import ConfigError
-from steward.events import Event, RunStart
+from steward.events import RunStart
 from steward.loop import Loop
 from steward.models.base import AssistantMessage, Model
 from steward.phases import PHASE_GUIDE
@@ -29,7 +28,8 @@ from steward.run import (
     owner_alive,
     process_owner,
 )
-from steward.run_state import LoopSettings, RunState
+from steward.run_state import RunState
+from steward.settings import budget_settings, loop_settings, tool_settings
 from steward.signals import LoopCounters
 from steward.tools.base import (
     CombinedToolset,
@@ -39,7 +39,6 @@ from steward.tools.base import (
     Tool,
     ToolContext,
     Toolset,
-    ToolSettings,
 )
 from steward.tools.recall import recall_toolset
 from steward.working_memory import WorkingMemory
@@ -340,56 +339,13 @@ class Agent:
         A run recorded as running by a live process on this machine is refused; one recorded
         by another machine is refused unless ``force`` (this machine cannot tell if it lives).
         """
-        from steward.errors import RunError, StewardError
-        from steward.events import DoneEvent, ErrorEvent
-        from steward.recovery import resumable_prefix
+        from steward.recovery import recover
 
         store = self.store
         if store is None:
             raise ConfigError("resuming a run needs its store: Agent(store=await open_store(url))")
-        from steward.events import RewindEvent
-
-        row = await store.find_run(run_id)
-        everything = await store.events(row.id)
-        # Rewinds were made from outside the loop: the rebuild does not meet them again.
-        recorded = [e for e in everything if not isinstance(e, RewindEvent)]
-        last_seq = everything[-1].seq if everything else 0
-        first = recorded[0] if recorded else None
-        if recorded and not isinstance(first, RunStart):
-            raise StewardError(f"run {row.id} has no recorded start; there is nothing to resume")
-        log = resumable_prefix(recorded)
-        if recorded and len(log) == len(recorded) and isinstance(recorded[-1], DoneEvent):
-            done = recorded[-1]
-            if row.status != done.status:  # the process died between the event and the row
-                await store.set_status(row.id, done.status, done.end_status, output=done.message)
-            raise RunError("the run already finished; start a new one", run_id=row.id, status=done.status)
-        attempts = row.attempts
-        if row.status == "running":  # its process stopped without closing it: a crash
-            if row.owner and not force and owner_alive(row.owner):
-                raise StewardError(
-                    f"run {row.id} is still running in process {row.owner}; wait for it or stop it "
-                    "first (if that process is gone, resume with --force)"
-                )
-            attempts += 1
-            if attempts > max_attempts:
-                message = (
-                    f"The run stopped its process {attempts - 1} times (the limit is {max_attempts}); "
-                    "it is marked failed so it does not crash again."
-                )
-                seq = last_seq
-                closing: list[Event] = [
-                    ErrorEvent(code="crashed", message=message, recoverable=False),
-                    DoneEvent(
-                        status="failed", end_status=None, message=message, steps=0, tool_calls=0, usage={}
-                    ),
-                ]
-                for n, event in enumerate(closing, start=seq + 1):
-                    event.seq, event.run_id, event.session_id = n, row.id, row.session_id
-                    event.ts = time.time()
-                await store.append(row.id, closing)
-                await store.set_status(row.id, "failed", output=message, attempts=attempts)
-                raise RunError(message, run_id=row.id, status="failed")
-        await store.set_status(row.id, "running", attempts=attempts, owner=process_owner())
+        found = await recover(store, run_id, max_attempts=max_attempts, force=force)
+        row, first, attempts = found.row, found.start, found.attempts
         history = None
         if row.session_id is not None:
             from steward.session import session_history
@@ -401,8 +357,8 @@ class Agent:
             (first.goal, first.workspace) if isinstance(first, RunStart) else (row.goal, row.workspace)
         )
         run = self.start(goal, workspace=workspace, run_id=row.id, session_id=row.session_id, history=history)
-        if recorded:
-            await run._rebuild(log, last_seq)
+        if found.log:
+            await run._rebuild(found.log, found.last_seq)
         else:
             run._log = store.log(row.id, session_id=row.session_id, last_seq=0)
         await store.set_status(
@@ -448,47 +404,25 @@ class Agent:
             if history.summary:
                 static += f"\n\n## Earlier in this session (summarised)\n{history.summary}"
         state.transcript.add_goal(goal)
-        settings = ToolSettings(
-            bash_timeout_s=lim.bash_timeout_s,
-            output_cap_chars=lim.output_cap_chars,
-            read_cap_chars=lim.read_cap_chars,
-            allowed_domains=tuple(self.config.sandbox.allowed_domains),
-            secret_files=tuple(self.config.sandbox.secret_files),
-        )
         from steward.safety.protected import protected_reason
 
         ctx = ToolContext(
             workspace=ws,
             run_id=rid,
-            settings=settings,
+            settings=tool_settings(self.config, lim),
             recall=_recaller(memory),
             sandbox=self.sandbox(),
             writable=self.policy.write,
             protected=lambda path: protected_reason(ws, path),
         )
-        budget = BudgetSettings(lim.request_token_budget, lim.observation_share, lim.keep_recent_observations)
         loop = Loop(
             model=model,
             toolset=self.toolset(),
             static_prompt=static,
             state=state,
-            context=ContextBuilder(budget),
+            context=ContextBuilder(budget_settings(self.config, lim)),
             tool_context=ctx,
-            settings=LoopSettings(
-                max_steps=lim.max_steps,
-                repeat_warning=lim.repeat_warning,
-                repeat_stop=lim.repeat_stop,
-                tool_timeout_s=lim.tool_timeout_s,
-                model_retries=lim.model_retries,
-                model_retry_backoff_s=lim.model_retry_backoff_s,
-                approval_timeout_s=self.config.policy.approval_timeout_s,
-                approval_default=self.config.policy.on_timeout,
-                compact_output_chars=lim.compact_output_chars,
-                compact_skip_tools=frozenset(lim.compact_skip_tools),
-                summarize_turns=lim.summarize_turns,
-                summarize_failed_attempts=lim.summarize_failed_attempts,
-                run_timeout_s=lim.run_timeout_s,
-            ),
+            settings=loop_settings(self.config, lim),
         )
         loop.core_memory = self.core_memory
         return Run(

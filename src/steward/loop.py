@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 from steward import events as ev
 from steward import run_state as rs
 from steward import signals as sig
-from steward.clock import RUN_TIMEOUT, Clock, OutOfTime, RunClock, within
+from steward.clock import Clock, OutOfTime, RunClock, within
 from steward.compression import Compressor
 from steward.context import BuiltRequest, ContextBuilder
 from steward.errors import ApprovalRequired, ConfigError, ModelError
@@ -34,7 +34,7 @@ from steward.models.base import (
 from steward.models.retry import RetryingModel
 from steward.phases import AGENT_STEP, AGENT_STEP_SPEC, AgentStep, EndStatus, StepInputError, parse_agent_step
 from steward.replies import reply_event, text_events, with_unique_ids
-from steward.tools.base import ToolContext, ToolResult, Toolset
+from steward.tools.base import ToolContext, Toolset
 from steward.tools.deadline import DeadlineToolset
 from steward.working_memory import Step, attempt_failed, compact_json, record_phase
 
@@ -100,11 +100,8 @@ class Loop:
                     return
                 case rs.Pause(pending=pending):
                     self.state.status, self.state.pending = "waiting", pending
-                    if pending.approval is not None:
-                        yield self.emit(rs.gate_event(pending.id, pending.approval))
-                    yield self.emit(
-                        ev.WaitingEvent(kind=pending.kind, id=pending.id, question=pending.question)
-                    )
+                    for event in pending.events():
+                        yield self.emit(event)
                     return
                 case rs.Fail(code=code, message=message):
                     yield self.emit(ev.ErrorEvent(code=code, message=message, recoverable=False))
@@ -118,11 +115,7 @@ class Loop:
         return self._finish("cancelled", None, "Cancelled before it finished.")
 
     def _finish(self, status: str, end_status: EndStatus | None, message: str) -> ev.Event:
-        st = self.state
-        st.status, st.end_status, st.output = status, end_status, message
-        usage, c = st.usage.as_dict(), st.counters
-        return self.emit(ev.DoneEvent(status=status, end_status=end_status, message=message, steps=c.step,
-                                   tool_calls=c.tool_calls, usage=usage))  # fmt: skip
+        return self.emit(self.state.finish(status, end_status, message))
 
     @property
     def compressor(self) -> Compressor:
@@ -334,11 +327,10 @@ class Loop:
                     yield self.emit(event)
                 mem.add_step(Step(n, step.phase, step.thinking, step.summary))
                 st.counters.record_non_act(step.phase)
-                if failed_attempt and self.settings.summarize_failed_attempts:
-                    # Re-planning after failure: start over from what the attempt taught.
-                    folded = await self.compressor.fold("attempt", st.transcript.foldable(1))
-                    if folded is not None:
-                        yield self.emit(folded)
+                # Re-planning after failure: start over from what the attempt taught.
+                again = failed_attempt and self.settings.summarize_failed_attempts
+                if again and (folded := await self.compressor.fold("attempt", st.transcript.foldable(1))):
+                    yield self.emit(folded)
                 self.state.reply(call, compact_json(ack))
                 yield rs.CONTINUE
             case _:
@@ -364,32 +356,27 @@ class Loop:
             level = "warning" if kind == "blocked" else "info"
             yield self.emit(ev.SignalEvent(code=kind, level=level, message=message))
         self.ctx.notes.clear()
-        duration = (
-            result.duration_ms if result.duration_ms is not None else (time.perf_counter() - started) * 1000
-        )
+        took = result.duration_ms
+        duration = took if took is not None else (time.perf_counter() - started) * 1000
         yield self.emit(self.state.record_call(call, tool, arguments, thinking, summary, result, duration))
         if self._timed_out():
             for item in self._time_up():
                 yield item
             return
-        if self.compressor.compactable(tool, result):
-            compacted = await self.compressor.output(call.id, tool, arguments, result)
-            if compacted is not None:
-                yield self.emit(compacted)
+        big = self.compressor.compactable(tool, result)
+        if big and (compacted := await self.compressor.output(call.id, tool, arguments, result)):
+            yield self.emit(compacted)
         yield rs.CONTINUE
 
     # --- the run's time limit ---------------------------------------------------------
 
     def _timed_out(self) -> bool:
-        remaining = self.clock.remaining()
-        return remaining is not None and remaining <= 0
+        return (remaining := self.clock.remaining()) is not None and remaining <= 0
 
     def _time_up(self) -> tuple[ev.Event, rs.Finish]:
         """The signal and the ending of a run whose time is up."""
-        limit = self.settings.run_timeout_s
-        message = f"The run reached its time limit ({limit:g} s of running) and stops here."
-        signal = self.emit(ev.SignalEvent(code=RUN_TIMEOUT, level="warning", message=message))
-        return signal, rs.timeout_outcome(self.state, limit)
+        signal, end = rs.time_up(self.state, self.settings.run_timeout_s)
+        return self.emit(signal), end
 
     async def _resume(self) -> Items:
         """Carry out an answered approval, then go on as after any step."""
@@ -407,14 +394,7 @@ class Loop:
                     outcome = item
             self.ctx.grants.discard(a.call_hash)
         else:
-            why = f": {resume.reason}" if resume.reason else ""
-            who = (
-                "nobody approved this call before its deadline"
-                if resume.expired
-                else "the user denied this call"
-            )
-            text = f"Not run: {who}{why}. Do not retry it; choose another way."
-            denied = ToolResult(text, is_error=True, category="permission", duration_ms=0.0)
+            denied = resume.refusal()
             yield self.emit(st.record_call(a.call, a.tool, a.arguments, a.thinking, a.summary, denied, 0.0))
         async for item in self._after_step(outcome):
             yield item

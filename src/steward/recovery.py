@@ -16,11 +16,13 @@ is put to the human again).
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from steward.clock import RUN_TIMEOUT, Clock
-from steward.errors import ApprovalRequired, ModelError, RunError
+from steward.errors import ApprovalRequired, ModelError, RunError, StewardError
 from steward.events import (
     ApprovalGateEvent,
     ApprovalResultEvent,
@@ -29,6 +31,8 @@ from steward.events import (
     ErrorEvent,
     Event,
     ModelReplyEvent,
+    RewindEvent,
+    RunStart,
     SignalEvent,
     ToolResultEvent,
     ToolUse,
@@ -47,6 +51,7 @@ from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
     from steward.run_state import RunState
+    from steward.store.events import EventStore, RunRow
 
 
 class ReplayError(RunError):
@@ -90,6 +95,71 @@ def resumable_prefix(events: Sequence[Event]) -> list[Event]:
         if isinstance(last, ErrorEvent) and not last.recoverable:
             end -= 1
     return list(events[:end])
+
+
+@dataclass(slots=True, frozen=True)
+class Recovered:
+    """A recorded run, ready to be rebuilt: its row, the log to run against, and its start."""
+
+    row: RunRow
+    log: list[Event]
+    last_seq: int  # the seq live events continue after (closing events of a stop included)
+    attempts: int
+    start: RunStart | None  # None: killed before its start was durable (it starts over)
+
+
+async def recover(store: EventStore, run_id: str, *, max_attempts: int, force: bool) -> Recovered:
+    """Take over the run ``run_id`` (or a unique prefix of it) for this process.
+
+    A run that already finished, or still runs in a live process, is refused. One whose
+    process died (recorded as running) counts an attempt; past ``max_attempts`` it is closed
+    as failed, so it cannot kill another process.
+    """
+    from steward.run import owner_alive, process_owner
+
+    row = await store.find_run(run_id)
+    everything = await store.events(row.id)
+    # Rewinds were made from outside the loop: the rebuild does not meet them again.
+    recorded = [e for e in everything if not isinstance(e, RewindEvent)]
+    last_seq = everything[-1].seq if everything else 0
+    first = recorded[0] if recorded else None
+    if recorded and not isinstance(first, RunStart):
+        raise StewardError(f"run {row.id} has no recorded start; there is nothing to resume")
+    log = resumable_prefix(recorded)
+    if recorded and len(log) == len(recorded) and isinstance(recorded[-1], DoneEvent):
+        done = recorded[-1]
+        if row.status != done.status:  # the process died between the event and the row
+            await store.set_status(row.id, done.status, done.end_status, output=done.message)
+        raise RunError("the run already finished; start a new one", run_id=row.id, status=done.status)
+    attempts = row.attempts
+    if row.status == "running":  # its process stopped without closing it: a crash
+        if row.owner and not force and owner_alive(row.owner):
+            raise StewardError(
+                f"run {row.id} is still running in process {row.owner}; wait for it or stop it "
+                "first (if that process is gone, resume with --force)"
+            )
+        attempts += 1
+        if attempts > max_attempts:
+            await _close_crashed(store, row, last_seq, attempts, max_attempts)
+    await store.set_status(row.id, "running", attempts=attempts, owner=process_owner())
+    start = first if isinstance(first, RunStart) else None
+    return Recovered(row, log, last_seq, attempts, start)
+
+
+async def _close_crashed(store: EventStore, row: RunRow, last_seq: int, attempts: int, limit: int) -> None:
+    message = (
+        f"The run stopped its process {attempts - 1} times (the limit is {limit}); "
+        "it is marked failed so it does not crash again."
+    )
+    closing: list[Event] = [
+        ErrorEvent(code="crashed", message=message, recoverable=False),
+        DoneEvent(status="failed", end_status=None, message=message, steps=0, tool_calls=0, usage={}),
+    ]
+    for seq, event in enumerate(closing, start=last_seq + 1):  # the log goes on after its last seq
+        event.seq, event.run_id, event.session_id, event.ts = seq, row.id, row.session_id, time.time()
+    await store.append(row.id, closing)
+    await store.set_status(row.id, "failed", output=message, attempts=attempts)
+    raise RunError(message, run_id=row.id, status="failed")
 
 
 class Replay:

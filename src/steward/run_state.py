@@ -19,9 +19,12 @@ from steward.events import (
     AnswerEvent,
     ApprovalGateEvent,
     ApprovalResultEvent,
+    DoneEvent,
     ErrorEvent,
+    Event,
     SignalEvent,
     ToolResultEvent,
+    WaitingEvent,
 )
 from steward.models.base import ToolCall, ToolResultMessage, Usage
 from steward.phases import AGENT_STEP, EndStatus
@@ -84,6 +87,11 @@ class Pending:
     call_id: str
     approval: Approval | None = None
 
+    def events(self) -> list[Event]:
+        """What announces the wait: the approval gate (for an approval), then ``waiting``."""
+        gate: list[Event] = [gate_event(self.id, self.approval)] if self.approval is not None else []
+        return [*gate, WaitingEvent(kind=self.kind, id=self.id, question=self.question)]
+
 
 @dataclass(slots=True, frozen=True)
 class Resume:
@@ -93,6 +101,13 @@ class Resume:
     approved: bool
     reason: str
     expired: bool = False
+
+    def refusal(self) -> ToolResult:
+        """What the model reads for a call that was denied, or whose approval expired."""
+        why = f": {self.reason}" if self.reason else ""
+        who = "nobody approved this call before its deadline" if self.expired else "the user denied this call"
+        text = f"Not run: {who}{why}. Do not retry it; choose another way."
+        return ToolResult(text, is_error=True, category="permission", duration_ms=0.0)
 
 
 @dataclass(slots=True)
@@ -141,6 +156,13 @@ class RunState:
     run_time_s: float = 0.0
 
     # --- what a step leaves behind (the loop decides; these record) ---
+
+    def finish(self, status: str, end_status: EndStatus | None, message: str) -> DoneEvent:
+        """The run ends (done, failed or cancelled); its closing event."""
+        self.status, self.end_status, self.output = status, end_status, message
+        c = self.counters
+        return DoneEvent(status=status, end_status=end_status, message=message, steps=c.step,
+                         tool_calls=c.tool_calls, usage=self.usage.as_dict())  # fmt: skip
 
     def reply(self, call: ToolCall, content: str, *, error: bool = False, observation: bool = False) -> None:
         """The result the model reads for ``call``."""
@@ -232,6 +254,14 @@ def gate_event(pending_id: str, a: Approval) -> ApprovalGateEvent:
         call_hash=a.call_hash,
         description=a.description,
     )
+
+
+def time_up(st: RunState, limit_s: float) -> tuple[SignalEvent, Finish]:
+    """The signal and the ending of a run whose time is up."""
+    from steward.clock import RUN_TIMEOUT
+
+    message = f"The run reached its time limit ({limit_s:g} s of running) and stops here."
+    return SignalEvent(code=RUN_TIMEOUT, level="warning", message=message), timeout_outcome(st, limit_s)
 
 
 def limit_outcome(st: RunState) -> Finish:
