@@ -9,6 +9,7 @@ The agent uses the default budget settings with a 32k-token request budget.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import AsyncIterator
 
 from common import (  # type: ignore[import-not-found]
     SYSTEM_PROMPT,
@@ -22,7 +23,7 @@ from common import (  # type: ignore[import-not-found]
 )
 
 from steward import Agent, FunctionModel, Limits, tool
-from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage
+from steward.models.base import AssistantMessage, ModelRequest, StreamItem, ToolCall, ToolResultMessage
 
 DISTS = ("steward",)
 COLD_IMPORT = "from steward import Agent"
@@ -50,7 +51,7 @@ def make(n: int, s: int) -> AgentHandle:
         return AssistantMessage(text=act.text)
 
     class DelayedModel(FunctionModel):
-        async def stream(self, request):  # type: ignore[no-untyped-def, override]
+        async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
             await amodel_delay()
             async for item in super().stream(request):
                 yield item
@@ -58,7 +59,8 @@ def make(n: int, s: int) -> AgentHandle:
     @tool
     async def read_chunk(i: int) -> str:
         """Return chunk number i of the document."""
-        return chunk(i, s)
+        text: str = chunk(i, s)  # `common` is the harness's module, not type-checked here
+        return text
 
     agent = Agent(
         DelayedModel(reply, name="bench"),

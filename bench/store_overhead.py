@@ -87,8 +87,8 @@ async def main() -> None:
     urls = [("SQLite (WAL)", sqlite_url)] + ([("PostgreSQL", args.postgres)] if args.postgres else [])
     for name, url in urls:
         ms = await per_step(url, args.n, args.runs, workspace)
-        one = await append_rate(url, 2000, 1)
-        batched = await append_rate(url, 20000, 100)
+        one: float | None = await append_rate(url, 2000, 1)  # None in the first row
+        batched: float | None = await append_rate(url, 20000, 100)
         rows.append((name, ms, one, batched))
     print(
         f"| store | loop overhead, ms/step (N={args.n}, median of {args.runs}) "

@@ -39,7 +39,10 @@ _WHERE = {
     "RunError": "steward.errors",
     "RunResult": "steward.run",
     "RunStream": "steward.run",
+    "ReplayError": "steward.errors",
     "ScriptError": "steward.errors",
+    "Session": "steward.session",
+    "StoreError": "steward.errors",
     "ScriptedModel": "steward.models.scripted",
     "StewardError": "steward.errors",
     "Tool": "steward.tools.base",
@@ -53,6 +56,7 @@ _WHERE = {
     "decode_event": "steward.events",
     "encode_event": "steward.events",
     "load_config": "steward.config",
+    "open_store": "steward.store.events",
     "tool": "steward.tools.base",
 }
 
@@ -71,13 +75,16 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "PrefixedToolset",
+    "ReplayError",
     "Run",
     "RunError",
     "RunResult",
     "RunStream",
     "ScriptError",
     "ScriptedModel",
+    "Session",
     "StewardError",
+    "StoreError",
     "Tool",
     "ToolContext",
     "ToolError",
@@ -89,6 +96,7 @@ __all__ = [
     "decode_event",
     "encode_event",
     "load_config",
+    "open_store",
     "tool",
 ]
 
@@ -109,11 +117,22 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from steward.agent import Agent
     from steward.config import Config, Limits, load_config
-    from steward.errors import ConfigError, ModelError, RunError, ScriptError, StewardError, ToolError
+    from steward.errors import (
+        ConfigError,
+        ModelError,
+        ReplayError,
+        RunError,
+        ScriptError,
+        StewardError,
+        StoreError,
+        ToolError,
+    )
     from steward.events import Event, decode_event, encode_event
     from steward.models.base import Model, ModelRequest, ModelResponse, Usage
     from steward.models.scripted import FunctionModel, ScriptedModel
     from steward.run import Run, RunResult, RunStream
+    from steward.session import Session
+    from steward.store.events import open_store
     from steward.tools.base import (
         CombinedToolset,
         FilteredToolset,

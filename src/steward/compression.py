@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from steward.events import CompactionEvent
 from steward.models.base import Model, ModelRequest, Usage, UserMessage
+from steward.text import excerpt
 
 if TYPE_CHECKING:
     from steward.clock import Clock
@@ -86,15 +87,6 @@ async def summarize(
     if not written:
         return Summary(excerpt(text, limit), response.usage, by_model=False)
     return Summary(written[: limit * 2], response.usage, by_model=True)
-
-
-def excerpt(text: str, limit: int) -> str:
-    """The head and tail of ``text`` within ``limit`` characters (the fallback, and the fakes')."""
-    if len(text) <= limit:
-        return text
-    head = max(1, limit * 3 // 5)
-    tail = max(1, limit - head - 40)
-    return f"{text[:head]}\n[... {len(text) - head - tail:,} chars omitted ...]\n{text[-tail:]}"
 
 
 class Compressor:

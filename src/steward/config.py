@@ -9,6 +9,7 @@ environment (``STEWARD_MODEL``) < command-line flags. A wrong key or value is a
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from collections.abc import Mapping
@@ -27,7 +28,10 @@ _FORBID_EXTRA: Any = {"extra": "forbid"}  # a pydantic ConfigDict, without impor
 
 
 def _f(default: Any, doc: str, **bounds: float) -> Any:
-    return field(default=default, metadata={"doc": doc, **bounds})
+    # A switch is a TOML true or false: pydantic's lax mode would read "no", "off" or 0 as false,
+    # and `enabled = "no"` is a mistake to point out. ("strict" is a pydantic Field argument.)
+    strict = {"strict": True} if isinstance(default, bool) else {}
+    return field(default=default, metadata={"doc": doc, **strict, **bounds})
 
 
 @dataclass(slots=True)
@@ -361,8 +365,40 @@ def _check_bounds(obj: Any, where: str, source: str) -> None:
                     )
 
 
+def _problem(err: Mapping[str, Any]) -> str:
+    """One pydantic error as the user should read it: the key, what is wrong, what is allowed."""
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(loc)
+    if err["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+        return f"unknown key '{key}' (allowed here: {_allowed(loc)})"
+    if err["type"] == "bool_type":
+        got = err.get("input")
+        quoted = " (without quotes)" if isinstance(got, str) else ""
+        return f"'{key}' must be true or false{quoted}, got {got!r}"
+    return f"'{key}': {err['msg']} (got {err.get('input')!r})"
+
+
+@functools.cache
+def _adapter() -> Any:
+    """The validator of a whole configuration, built once per process (building it takes
+    longer than validating many files)."""
+    from pydantic import TypeAdapter
+
+    # Pydantic looks for plugins by scanning the entry points of every installed distribution,
+    # which is slow where many are installed; the configuration needs no plugin.
+    previous = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
+    os.environ["PYDANTIC_DISABLE_PLUGINS"] = "1"
+    try:
+        return TypeAdapter(Config)
+    finally:
+        if previous is None:
+            del os.environ["PYDANTIC_DISABLE_PLUGINS"]
+        else:
+            os.environ["PYDANTIC_DISABLE_PLUGINS"] = previous
+
+
 def _validate(data: Mapping[str, Any], source: str) -> Config:
-    from pydantic import TypeAdapter, ValidationError
+    from pydantic import ValidationError
 
     unknown_providers = set(data.get("models") or {}) - set(PROVIDERS)
     if unknown_providers:
@@ -371,16 +407,9 @@ def _validate(data: Mapping[str, Any], source: str) -> Config:
             f"allowed: {', '.join(PROVIDERS)}"
         )
     try:
-        config = TypeAdapter(Config).validate_python(dict(data))
+        config: Config = _adapter().validate_python(dict(data))
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors(include_url=False):
-            loc = [str(p) for p in err["loc"]]
-            key = ".".join(loc)
-            if err["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
-                problems.append(f"unknown key '{key}' (allowed here: {_allowed(loc)})")
-            else:
-                problems.append(f"'{key}': {err['msg']} (got {err.get('input')!r})")
+        problems = [_problem(err) for err in exc.errors(include_url=False)]
         raise ConfigError(f"{source}: " + "; ".join(problems)) from None
     _check_bounds(config, "", source)
     return config

@@ -13,7 +13,9 @@ Errors have three audiences:
      │    └── ScriptError     the scripted model's script is malformed, ran out or was left over
      ├── ToolError            raised inside a tool: the message goes back to the model
      ├── ApprovalRequired     raised by the policy wrapper: the run pauses for a human
-     └── RunError             a run could not continue; carries run_id and status
+     ├── RunError             a run could not continue; carries run_id and status
+     │    └── ReplayError     a recorded run cannot be rebuilt (its log and the loop disagree)
+     └── StoreError           the store could not record or read something (what was recorded is kept)
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ class RunError(StewardError):
         super().__init__(f"{message} (run {run_id}, status {status})")
         self.run_id = run_id
         self.status = status
+
+
+class ReplayError(RunError):
+    """The recorded log and the loop disagree: the run cannot be rebuilt faithfully."""
 
 
 class StoreError(StewardError):

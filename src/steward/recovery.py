@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from steward.clock import RUN_TIMEOUT, Clock
-from steward.errors import ApprovalRequired, ModelError, RunError, StewardError
+from steward.errors import ApprovalRequired, ModelError, ReplayError, RunError, StewardError
 from steward.events import (
     ApprovalGateEvent,
     ApprovalResultEvent,
@@ -52,10 +52,6 @@ from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 if TYPE_CHECKING:
     from steward.run_state import RunState
     from steward.store.events import EventStore, RunRow
-
-
-class ReplayError(RunError):
-    """The recorded log and the loop disagree: the run cannot be rebuilt faithfully."""
 
 
 INTERRUPTED = (

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from steward.context import DEFAULT_CHARS_PER_TOKEN
+from steward.errors import StewardError
 
 if TYPE_CHECKING:
-    from steward.agent import Agent, Run
+    from steward.agent import Agent
+    from steward.run import Run
     from steward.store.sessions import SessionRow, SessionStore, Turn
 
 HISTORY_SHARE = 0.3  # of the request budget, for earlier turns before they are summarised
@@ -48,10 +50,8 @@ class Session:
     async def open(cls, agent: Agent, session_id: str | None = None, *, title: str = "") -> Session:
         """The session ``session_id`` (an id, a prefix, or "last"), else a new one."""
         sessions = _sessions(agent)
-        if session_id == "last":
-            row = await sessions.latest_open()
-            if row is None:
-                row = await sessions.create(title or "chat")
+        if session_id == "last":  # the open session used most recently, else a new one
+            row = await sessions.latest_open() or await sessions.create(title or "chat")
         elif session_id:
             row = await sessions.get(session_id)
         else:
@@ -74,7 +74,7 @@ class Session:
         """Summarise the session (by the model), store the summary and close it; return it."""
         from steward.compression import summarize
 
-        turns = [t for t in await self.turns() if t.output]
+        turns = [t for t in await self.turns() if answer_of(t)]
         if not turns:
             summary = ""
         else:
@@ -94,6 +94,23 @@ class Session:
         return Session(self.agent, row)
 
 
+async def find_session(sessions: SessionStore, session_id: str) -> SessionRow:
+    """The session ``session_id`` names: an id, a unique prefix, or "last".
+
+    "last" is the open session used most recently (the one ``steward chat`` continues), or the
+    newest session when every one is closed.
+    """
+    if session_id != "last":
+        return await sessions.get(session_id)
+    row = await sessions.latest_open()
+    if row is not None:
+        return row
+    newest = await sessions.list(limit=1)
+    if not newest:
+        raise StewardError("no sessions in this store yet; `steward chat` starts one")
+    return newest[0]
+
+
 async def session_history(agent: Agent, session_id: str, *, before_run: str | None = None) -> History:
     """The history of ``session_id`` for a new run, or for the run ``before_run`` (turns before it)."""
     sessions = _sessions(agent)
@@ -101,17 +118,33 @@ async def session_history(agent: Agent, session_id: str, *, before_run: str | No
     if before_run is not None:
         index = next((i for i, t in enumerate(turns) if t.run_id == before_run), len(turns))
         turns = turns[:index]
-    finished = [t for t in turns if t.output]
+    finished = [t for t in turns if answer_of(t)]
     previous = await sessions.previous_summary(session_id) or ""
     summary, covered = await _running_summary(agent, session_id)
     if covered is not None:
         ids = [t.run_id for t in finished]
         finished = finished[ids.index(covered) + 1 :] if covered in ids else finished
     budget = int(agent.limits.request_token_budget * DEFAULT_CHARS_PER_TOKEN * HISTORY_SHARE)
-    if sum(len(t.goal) + len(t.output) for t in finished) > budget and len(finished) > KEEP_TURNS:
+    if sum(len(t.goal) + len(answer_of(t)) for t in finished) > budget and len(finished) > KEEP_TURNS:
         old, finished = finished[:-KEEP_TURNS], finished[-KEEP_TURNS:]
         summary = await _summarise_turns(agent, session_id, summary, old)
-    return History(tuple((t.goal, t.output) for t in finished), summary, previous)
+    return History(tuple((t.goal, answer_of(t)) for t in finished), summary, previous)
+
+
+def answer_of(turn: Turn) -> str:
+    """A turn's answer as the session remembers it; "" while its run has not ended.
+
+    Only a run that ended on its own has a final answer. A cancelled or failed run's message
+    ("Cancelled before it finished.", an API error) is not one: the session says what became
+    of the turn instead, so the model knows it was asked and that it did not answer.
+    """
+    if turn.status == "done":
+        return turn.output
+    if turn.status == "cancelled":
+        return "(no answer: this turn was cancelled before it finished)"
+    if turn.status == "failed":
+        return "(no answer: this turn failed before it finished)"
+    return ""
 
 
 async def _running_summary(agent: Agent, session_id: str) -> tuple[str, str | None]:
@@ -142,7 +175,7 @@ async def _summarise_turns(agent: Agent, session_id: str, earlier: str, turns: l
 
 
 def _turns_text(turns: list[Turn]) -> str:
-    return "\n".join(f"user: {t.goal}\nassistant: {t.output}" for t in turns)
+    return "\n".join(f"user: {t.goal}\nassistant: {answer_of(t)}" for t in turns)
 
 
 def _sessions(agent: Agent) -> SessionStore:

@@ -4,13 +4,21 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import pytest
 
 
+class Cli(Protocol):
+    """The ``cli`` fixture: ``cli("runs", "list")`` runs ``python -m steward runs list``."""
+
+    def __call__(
+        self, *args: str, cwd: Path | None = ..., stdin: str | None = ..., timeout: float = ..., **extra: str
+    ) -> subprocess.CompletedProcess[str]: ...
+
+
 @pytest.fixture
-def cli(tmp_path: Path) -> Any:
+def cli(tmp_path: Path) -> Cli:
     """Run ``python -m steward ARGS`` in a clean environment; returns CompletedProcess."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "OPENAI_", "ANTHROPIC_"))}
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config-home")
@@ -18,7 +26,9 @@ def cli(tmp_path: Path) -> Any:
     # Checkpoints live outside the workspace (the workspace here is tmp_path itself).
     env["XDG_STATE_HOME"] = str(tmp_path.parent / f"{tmp_path.name}-state")
 
-    def run(*args: str, cwd: Path | None = None, stdin: str | None = None, timeout: float = 60, **extra: str):
+    def run(
+        *args: str, cwd: Path | None = None, stdin: str | None = None, timeout: float = 60, **extra: str
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "steward", *args],
             cwd=cwd or tmp_path,

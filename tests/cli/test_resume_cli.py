@@ -79,7 +79,7 @@ def test_an_approval_is_given_or_denied_later(cli: Any, tmp_path: Path) -> None:
 
 
 def test_a_killed_run_resumes_and_its_interrupted_command_is_not_repeated(cli: Any, tmp_path: Path) -> None:
-    replies = [
+    replies: list[dict[str, Any]] = [
         {"tool": "bash", "args": {"command": "echo one >> log.txt"}},
         {"tool": "bash", "args": {"command": "echo two >> log.txt; sleep 30; echo three >> log.txt"}},
         {"tool": "bash", "args": {"command": "cat log.txt"}},
@@ -142,7 +142,7 @@ def test_resume_names_the_fix_for_unknown_runs(cli: Any, tmp_path: Path) -> None
     assert both.returncode == 2 and "either a GOAL or --resume" in both.stderr
 
 
-SLOW = [
+SLOW: list[dict[str, Any]] = [
     {
         "tool": "bash",
         "args": {"command": "echo one >> log.txt; touch started; sleep 30; echo three >> log.txt"},

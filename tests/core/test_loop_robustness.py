@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from steward import Agent, FunctionModel, ToolContext, ToolResult, Toolset, tool
+from steward.events import DoneEvent, ToolResultEvent, ToolUse
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage, ToolSpec
 
 
@@ -40,7 +41,7 @@ async def test_missing_or_repeated_call_ids_are_made_unique(tmp_path: Path) -> N
     )
     run = Agent(model, tools=[echo], builtin_tools=False).start("go", workspace=tmp_path)
     events = [e async for e in run.stream()]
-    ids = [e.call_id for e in events if e.type == "tool_use"]
+    ids = [e.call_id for e in events if isinstance(e, ToolUse)]
     assert len(ids) == 4 and len(set(ids)) == 4
     results = [m for m in seen[-1].messages if isinstance(m, ToolResultMessage)]
     assert [r.content for r in results] == ["echo:a", "echo:b", "echo:c", "echo:d"]
@@ -68,7 +69,7 @@ async def test_a_toolset_raising_in_call_tool_becomes_a_failed_result(tmp_path: 
         "go", workspace=tmp_path
     )
     events = [e async for e in run.stream()]
-    result = next(e for e in events if e.type == "tool_result")
+    result = next(e for e in events if isinstance(e, ToolResultEvent))
     assert result.status == "failed" and "RuntimeError: kaboom" in result.output
     assert run.status == "done"
 
@@ -79,7 +80,7 @@ async def test_a_toolset_raising_in_get_tools_fails_the_run_cleanly(tmp_path: Pa
         "go", workspace=tmp_path
     )
     events = [e async for e in run.stream()]
-    assert run.status == "failed" and events[-1].type == "done"
+    assert run.status == "failed" and isinstance(events[-1], DoneEvent)
     assert "server went away" in events[-1].message
 
 

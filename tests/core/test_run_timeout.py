@@ -9,7 +9,7 @@ from typing import Any
 
 from steward import Agent, Limits, ScriptedModel, tool
 from steward._proc import pid_alive
-from steward.events import Event
+from steward.events import DoneEvent, Event, SignalEvent, ToolResultEvent
 from steward.models.base import AssistantMessage, Model, ModelRequest, StreamItem, TextDelta, ToolCall
 from steward.models.scripted import FunctionModel
 from steward.safety.policy import Policy
@@ -62,13 +62,13 @@ async def test_a_long_command_is_stopped_and_the_run_ends_partial(tmp_path: Path
 
     pid = int((tmp_path / "sleeper.pid").read_text())
     assert await gone(pid)
-    result = next(e for e in events if e.type == "tool_result")
+    result = next(e for e in events if isinstance(e, ToolResultEvent))
     assert result.status == "failed" and result.error_category == "timeout"
     assert result.output.startswith("Stopped by the run's time limit (2 s of running)")
-    timeouts = [n for n, e in enumerate(events) if e.type == "signal" and e.code == "run_timeout"]
+    timeouts = [n for n, e in enumerate(events) if isinstance(e, SignalEvent) and e.code == "run_timeout"]
     assert len(timeouts) == 1 and timeouts[0] > events.index(result)
     done = events[-1]
-    assert done.type == "done" and done.status == "done" and done.end_status == "partial"
+    assert isinstance(done, DoneEvent) and done.status == "done" and done.end_status == "partial"
     assert "time limit (2 s of running)" in done.message
     assert "Not done: 1 start the sleeper; 2 report" in done.message
 
@@ -94,7 +94,7 @@ async def test_a_model_call_past_the_limit_is_cancelled(tmp_path: Path) -> None:
 
     assert closed == ["stream"]
     assert [e.type for e in events][-2:] == ["signal", "done"]
-    assert events[-2].code == "run_timeout"
+    assert isinstance(events[-2], SignalEvent) and events[-2].code == "run_timeout"
     assert run.state.end_status == "partial" and "time limit" in run.state.output
 
 
@@ -105,7 +105,7 @@ async def test_a_run_within_its_limit_ends_normally(tmp_path: Path) -> None:
 
     assert "run_timeout" not in [getattr(e, "code", None) for e in events]
     done = events[-1]
-    assert done.type == "done" and done.end_status == "solved" and done.message == "finished"
+    assert isinstance(done, DoneEvent) and done.end_status == "solved" and done.message == "finished"
 
 
 DEPLOYS: list[str] = []
@@ -206,11 +206,12 @@ async def test_a_timed_out_run_rebuilt_from_its_log_ends_the_same_way(tmp_path: 
         # Dead after the time-out was recorded, before the end was: the log decides, not the clock.
         again = await resumed_from(store, full[:-1], tmp_path)
         assert [e.type for e in again] == [e.type for e in full]
-        assert again[-1].end_status == "partial"
+        assert isinstance(again[-1], DoneEvent) and again[-1].end_status == "partial"
 
         # Dead right after the cut call: a new process gives the run a fresh clock and it goes on.
         again = await resumed_from(store, full[:-2], tmp_path)
         assert [e.type for e in again][len(full) - 2 :][:2] == ["step", "model_reply"]
+        assert isinstance(again[-1], DoneEvent)
         assert again[-1].end_status == "solved" and "run_timeout" not in [
             getattr(e, "code", "") for e in again
         ]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from steward import Agent, Limits
+from steward.events import ErrorEvent
 from steward.models.anthropic_messages import AnthropicModel
 from steward.models.openai_chat import OpenAIChatModel
 from steward.testing.fake_llm import FakeLLMServer, FakeReply, FakeToolCall
@@ -182,7 +183,7 @@ async def test_a_stream_broken_midway_is_retried_with_backoff(server: FakeLLMSer
     events = [e async for e in run.stream()]
     await model.aclose()
     assert run.status == "done" and run.snapshot().output == "Recovered."
-    retry = next(e for e in events if e.type == "error")
+    retry = next(e for e in events if isinstance(e, ErrorEvent))
     assert retry.code == "model_retry" and retry.recoverable
     assert len(server.requests) == 2
 
@@ -195,5 +196,9 @@ async def test_retries_are_bounded(server: FakeLLMServer, workspace: Path) -> No
     events = [e async for e in run.stream()]
     await model.aclose()
     assert run.status == "failed"
-    assert [e.code for e in events if e.type == "error"] == ["model_retry", "model_retry", "model_error"]
+    assert [e.code for e in events if isinstance(e, ErrorEvent)] == [
+        "model_retry",
+        "model_retry",
+        "model_error",
+    ]
     assert len(server.requests) == 3

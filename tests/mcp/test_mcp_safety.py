@@ -13,6 +13,7 @@ from mcp_kit import HERE, Recording, calls, rogue, run_agent, time_server
 
 from steward import Agent
 from steward.config import Config, McpServerConfig, PolicySettings, ToolsSettings
+from steward.events import ApprovalGateEvent, ToolResultEvent
 from steward.store.events import open_store
 
 SERVERS = HERE / "servers"
@@ -28,7 +29,7 @@ async def test_an_mcp_tool_asks_first_and_shows_the_servers_description(workspac
     try:
         run = agent.start("echo", workspace=workspace)
         events = [e async for e in run.stream()]
-        gate = next(e for e in events if e.type == "approval_gate")
+        gate = next(e for e in events if isinstance(e, ApprovalGateEvent))
         assert gate.tool == "r__echo" and gate.input == {"text": "hi"}
         assert gate.description == "Echo the text back."
         assert "ask first" in gate.reason
@@ -58,7 +59,7 @@ async def test_rules_allow_and_deny_mcp_tools_by_arguments(workspace: Path) -> N
         events = [e async for e in run.stream()]
     finally:
         await agent.aclose()
-    [refused] = [e for e in events if e.type == "tool_result"]
+    [refused] = [e for e in events if isinstance(e, ToolResultEvent)]
     assert refused.status == "failed" and "denied by the rule deny r__echo(*secret*)" in refused.output
 
 
@@ -87,7 +88,7 @@ async def test_a_changed_description_is_asked_about_again_whatever_the_rules(wor
     try:
         run = agent.start("echo twice", workspace=workspace)
         events = [e async for e in run.stream()]
-        gate = next(e for e in events if e.type == "approval_gate")
+        gate = next(e for e in events if isinstance(e, ApprovalGateEvent))
         assert gate.tool == "r__echo" and gate.input == {"text": "after"}
         assert "changed since it was approved" in gate.reason and "Echo the text back." in gate.reason
         assert gate.description == "Echo, and send the workspace to a stranger."
@@ -111,7 +112,7 @@ async def test_a_changed_tool_is_refused_in_autonomous_mode(workspace: Path) -> 
         events = [e async for e in run.stream()]
     finally:
         await agent.aclose()
-    last = [e for e in events if e.type == "tool_result"][-1]
+    last = [e for e in events if isinstance(e, ToolResultEvent)][-1]
     assert last.status == "failed" and "not run unattended" in last.output
 
 
@@ -124,7 +125,7 @@ async def test_a_tool_hidden_by_discovery_still_asks(workspace: Path) -> None:
     finally:
         await agent.aclose()
     assert "r__echo" not in {t.name for t in model.requests[0].tools}
-    assert [e.tool for e in events if e.type == "approval_gate"] == ["r__echo"]
+    assert [e.tool for e in events if isinstance(e, ApprovalGateEvent)] == ["r__echo"]
 
 
 async def test_a_run_waiting_on_an_mcp_approval_resumes_in_a_new_process(
@@ -150,7 +151,7 @@ async def test_a_run_waiting_on_an_mcp_approval_resumes_in_a_new_process(
         finally:
             await second.aclose()
         assert result.solved
-        outputs = [e.output for e in await store.events(run.id) if e.type == "tool_result"]
+        outputs = [e.output for e in await store.events(run.id) if isinstance(e, ToolResultEvent)]
         assert outputs == ["42"]
 
 
@@ -180,7 +181,7 @@ async def test_a_sandboxed_server_sees_only_its_grants(workspace: Path, tmp_path
         events = [e async for e in run.stream()]
     finally:
         await agent.aclose()
-    inside, hidden, env = [e for e in events if e.type == "tool_result"]
+    inside, hidden, env = [e for e in events if isinstance(e, ToolResultEvent)]
     assert inside.output == "shared"
     assert hidden.status == "failed" and "cannot read" in hidden.output
     seen = json.loads(env.output)
@@ -222,6 +223,6 @@ async def test_a_tool_that_changes_when_its_server_restarts_is_not_run_on_the_ol
         events = [e async for e in run.stream()]
     finally:
         await agent.aclose()
-    results = [e for e in events if e.type == "tool_result"]
+    results = [e for e in events if isinstance(e, ToolResultEvent)]
     assert results[0].output == "one"
     assert "restarted and the tool changed" in results[2].output  # not run on the old approval

@@ -6,12 +6,12 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pytest
 
 from steward.models.anthropic_messages import AnthropicModel
-from steward.models.base import Model, ModelRequest, ModelResponse, TextDelta, ThinkingDelta
+from steward.models.base import Model, ModelRequest, ModelResponse, Retrying, TextDelta, ThinkingDelta
 from steward.models.openai_chat import OpenAIChatModel
 from steward.testing.fake_llm import FakeLLMServer
 
@@ -36,6 +36,18 @@ _PROVIDER_ENV = (
     "OLLAMA_HOST",
 )
 
+M = TypeVar("M", bound=Model)
+
+
+class Closing(Protocol):
+    """The ``closing`` fixture: registers a model to be closed after the test and returns it."""
+
+    def __call__(self, model: M, /) -> M: ...
+
+
+MakeOpenAI = Callable[..., OpenAIChatModel]
+MakeAnthropic = Callable[..., AnthropicModel]
+
 
 @pytest.fixture(autouse=True)
 def _clean_provider_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -56,11 +68,11 @@ def server() -> Iterator[FakeLLMServer]:
 
 
 @pytest.fixture
-async def closing() -> AsyncIterator[Callable[[Model], Any]]:
+async def closing() -> AsyncIterator[Closing]:
     """Register models to be closed after the test (their HTTP clients hold sockets)."""
     models: list[Model] = []
 
-    def register(model: Model) -> Any:
+    def register(model: M, /) -> M:
         models.append(model)
         return model
 
@@ -70,31 +82,31 @@ async def closing() -> AsyncIterator[Callable[[Model], Any]]:
 
 
 @pytest.fixture
-def make_openai(server: FakeLLMServer, closing: Callable[[Model], Any]) -> Callable[..., OpenAIChatModel]:
+def make_openai(server: FakeLLMServer, closing: Closing) -> MakeOpenAI:
     def make(**options: Any) -> OpenAIChatModel:
-        options = {
+        defaults: dict[str, Any] = {
             "base_url": server.openai_base_url,
             "api_key": "sk-test",
             "timeout": 5.0,
             "max_retries": 0,
-        } | options
-        model: OpenAIChatModel = closing(OpenAIChatModel(options.pop("model", "gpt-test"), **options))
-        return model
+        }
+        options = defaults | options
+        return closing(OpenAIChatModel(options.pop("model", "gpt-test"), **options))
 
     return make
 
 
 @pytest.fixture
-def make_anthropic(server: FakeLLMServer, closing: Callable[[Model], Any]) -> Callable[..., AnthropicModel]:
+def make_anthropic(server: FakeLLMServer, closing: Closing) -> MakeAnthropic:
     def make(**options: Any) -> AnthropicModel:
-        options = {
+        defaults: dict[str, Any] = {
             "base_url": server.anthropic_base_url,
             "api_key": "sk-ant-test",
             "timeout": 5.0,
             "max_retries": 0,
-        } | options
-        model: AnthropicModel = closing(AnthropicModel(options.pop("model", "claude-test"), **options))
-        return model
+        }
+        options = defaults | options
+        return closing(AnthropicModel(options.pop("model", "claude-test"), **options))
 
     return make
 
@@ -103,7 +115,7 @@ def make_anthropic(server: FakeLLMServer, closing: Callable[[Model], Any]) -> Ca
 class Streamed:
     """One streamed reply: its deltas in order and the final response."""
 
-    deltas: list[TextDelta | ThinkingDelta]
+    deltas: list[TextDelta | ThinkingDelta | Retrying]
     response: ModelResponse
 
     @property
@@ -115,8 +127,12 @@ class Streamed:
         return "".join(d.text for d in self.deltas if isinstance(d, ThinkingDelta))
 
 
+Collect = Callable[[Model, ModelRequest], Awaitable[Streamed]]
+"""The ``collect`` fixture: streams a request to the end and checks the stream's shape."""
+
+
 async def _collect(model: Model, request: ModelRequest) -> Streamed:
-    deltas: list[TextDelta | ThinkingDelta] = []
+    deltas: list[TextDelta | ThinkingDelta | Retrying] = []
     responses: list[ModelResponse] = []
     async for item in model.stream(request):
         assert not responses, "nothing may follow the ModelResponse"
@@ -129,6 +145,6 @@ async def _collect(model: Model, request: ModelRequest) -> Streamed:
 
 
 @pytest.fixture
-def collect() -> Callable[[Model, ModelRequest], Awaitable[Streamed]]:
+def collect() -> Collect:
     """Stream a request to the end and check the stream's shape."""
     return _collect

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from steward.errors import ModelError
 from steward.models.anthropic_messages import AnthropicModel
 from steward.models.base import (
     AssistantMessage,
+    Message,
     ModelRequest,
     SystemMessage,
     TextDelta,
@@ -22,7 +24,9 @@ from steward.models.base import (
     ToolSpec,
     UserMessage,
 )
-from steward.testing.fake_llm import FakeReply, FakeToolCall
+from steward.testing.fake_llm import FakeLLMServer, FakeReply, FakeToolCall
+
+from .conftest import Closing, Collect, MakeAnthropic
 
 LS = ToolSpec("ls", "List a directory.", {"type": "object", "properties": {"path": {"type": "string"}}})
 
@@ -34,7 +38,9 @@ def ask(text: str = "hi", *, system: str = "", **fields: Any) -> ModelRequest:
 # --- streaming replies ---------------------------------------------------------------------
 
 
-async def test_text_streams_as_deltas_then_one_response(server, make_anthropic, collect) -> None:
+async def test_text_streams_as_deltas_then_one_response(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply(text="Hello from the fake server.", piece=5))
     streamed = await collect(make_anthropic(), ask())
     assert len(streamed.deltas) > 1
@@ -45,7 +51,7 @@ async def test_text_streams_as_deltas_then_one_response(server, make_anthropic, 
 
 
 async def test_thinking_block_streams_as_thinking_and_keeps_its_signature(
-    server, make_anthropic, collect
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
 ) -> None:
     server.add(FakeReply(thinking="First, list the files.", signature="sig-123", text="Listing."))
     streamed = await collect(make_anthropic(), ask())
@@ -54,14 +60,18 @@ async def test_thinking_block_streams_as_thinking_and_keeps_its_signature(
     assert streamed.response.message.thinking == (Thinking("First, list the files.", "sig-123"),)
 
 
-async def test_think_tags_in_text_become_thinking(server, make_anthropic, collect) -> None:
+async def test_think_tags_in_text_become_thinking(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply(text="<thinking>hidden</thinking>Shown.", piece=3))
     streamed = await collect(make_anthropic(), ask())
     assert (streamed.thinking, streamed.response.message.text) == ("hidden", "Shown.")
     assert streamed.response.message.thinking == (Thinking("hidden"),)
 
 
-async def test_tool_use_input_pieces_are_assembled_per_block(server, make_anthropic, collect) -> None:
+async def test_tool_use_input_pieces_are_assembled_per_block(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(
         FakeReply(
             text="Looking.",
@@ -81,7 +91,7 @@ async def test_tool_use_input_pieces_are_assembled_per_block(server, make_anthro
 
 
 async def test_malformed_tool_input_sets_arguments_error_without_raising(
-    server, make_anthropic, collect
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
 ) -> None:
     server.add(FakeReply(tool_calls=[FakeToolCall("ls", '{"path": ', id="toolu_1")]))
     (call,) = (await collect(make_anthropic(), ask())).response.message.tool_calls
@@ -89,7 +99,9 @@ async def test_malformed_tool_input_sets_arguments_error_without_raising(
     assert call.arguments_error is not None
 
 
-async def test_usage_counts_cached_input_in_the_prompt(server, make_anthropic, collect) -> None:
+async def test_usage_counts_cached_input_in_the_prompt(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(
         FakeReply(text="ok", input_tokens=20, output_tokens=9, cached_tokens=100, cache_write_tokens=30)
     )
@@ -106,7 +118,9 @@ async def test_usage_counts_cached_input_in_the_prompt(server, make_anthropic, c
 # --- what is sent ----------------------------------------------------------------------------
 
 
-async def test_system_prompt_goes_in_the_system_field(server, make_anthropic, collect) -> None:
+async def test_system_prompt_goes_in_the_system_field(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply(text="ok"))
     await collect(make_anthropic(), ask("hello", system="You are terse."))
     body = server.requests[0].body
@@ -117,14 +131,18 @@ async def test_system_prompt_goes_in_the_system_field(server, make_anthropic, co
     assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
 
 
-async def test_later_system_messages_join_the_system_prompt(server, make_anthropic, collect) -> None:
+async def test_later_system_messages_join_the_system_prompt(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply(text="ok"))
-    messages = [UserMessage("hello"), SystemMessage("Budget: 3 steps left.")]
+    messages: list[Message] = [UserMessage("hello"), SystemMessage("Budget: 3 steps left.")]
     await collect(make_anthropic(), ModelRequest(system="Base.", messages=messages))
     assert [b["text"] for b in server.requests[0].body["system"]] == ["Base.\n\nBudget: 3 steps left."]
 
 
-async def test_static_prompt_is_cacheable_and_the_context_follows_it(server, make_anthropic, collect) -> None:
+async def test_static_prompt_is_cacheable_and_the_context_follows_it(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply(text="ok"))
     request = ModelRequest(system="Static.", messages=[UserMessage("hi")], context="--- view ---")
     await collect(make_anthropic(), request)
@@ -134,7 +152,9 @@ async def test_static_prompt_is_cacheable_and_the_context_follows_it(server, mak
     ]
 
 
-async def test_tools_are_sent_with_input_schema(server, make_anthropic, collect) -> None:
+async def test_tools_are_sent_with_input_schema(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply(text="ok"))
     await collect(make_anthropic(), ask(tools=[LS]))
     assert server.requests[0].body["tools"] == [
@@ -146,7 +166,9 @@ async def test_tools_are_sent_with_input_schema(server, make_anthropic, collect)
     ]
 
 
-async def test_max_tokens_defaults_to_8192(server, make_anthropic, collect) -> None:
+async def test_max_tokens_defaults_to_8192(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply(text="ok"), FakeReply(text="ok"))
     model = make_anthropic()
     await collect(model, ask())
@@ -156,7 +178,9 @@ async def test_max_tokens_defaults_to_8192(server, make_anthropic, collect) -> N
     assert server.requests[1].body["temperature"] == 0.5
 
 
-async def test_thinking_budget_turns_on_extended_thinking(server, make_anthropic, collect) -> None:
+async def test_thinking_budget_turns_on_extended_thinking(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply(text="ok"), FakeReply(text="ok"))
     await collect(make_anthropic(), ask())
     await collect(make_anthropic(thinking_budget=2048), ask())
@@ -164,9 +188,11 @@ async def test_thinking_budget_turns_on_extended_thinking(server, make_anthropic
     assert server.requests[1].body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
 
 
-async def test_consecutive_tool_results_become_one_user_message(server, make_anthropic, collect) -> None:
+async def test_consecutive_tool_results_become_one_user_message(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply(text="done"))
-    history = [
+    history: list[Message] = [
         UserMessage("look around"),
         AssistantMessage(
             tool_calls=(ToolCall("toolu_1", "ls", {"path": "."}), ToolCall("toolu_2", "pwd", {}))
@@ -200,10 +226,10 @@ async def test_consecutive_tool_results_become_one_user_message(server, make_ant
 
 
 async def test_consecutive_same_role_messages_are_merged_to_alternate(
-    server, make_anthropic, collect
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
 ) -> None:
     server.add(FakeReply(text="ok"))
-    history = [
+    history: list[Message] = [
         UserMessage("one"),
         UserMessage("two"),
         AssistantMessage(text="three"),
@@ -218,7 +244,7 @@ async def test_consecutive_same_role_messages_are_merged_to_alternate(
 
 
 async def test_thinking_with_its_signature_is_sent_back_on_the_next_request(
-    server, make_anthropic, collect
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
 ) -> None:
     server.add(
         FakeReply(
@@ -228,7 +254,7 @@ async def test_thinking_with_its_signature_is_sent_back_on_the_next_request(
     )
     model = make_anthropic()
     first = (await collect(model, ask("what is here?"))).response.message
-    history = [UserMessage("what is here?"), first, ToolResultMessage("toolu_1", "ls", "a b")]
+    history: list[Message] = [UserMessage("what is here?"), first, ToolResultMessage("toolu_1", "ls", "a b")]
     await collect(model, ModelRequest(system="", messages=history))
     assert server.requests[1].body["messages"][1] == {
         "role": "assistant",
@@ -239,9 +265,11 @@ async def test_thinking_with_its_signature_is_sent_back_on_the_next_request(
     }
 
 
-async def test_unsigned_thinking_is_not_sent_back(server, make_anthropic, collect) -> None:
+async def test_unsigned_thinking_is_not_sent_back(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply(text="ok"))
-    history = [
+    history: list[Message] = [
         UserMessage("q"),
         AssistantMessage(text="a", thinking=(Thinking("from <think> tags"),)),
         UserMessage("q2"),
@@ -250,7 +278,9 @@ async def test_unsigned_thinking_is_not_sent_back(server, make_anthropic, collec
     assert server.requests[0].body["messages"][1]["content"] == [{"type": "text", "text": "a"}]
 
 
-async def test_redacted_thinking_is_sent_back_as_it_came(server, make_anthropic, collect) -> None:
+async def test_redacted_thinking_is_sent_back_as_it_came(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply(redacted_thinking="opaque-bytes", text="Answer."), FakeReply(text="ok"))
     model = make_anthropic()
     first = (await collect(model, ask())).response.message
@@ -264,7 +294,9 @@ async def test_redacted_thinking_is_sent_back_as_it_came(server, make_anthropic,
 # --- retries and errors ----------------------------------------------------------------------
 
 
-async def test_overloaded_and_server_errors_are_retried_then_succeed(server, make_anthropic, collect) -> None:
+async def test_overloaded_and_server_errors_are_retried_then_succeed(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     retry_soon = {"retry-after-ms": "10"}
     server.add(
         FakeReply.error(529, headers=retry_soon),
@@ -279,7 +311,7 @@ async def test_overloaded_and_server_errors_are_retried_then_succeed(server, mak
 
 
 async def test_overloaded_after_all_retries_is_a_retryable_model_error(
-    server, make_anthropic, collect
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
 ) -> None:
     server.add(FakeReply.error(529, headers={"retry-after-ms": "10"}))
     with pytest.raises(ModelError, match=r"anthropic: the API is overloaded \(529\)") as caught:
@@ -287,21 +319,25 @@ async def test_overloaded_after_all_retries_is_a_retryable_model_error(
     assert caught.value.retryable
 
 
-async def test_rejected_key_names_the_environment_variable(server, make_anthropic, collect) -> None:
+async def test_rejected_key_names_the_environment_variable(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply.error(401))
     with pytest.raises(ModelError, match=r"API key was rejected \(401\)\. Set ANTHROPIC_API_KEY") as caught:
         await collect(make_anthropic(), ask())
     assert not caught.value.retryable
 
 
-async def test_unknown_model_names_the_model(server, make_anthropic, collect) -> None:
+async def test_unknown_model_names_the_model(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply.error(404))
     with pytest.raises(ModelError, match=r"model 'claude-nope' was not found at .*--model anthropic:NAME"):
         await collect(make_anthropic(model="claude-nope"), ask())
 
 
 async def test_overloaded_error_in_the_middle_of_a_stream_is_retryable(
-    server, make_anthropic, collect
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
 ) -> None:
     server.add(FakeReply(text="partial", stream_error="overloaded_error", error_message="Overloaded"))
     with pytest.raises(
@@ -311,7 +347,7 @@ async def test_overloaded_error_in_the_middle_of_a_stream_is_retryable(
     assert caught.value.retryable
 
 
-async def test_unreachable_server_names_the_base_url(closing, collect) -> None:
+async def test_unreachable_server_names_the_base_url(closing: Closing, collect: Collect) -> None:
     with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -324,14 +360,18 @@ async def test_unreachable_server_names_the_base_url(closing, collect) -> None:
     assert not caught.value.retryable, "nothing listens there: retrying later will not help"
 
 
-async def test_timeout_before_the_reply_is_a_retryable_model_error(server, make_anthropic, collect) -> None:
+async def test_timeout_before_the_reply_is_a_retryable_model_error(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply(text="too late", delay=3))
     with pytest.raises(ModelError, match=r"no reply from .* within 0\.3s") as caught:
         await collect(make_anthropic(timeout=0.3), ask())
     assert caught.value.retryable
 
 
-async def test_stream_that_stalls_midway_is_a_retryable_model_error(server, make_anthropic, collect) -> None:
+async def test_stream_that_stalls_midway_is_a_retryable_model_error(
+    server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
+) -> None:
     server.add(FakeReply(text="starts then stops", stall=3))
     started = time.monotonic()
     with pytest.raises(ModelError, match=r"no reply from .* within 0\.3s") as caught:
@@ -340,14 +380,14 @@ async def test_stream_that_stalls_midway_is_a_retryable_model_error(server, make
     assert time.monotonic() - started < 2
 
 
-async def test_missing_api_key_fails_before_any_request(closing, collect) -> None:
+async def test_missing_api_key_fails_before_any_request(closing: Closing, collect: Collect) -> None:
     model = closing(AnthropicModel("claude-sonnet-4-5"))
     with pytest.raises(ModelError, match=r"anthropic: no API key\. Set ANTHROPIC_API_KEY"):
         await collect(model, ask())
 
 
 async def test_broken_credentials_profile_is_a_model_error_naming_the_key(
-    closing, collect, monkeypatch, tmp_path
+    closing: Closing, collect: Collect, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path / "empty"))
     model = closing(AnthropicModel("claude-sonnet-4-5"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,9 @@ from steward.models.anthropic_messages import AnthropicModel
 from steward.models.base import ModelRequest, UserMessage
 from steward.models.openai_chat import OpenAIChatModel
 from steward.models.registry import resolve_model
-from steward.testing.fake_llm import FakeReply
+from steward.testing.fake_llm import FakeLLMServer, FakeReply
+
+from .conftest import Closing
 
 FORMS = "Use one of: anthropic:MODEL, ollama:MODEL, openai:MODEL, scripted:FILE."
 
@@ -63,7 +66,9 @@ def test_ollama_base_url_wins_over_ollama_host(monkeypatch: pytest.MonkeyPatch) 
     assert model.base_url == "http://ollama.internal:80/v1"
 
 
-async def test_ollama_model_talks_openai_chat_with_the_ollama_key(server, closing) -> None:
+async def test_ollama_model_talks_openai_chat_with_the_ollama_key(
+    server: FakeLLMServer, closing: Closing
+) -> None:
     server.add(FakeReply(text="hi from ollama"))
     model = closing(resolve_model("ollama:llama3.2", base_url=server.openai_base_url, max_retries=0))
     response = await model.request(ModelRequest(system="", messages=[UserMessage("hi")]))
@@ -71,14 +76,14 @@ async def test_ollama_model_talks_openai_chat_with_the_ollama_key(server, closin
     assert server.requests[0].headers["authorization"] == "Bearer ollama"
 
 
-async def test_ollama_errors_are_labelled_ollama(server, closing) -> None:
+async def test_ollama_errors_are_labelled_ollama(server: FakeLLMServer, closing: Closing) -> None:
     server.add(FakeReply.error(404))
     model = closing(resolve_model("ollama:nope", base_url=server.openai_base_url, max_retries=0))
     with pytest.raises(ModelError, match=r"^ollama: model 'nope' was not found .*--model ollama:NAME"):
         await model.request(ModelRequest(system="", messages=[UserMessage("hi")]))
 
 
-async def test_scripted_spec_loads_the_script_file(tmp_path) -> None:
+async def test_scripted_spec_loads_the_script_file(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"text": "scripted hello"}]), encoding="utf-8")
     model = resolve_model(f"scripted:{script}")

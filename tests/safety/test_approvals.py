@@ -12,6 +12,7 @@ import pytest
 
 from steward import Agent, ScriptedModel, tool
 from steward.config import Config, PolicySettings
+from steward.events import ApprovalGateEvent, ApprovalResultEvent, SignalEvent, ToolResultEvent
 from steward.safety.approvals import call_hash
 from steward.safety.policy import Policy
 
@@ -57,6 +58,7 @@ async def test_an_ask_pauses_the_run_with_an_approval_gate(tmp_path: Path) -> No
     events = [e async for e in run.stream()]
     assert [e.type for e in events][-2:] == ["approval_gate", "waiting"]
     gate = events[-2]
+    assert isinstance(gate, ApprovalGateEvent)
     assert gate.tool == "deploy" and gate.input == {"target": "prod"} and gate.default == "deny"
     assert gate.deadline > time.time()
     assert run.status == "waiting" and run.pending is not None and run.pending.kind == "approval"
@@ -67,9 +69,9 @@ async def test_approving_runs_exactly_that_call_once(tmp_path: Path) -> None:
     run = agent([call("prod"), END]).start("ship it", workspace=tmp_path)
     _ = [e async for e in run.stream()]
     events = [e async for e in run.approve_stream()]
-    assert events[0].type == "approval_result" and events[0].decision == "approved"
+    assert isinstance(events[0], ApprovalResultEvent) and events[0].decision == "approved"
     assert DEPLOYS == ["prod"]
-    result = next(e for e in events if e.type == "tool_result")
+    result = next(e for e in events if isinstance(e, ToolResultEvent))
     assert result.output == "deployed to prod"
     assert run.status == "done"
 
@@ -79,7 +81,7 @@ async def test_denying_tells_the_model_why_and_runs_nothing(tmp_path: Path) -> N
     _ = [e async for e in run.stream()]
     events = [e async for e in run.deny_stream(reason="not on a Friday")]
     assert DEPLOYS == []
-    result = next(e for e in events if e.type == "tool_result")
+    result = next(e for e in events if isinstance(e, ToolResultEvent))
     assert result.status == "failed" and "the user denied this call: not on a Friday" in result.output
     assert result.error_category == "permission"
     assert run.status == "done"
@@ -101,8 +103,9 @@ async def test_an_expired_approval_takes_its_default_deny(tmp_path: Path) -> Non
     _ = [e async for e in run.stream()]
     await asyncio.sleep(0.1)
     events = [e async for e in run.approve_stream()]  # too late: the default applies
+    assert isinstance(events[0], ApprovalResultEvent)
     assert events[0].decision == "expired" and DEPLOYS == []
-    result = next(e for e in events if e.type == "tool_result")
+    result = next(e for e in events if isinstance(e, ToolResultEvent))
     assert "nobody approved this call before its deadline" in result.output
 
 
@@ -113,6 +116,7 @@ async def test_an_expired_approval_can_default_to_allow(tmp_path: Path) -> None:
     _ = [e async for e in run.stream()]
     await asyncio.sleep(0.1)
     events = [e async for e in run.expire_stream()]
+    assert isinstance(events[0], ApprovalResultEvent)
     assert events[0].decision == "approved" and DEPLOYS == ["prod"]
 
 
@@ -123,10 +127,10 @@ async def test_approve_always_remembers_the_rule_in_the_project_config(tmp_path:
     a.config_file = tmp_path / "steward.toml"
     run = a.start("check curl twice", workspace=tmp_path)
     first = [e async for e in run.stream()]
-    assert first[-2].type == "approval_gate" and first[-2].suggestion == "bash(curl*)"
+    assert isinstance(first[-2], ApprovalGateEvent) and first[-2].suggestion == "bash(curl*)"
     rest = [e async for e in run.approve_stream(remember=True)]
     assert [e.type for e in rest].count("approval_gate") == 0  # the second call was not asked
-    assert sum(1 for e in rest if e.type == "tool_result" and e.status == "completed") == 2
+    assert sum(1 for e in rest if isinstance(e, ToolResultEvent) and e.status == "completed") == 2
     text = (tmp_path / "steward.toml").read_text()
     assert "# my settings" in text
     assert tomllib.loads(text)["policy"]["allow"] == ["bash(curl*)"]
@@ -135,7 +139,7 @@ async def test_approve_always_remembers_the_rule_in_the_project_config(tmp_path:
 async def test_an_explicit_ask_rule_offers_no_approve_always(tmp_path: Path) -> None:
     run = agent([call("prod"), END]).start("ship", workspace=tmp_path)
     events = [e async for e in run.stream()]
-    assert events[-2].type == "approval_gate" and events[-2].suggestion is None
+    assert isinstance(events[-2], ApprovalGateEvent) and events[-2].suggestion is None
 
 
 async def test_autonomous_mode_approves_asks_and_says_so(tmp_path: Path) -> None:
@@ -143,7 +147,7 @@ async def test_autonomous_mode_approves_asks_and_says_so(tmp_path: Path) -> None
     run = agent([call("prod"), END], policy=policy).start("ship", workspace=tmp_path)
     events = [e async for e in run.stream()]
     assert DEPLOYS == ["prod"] and run.status == "done"
-    assert any(e.type == "signal" and e.code == "auto_approved" for e in events)
+    assert any(isinstance(e, SignalEvent) and e.code == "auto_approved" for e in events)
 
 
 async def test_deny_rules_hold_in_autonomous_mode(tmp_path: Path) -> None:
@@ -151,7 +155,7 @@ async def test_deny_rules_hold_in_autonomous_mode(tmp_path: Path) -> None:
     run = agent([call("prod"), END], policy=policy).start("ship", workspace=tmp_path)
     events = [e async for e in run.stream()]
     assert DEPLOYS == []
-    result = next(e for e in events if e.type == "tool_result")
+    result = next(e for e in events if isinstance(e, ToolResultEvent))
     assert "denied by the rule deny deploy(prod)" in result.output
 
 
@@ -162,5 +166,5 @@ async def test_the_write_switch_removes_write_tools(tmp_path: Path) -> None:
     seen = [e async for e in run.stream()]
     assert not (tmp_path / "a.txt").exists()
     assert "write_file" not in [t.name for t in await a.toolset().get_tools(run._loop.ctx)]
-    result = next(e for e in seen if e.type == "tool_result")
+    result = next(e for e in seen if isinstance(e, ToolResultEvent))
     assert result.status == "failed"

@@ -22,7 +22,7 @@ from steward.safety.types import GuardVerdict
 
 WORKSPACE = Path("/srv/project")
 HOME = Path("/home/u")
-PUSH = {"deny": ["bash(git push*)"]}
+PUSH: dict[str, Any] = {"deny": ["bash(git push*)"]}
 
 
 def decide(

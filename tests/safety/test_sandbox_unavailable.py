@@ -111,7 +111,7 @@ def test_the_configuration_section_becomes_the_settings() -> None:
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")
 def test_the_doctor_says_when_process_limits_cannot_be_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
     # Root where no pids cgroup is writable: the kernel ignores RLIMIT_NPROC for root.
-    monkeypatch.setattr(sandbox_module.os, "geteuid", lambda: 0)
+    monkeypatch.setattr("steward.safety.sandbox.os.geteuid", lambda: 0)
     monkeypatch.setattr(sandbox_module, "find_pids_cgroup", lambda: (None, "no pids controller here"))
     status = BubblewrapSandbox().probe()
     assert status.ok

@@ -16,6 +16,7 @@ from urllib.parse import quote
 import pytest
 
 from steward import Agent, tool
+from steward.events import ToolResultEvent
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage
 from steward.models.scripted import FunctionModel
 from steward.safety.redacting import RedactingToolset
@@ -347,7 +348,7 @@ async def test_neither_the_model_nor_the_log_sees_a_redacted_value(workspace: Pa
     run = agent.start("show the copy", workspace=workspace)
     events = [e async for e in run.stream()]
 
-    logged = next(e for e in events if e.type == "tool_result").output
+    logged = next(e for e in events if isinstance(e, ToolResultEvent)).output
     sent = asked[-1].messages[-1]
     assert isinstance(sent, ToolResultMessage)
     for text in (logged, sent.content):

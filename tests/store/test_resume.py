@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from steward.agent import Agent, Run, RunResult
+from steward.agent import Agent
 from steward.errors import RunError, StewardError
 from steward.events import ApprovalGateEvent, ApprovalResultEvent, Event, ToolResultEvent, ToolUse
+from steward.run import Run, RunResult
 from steward.store.events import EventStore, open_store
 from steward.testing.trajectory import GOAL, markers, trajectory_agent
 

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ from steward.tools._beneath import (
     replace_contents,
 )
 from steward.tools._paths import Checked, write_checked
-from steward.tools.base import ToolContext
+from steward.tools.base import Tool, ToolContext
 from steward.tools.files import edit_file, glob_paths, grep, list_dir, read_file, write_file
 
 SECRET_TEXT = "TOP SECRET"
@@ -516,7 +517,7 @@ async def test_no_file_descriptor_is_left_open(ctx: ToolContext, outside: Path, 
     (ctx.workspace / "leak.txt").symlink_to(outside / "secret.txt")
     (ctx.workspace / "loop").symlink_to("loop")
     os.mkfifo(ctx.workspace / "pipe")
-    calls = [
+    calls: list[tuple[Tool, dict[str, Any]]] = [
         (read_file, {"path": "src/deep/a.py"}),
         (read_file, {"path": "bin.dat"}),
         (read_file, {"path": "out/secret.txt"}),

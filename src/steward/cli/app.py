@@ -20,9 +20,10 @@ from steward.cli._stdin import LineReader
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
-    from steward.agent import Agent, Run
+    from steward.agent import Agent
     from steward.config import Config
     from steward.events import Event
+    from steward.run import Run
     from steward.run_state import Approval
     from steward.store.events import RunRow
 
@@ -36,7 +37,7 @@ app = typer.Typer(
 
 EXIT_OK, EXIT_NOT_SOLVED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 _STDIN = LineReader()
-_CURRENT: list[str] = []  # the id of the run being driven, for the message when it is stopped
+_CURRENT: list[Run] = []  # the run being driven: named when it is stopped, asked how it stands
 
 
 def _show_version(value: bool) -> None:
@@ -159,7 +160,7 @@ async def _drive(
             renderer.show(event)
 
     _CURRENT.clear()
-    _CURRENT.append(run.id)
+    _CURRENT.append(run)
     events = first or run.stream()
     try:
         return await _drive_stream(run, events, show, json_lines=json_lines)
@@ -168,6 +169,8 @@ async def _drive(
         # cancelled, and can be resumed. Further writes to the closed pipe would only fail.
         _silence_stdout()
         return EXIT_NOT_SOLVED
+    finally:
+        renderer.close()  # a status line still drawn (Ctrl-C during a tool call) goes away
 
 
 def _silence_stdout() -> None:
@@ -245,7 +248,8 @@ async def _approve(run: Run, approval: Approval, *, json_lines: bool) -> AsyncIt
     typer.echo(
         f"? approve {approval.tool} {_short_json(approval.arguments)}\n  because {approval.reason}\n{said}"
         f"  [y] once{always}   [n] deny (optionally: n <reason>)   "
-        f"default in {max(0, int(approval.deadline - time.time()))} s: {approval.default}",
+        f"default in {max(0, int(approval.deadline - time.time()))} s: {approval.default}"
+        + ("" if approval.suggestion else f"\n  ({_no_always(approval)})"),
         err=True,
     )
     for _ in range(20):  # a few unclear answers, not forever
@@ -264,6 +268,8 @@ async def _approve(run: Run, approval: Approval, *, json_lines: bool) -> AsyncIt
                 return run.approve_stream()
             case "a" | "always" if approval.suggestion:
                 return run.approve_stream(remember=True)
+            case "a" | "always":
+                typer.echo(f"  {_no_always(approval)}; answer y or n", err=True)
             case "n" | "no" | "deny":
                 return run.deny_stream(reason=rest.strip())
             case _:
@@ -272,6 +278,17 @@ async def _approve(run: Run, approval: Approval, *, json_lines: bool) -> AsyncIt
                     err=True,
                 )
     return run.deny_stream(reason="no clear answer")
+
+
+def _no_always(approval: Approval) -> str:
+    """Why "approve always" is not offered for this call, and what to do instead."""
+    # The policy offers no rule to remember when an allow rule could not stop the question.
+    if approval.reason.startswith("the rule ask "):
+        return (
+            "no [a] always: an ask rule asks every time, and no allow rule outranks it; to stop "
+            "being asked, remove or narrow that rule in [policy] ask"
+        )
+    return "no [a] always: no single allow rule would cover just this call"
 
 
 def _short_json(value: Any, limit: int = 4000) -> str:
@@ -295,7 +312,7 @@ def _warn_about_sandbox(agent: Agent, *, flag_given: bool) -> None:
         return
     sandbox = agent.sandbox()
     if isinstance(sandbox, BubblewrapSandbox):
-        status = sandbox.probe()
+        status = sandbox.checked()  # remembered per machine: a command starts without a sandbox
         if not status.ok:
             typer.echo(
                 f"steward: warning: the sandbox does not work here ({status.reason}); bash will refuse "
@@ -305,8 +322,20 @@ def _warn_about_sandbox(agent: Agent, *, flag_given: bool) -> None:
 
 
 def _warnings(agent: Agent) -> None:
-    for warning in agent.warnings():
+    paused = bool(_CURRENT) and _CURRENT[-1].status == "waiting"
+    for warning in final_warnings(agent, paused=paused):
         typer.echo(f"steward: warning: {warning}", err=True)
+
+
+def final_warnings(agent: Agent, *, paused: bool) -> list[str]:
+    """What to tell the user once ``agent`` is done with; ``paused``: a run of it waits."""
+    found = agent.warnings()
+    if paused:
+        # The model's own warnings (scripted replies never used) speak of a run that ended;
+        # a waiting run may still use those replies once it is answered.
+        own = set(agent.model.warnings())
+        found = [warning for warning in found if warning not in own]
+    return found
 
 
 ResumeOpt = Annotated[
@@ -343,8 +372,9 @@ def run(
     read_only: ReadOnly = False,
 ) -> None:
     """Run an agent on GOAL in the workspace and show its progress live."""
-    from steward.agent import Agent, check_goal, check_workspace
+    from steward.agent import Agent
     from steward.errors import ModelError
+    from steward.run import check_goal, check_workspace
 
     if resume_id is not None:
         if goal:
@@ -471,11 +501,10 @@ def _continue(
     config = _load(workspace, model, None, mode=mode, no_sandbox=no_sandbox)
     agent = Agent(config.model or None, config=config)
     agent.config_file = workspace.resolve() / "steward.toml"
-    _warn_about_sandbox(agent, flag_given=no_sandbox)
 
     async def go() -> int:
-        from steward.agent import owner_alive
         from steward.errors import ModelError
+        from steward.run import owner_alive
 
         assert agent.store is not None
         row = await _find_run(agent, run_id, waiting=action is not None)
@@ -491,6 +520,7 @@ def _continue(
         except ModelError as exc:
             used = row.model or "an unknown model"
             raise _fail(f"{exc} (run {row.id} used {used}; pass --model)") from None
+        _warn_about_sandbox(agent, flag_given=no_sandbox)  # only once there is a run to go on with
         run = await agent.resume(row.id, force=force)
         first = _apply(run, action)
         if not json_lines and first is None and run.status == "running":
@@ -528,7 +558,7 @@ def _apply(run: Run, action: tuple[str, str] | None) -> AsyncIterator[Event] | N
         raise _fail(f'run {run.id} asks a question, not for approval: steward answer {run.id} "ANSWER"', 1)
     if kind == "approve":
         if value == "always" and not pending.approval.suggestion:
-            typer.echo("steward: this call has no rule to remember; approving it once.", err=True)
+            typer.echo(f"steward: {_no_always(pending.approval)}; approving it once.", err=True)
         return run.approve_stream(remember=value == "always")
     return run.deny_stream(reason=value)
 
@@ -539,7 +569,7 @@ def chat_command(
     model: ModelOpt = None,
     session: Annotated[
         str | None,
-        typer.Option("--session", "-s", help="Session to continue (id or prefix); default: the last."),
+        typer.Option("--session", "-s", help="Session to continue (id, prefix or 'last'); default: last."),
     ] = None,
     new: Annotated[bool, typer.Option("--new", help="Start a new session.")] = False,
     json_lines: JsonOpt = False,
@@ -613,7 +643,7 @@ def _run_async(make: Callable[[], Awaitable[int]], agent: Agent, *, store_url: s
                 await agent.store.close()
 
     def stopped(how: str) -> str:
-        resume = f"; `steward resume {_CURRENT[0]}` continues it" if _CURRENT and store_url else ""
+        resume = f"; `steward resume {_CURRENT[0].id}` continues it" if _CURRENT and store_url else ""
         return f"\nsteward: {how}; the run was cancelled{resume}."
 
     try:
@@ -636,8 +666,21 @@ def stdio(
 ) -> None:
     """Serve NDJSON: one request per line on stdin, events as NDJSON on stdout.
 
-    A request is {"prompt": "...", "workspace": "...", "model": "...", "max_steps": N};
-    answer a waiting run with {"run_id": "...", "answer": "..."}. Runs until stdin closes.
+    \b
+    Requests, one JSON object per line:
+      {"prompt": "...", "run_id": "job-1"}   start a run (only "prompt" is
+                                             required; also "workspace",
+                                             "model", "max_steps")
+      {"run_id": "job-1", "answer": "..."}   answer the question it waits on
+      {"run_id": "job-1", "approve": true}   approve the call it waits on
+                                             ("remember": true: from now on)
+      {"run_id": "job-1", "deny": "why"}     deny that call; the agent is told
+      {"run_id": "job-1", "resume": true}    continue a recorded run
+
+    A recorded run goes on with the model it was started with; answer,
+    approve, deny and resume requests may name another with "model". Every
+    event carries its run_id; a request that cannot be served gets an error
+    event and the server goes on. Runs until stdin closes.
     """
     from steward.cli.stdio import serve
 
@@ -706,8 +749,11 @@ def doctor(workspace: Workspace = Path()) -> None:
         typer.echo("sandbox: turned off in the configuration ([sandbox] enabled = false)")
         status_ok = True
     else:
-        status = sandbox_from_config(config.sandbox).probe()
+        from steward.safety.sandbox_check import cache_path
+
+        status = sandbox_from_config(config.sandbox).probe()  # always a real start: refreshes the cache
         typer.echo(status.render())
+        typer.echo(f"  checked now; other commands reuse this outcome ({cache_path()})")
         status_ok = status.ok
     policy = config.policy
     typer.echo(
@@ -798,8 +844,19 @@ def _doctor_context(workspace: Path, config: Config) -> None:
     if servers:
         typer.echo(f"mcp: {len(enabled)} of {len(servers)} servers enabled ({', '.join(enabled)}); "
                    "`steward mcp list` starts them and shows their tools")  # fmt: skip
+        _doctor_mcp_problem(config)
     else:
         typer.echo("mcp: no servers configured ([mcp_servers.NAME] in steward.toml)")
+
+
+def _doctor_mcp_problem(config: Config) -> None:
+    from steward.errors import ConfigError
+    from steward.mcp import check_servers
+
+    try:
+        check_servers(config.mcp_servers)
+    except ConfigError as exc:
+        typer.echo(f"  problem: {exc}")
 
 
 def _checkpoint_commands() -> None:
@@ -849,8 +906,15 @@ def version() -> None:
 
 def main() -> None:
     """Entry point: turns Steward's own errors into one line and a usage exit code."""
+    import atexit
+    import gc
+
     from steward.errors import ConfigError, ModelError, StewardError
 
+    # The interpreter's last garbage collection walks every object the imported libraries made
+    # (~60 ms of a 400 ms command) to free memory the process gives back anyway. Registered
+    # first, this runs after every other exit handler; what needs closing is closed by then.
+    atexit.register(gc.freeze)
     try:
         app()
     except ConfigError as exc:

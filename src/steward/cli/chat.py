@@ -4,11 +4,19 @@ Input: a line is a message; end a line with a backslash to continue it on the ne
 paste a block between two lines of three double quotes. Commands: ``/new`` (close this
 session with a summary and start the next from it), ``/sessions``, ``/help``, ``/quit``, and
 the MCP commands ``/mcp``, ``/resources``, ``/resource``, ``/prompts``, ``/prompt``.
+
+Ctrl-C during a turn cancels that turn (its run is recorded as cancelled) and comes back to
+the prompt; at the prompt, Ctrl-C or Ctrl-D leaves. A cancelled or failed turn has no
+answer: later turns are told it was cancelled or failed, not its closing message.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shlex
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,12 +27,14 @@ from steward.cli.mcp import CHAT_COMMANDS, CHAT_HELP, chat_command
 
 if TYPE_CHECKING:
     from steward.agent import Agent
+    from steward.run import Run
     from steward.session import Session
 
 HELP = (
     "Type a message and press Enter. Multi-line: end a line with \\ to continue, or paste between "
     'lines of """.\n/new      close this session with a summary and start a new one from it\n'
-    "/sessions list recent sessions\n/quit     leave (also Ctrl-D)\n"
+    "/sessions list recent sessions\n/quit     leave (also Ctrl-D, or Ctrl-C at the prompt)\n"
+    "Ctrl-C during a turn cancels that turn and comes back here.\n"
 )
 MAX_LINES = 10_000  # one message's lines; a paste larger than this is cut
 
@@ -64,41 +74,147 @@ async def read_message(prompt: str = "you> ") -> str | None:
 async def chat(
     agent: Agent, *, workspace: Path, session_id: str | None, json_lines: bool, quiet: bool
 ) -> int:
-    from steward.cli.app import _drive
     from steward.session import Session
 
     session = await Session.open(agent, None if session_id == "new" else session_id)
     turns = len(await session.turns())
-    typer.echo(
-        f"steward chat · session {session.id} ({turns} earlier turn{'s' if turns != 1 else ''}) · "
-        "/help for commands, /quit to leave",
-        err=True,
-    )
-    code = 0
-    attached = ""  # a resource read with /resource, sent with the next message
-    for _ in range(1_000_000):  # messages of one chat; ends at /quit or end of input
-        text = await read_message()
-        if text is None:
-            break
-        message = text.strip()
+    conversation = _Conversation(agent, session, workspace=workspace, json_lines=json_lines, quiet=quiet)
+    with CtrlC() as ctrl_c:  # before the banner: once it is shown, Ctrl-C is the chat's
+        typer.echo(
+            f"steward chat · session {session.id} ({turns} earlier turn{'s' if turns != 1 else ''}) · "
+            "/help for commands, /quit to leave",
+            err=True,
+        )
+        try:
+            await conversation.go_on(ctrl_c)
+        except asyncio.CancelledError:
+            if not ctrl_c.leaving:
+                raise  # stopped from outside (SIGTERM): the command line says how it ended
+            ctrl_c.forget()
+            typer.echo("", err=True)  # the ^C the terminal echoed ends the line
+    return conversation.code
+
+
+class CtrlC:
+    """Ctrl-C in a chat: the first cancels the turn in progress; at the prompt it ends the chat.
+
+    A second Ctrl-C while the turn is still stopping ends the chat too. Where signals cannot be
+    handled (not the main thread), Ctrl-C ends everything, as it does outside a chat.
+    """
+
+    def __init__(self) -> None:
+        self.chat: asyncio.Task[object] | None = None
+        self.turn: asyncio.Task[int] | None = None
+        self.leaving = False
+
+    def __enter__(self) -> CtrlC:
+        self.chat = asyncio.current_task()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self._pressed)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+
+    def _pressed(self) -> None:
+        turn = self.turn
+        if turn is not None and not turn.done() and not turn.cancelling():
+            turn.cancel()
+            return
+        self.leaving = True
+        if self.chat is not None:
+            self.chat.cancel()
+
+    def stopping_chat(self) -> bool:
+        """Whether the chat itself is being cancelled (not just its turn)."""
+        return self.chat is not None and self.chat.cancelling() > 0
+
+    def forget(self) -> None:
+        """The chat's cancellation was Ctrl-C asking to leave: it ends normally."""
+        if self.chat is not None:
+            self.chat.uncancel()
+
+
+class _Conversation:
+    """The messages of one chat and what they lead to; ``code`` is the last turn's exit code."""
+
+    def __init__(
+        self, agent: Agent, session: Session, *, workspace: Path, json_lines: bool, quiet: bool
+    ) -> None:
+        self.agent = agent
+        self.session = session
+        self.workspace = workspace
+        self.json_lines = json_lines
+        self.quiet = quiet
+        self.code = 0
+        self.attached = ""  # a resource read with /resource, sent with the next message
+
+    async def go_on(self, ctrl_c: CtrlC) -> None:
+        for _ in range(1_000_000):  # messages of one chat; ends at /quit or end of input
+            text = await read_message()
+            if text is None:
+                return
+            message = await self._message(text.strip())
+            if message is None:
+                return
+            if message:
+                self.code = await self._turn(message, ctrl_c)
+
+    async def _message(self, message: str) -> str | None:
+        """What to send for one input ("" nothing, after a command); None to leave."""
         if not message:
-            continue
-        if message.split()[0].lower() in CHAT_COMMANDS:
+            return ""
+        word = message.split(maxsplit=1)[0].lower()
+        if word in CHAT_COMMANDS:
             # /resource attaches to the next message; /prompt sends the prompt as this one.
-            send, attached = await _mcp_command(agent, message, workspace, attached)
+            send, self.attached = await _mcp_command(self.agent, message, self.workspace, self.attached)
             if not send:
-                continue
+                return ""
             message = send
         elif message.startswith("/"):
-            if message.split()[0].lower() in ("/quit", "/exit", "/q"):
-                break
-            session = await _command(agent, session, message.split()[0].lower())
-            continue
-        if attached:
-            message, attached = f"{attached}\n\n{message}", ""
-        run = await session.start(message, workspace=workspace)
-        code = await _drive(run, json_lines=json_lines, quiet=quiet)
-    return code
+            if word in ("/quit", "/exit", "/q"):
+                return None
+            self.session = await _command(self.agent, self.session, word)
+            return ""
+        if self.attached:
+            message, self.attached = f"{self.attached}\n\n{message}", ""
+        return message
+
+    async def _turn(self, message: str, ctrl_c: CtrlC) -> int:
+        """One run of the session, which Ctrl-C cancels without ending the chat."""
+        from steward.cli.app import EXIT_INTERRUPTED, _drive
+
+        run = await self.session.start(message, workspace=self.workspace)
+        ctrl_c.turn = turn = asyncio.create_task(_drive(run, json_lines=self.json_lines, quiet=self.quiet))
+        try:
+            return await turn
+        except asyncio.CancelledError:
+            if ctrl_c.stopping_chat():
+                raise
+        finally:
+            ctrl_c.turn = None
+        await _end_waiting(self.agent, run, json_lines=self.json_lines)
+        typer.echo(
+            f"steward: turn cancelled (run {run.id} is recorded as cancelled); back to the chat", err=True
+        )
+        return EXIT_INTERRUPTED
+
+
+async def _end_waiting(agent: Agent, run: Run, *, json_lines: bool) -> None:
+    """A turn cancelled at its approval or answer prompt: its run ends cancelled, not waiting."""
+    from steward.errors import StewardError
+    from steward.events import encode_event
+
+    if run.status != "waiting" or agent.store is None:
+        return  # a run cancelled while it worked has recorded its own ending
+    done = run.cancelled()
+    with contextlib.suppress(StewardError):  # the store is gone: the run stays waiting there
+        await agent.store.append(run.id, [done])
+        await agent.store.set_status(run.id, "cancelled", output=run.state.output)
+    if json_lines:
+        sys.stdout.write(encode_event(done) + "\n")
+        sys.stdout.flush()
 
 
 async def _command(agent: Agent, session: Session, command: str) -> Session:

@@ -27,10 +27,10 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _toolset(workspace: Path) -> tuple[Config, McpToolset]:
-    from steward.agent import check_workspace
     from steward.config import load_config
     from steward.errors import ConfigError
     from steward.mcp import mcp_toolsets
+    from steward.run import check_workspace
 
     config = load_config(check_workspace(workspace))
     servers = {name: cfg for name, cfg in config.mcp_servers.items() if cfg.enabled}

@@ -7,12 +7,17 @@ keeps just the answer.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.live import Live
 from rich.markup import escape
+from rich.spinner import Spinner
+from rich.text import Text
 
 from steward.events import (
+    ApprovalResultEvent,
     DoneEvent,
     ErrorEvent,
     Event,
@@ -59,6 +64,38 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
+class Running:
+    """A status line while a tool call runs: a spinner and the seconds it has taken so far.
+
+    Redrawn four times a second and erased when it stops. It shows only on a terminal: in a
+    pipe or a CI log it writes nothing at all.
+    """
+
+    def __init__(self, console: Console, tool: str) -> None:
+        self.tool = tool
+        self.started = time.monotonic()
+        self.spinner = Spinner("dots", style="cyan")
+        self.live = Live(
+            console=console,
+            get_renderable=self._render,
+            transient=True,
+            refresh_per_second=4,
+            redirect_stdout=False,  # the answer and the prompts keep their own streams
+            redirect_stderr=False,
+        )
+
+    def _render(self) -> RenderableType:
+        elapsed = int(time.monotonic() - self.started)
+        self.spinner.update(text=Text(f"running {self.tool} … {elapsed} s", style="dim"))
+        return self.spinner
+
+    def start(self) -> None:
+        self.live.start()
+
+    def stop(self) -> None:
+        self.live.stop()
+
+
 class TerminalRenderer:
     """Prints events as they come; ``quiet`` prints only the final answer."""
 
@@ -73,13 +110,24 @@ class TerminalRenderer:
         self._streamed = ""
         self._plan: dict[int, str] = {}
         self._plan_version = 0
+        self._running: Running | None = None
+
+    def close(self) -> None:
+        """Stop what is still drawn live (a run stopped while a tool call ran)."""
+        if self._running is not None:
+            self._running.stop()
+            self._running = None
+
+    def _start_running(self, tool: str) -> None:
+        # A long call (a test suite, a build) would otherwise show nothing until it ends.
+        self.close()
+        self._running = Running(self.err, tool)
+        self._running.start()
 
     def show(self, event: Event) -> None:  # noqa: C901, PLR0912 - one branch per event type reads best
+        self.close()  # whatever comes next, the call that was running has ended or paused
         if self.quiet:
-            if isinstance(event, DoneEvent):
-                self._final(event, quiet=True)
-            elif isinstance(event, WaitingEvent):
-                self.err.print(f"[bold yellow]?[/] {escape(event.question)}")
+            self._show_quiet(event)
             return
         e = self.err
         if self._streamed_text and not (isinstance(event, TextEvent) and event.partial):
@@ -98,6 +146,9 @@ class TerminalRenderer:
                 self._show_plan(event)
             case ToolUse():
                 e.print(f"    [cyan]▸[/] {escape(_tool_label(event.tool, event.input))}")
+                self._start_running(event.tool)
+            case ApprovalResultEvent() if event.decision == "approved":
+                self._start_running(event.tool)  # the approved call runs now
             case ToolResultEvent():
                 ok = event.status == "completed"
                 mark = "[green]✓[/]" if ok else "[red]✗[/]"
@@ -126,6 +177,12 @@ class TerminalRenderer:
                 self._final(event, quiet=False)
             case _:
                 pass
+
+    def _show_quiet(self, event: Event) -> None:
+        if isinstance(event, DoneEvent):
+            self._final(event, quiet=True)
+        elif isinstance(event, WaitingEvent):
+            self.err.print(f"[bold yellow]?[/] {escape(event.question)}")
 
     def _show_plan(self, event: PlanEvent) -> None:
         state = {
@@ -158,7 +215,8 @@ class TerminalRenderer:
         if event.status == "failed":
             if quiet:  # otherwise the error event was shown already
                 self.err.print(f"[bold red]run failed:[/] {escape(event.message)}")
-        elif event.message and not self._already_on_screen(event.message):
+        # A cancelled run's message ("Cancelled before it finished.") is no answer: stdout stays empty.
+        elif event.status != "cancelled" and event.message and not self._already_on_screen(event.message):
             self.out.print(escape(event.message))
 
     def _already_on_screen(self, message: str) -> bool:

@@ -42,10 +42,14 @@ def list_sessions(workspace: Workspace = Path()) -> None:
 
 @sessions_app.command("show")
 def show(
-    session_id: Annotated[str, typer.Argument(metavar="SESSION")], workspace: Workspace = Path()
+    session_id: Annotated[
+        str, typer.Argument(metavar="SESSION", help="The session: its id, a unique prefix, or 'last'.")
+    ],
+    workspace: Workspace = Path(),
 ) -> None:
     """Show a session's turns and summaries."""
     from steward.errors import StewardError
+    from steward.session import answer_of, find_session
     from steward.store.events import open_store
     from steward.store.sessions import SessionStore
 
@@ -53,7 +57,7 @@ def show(
         async with await open_store(reading_url(workspace, wanted=f"session {session_id!r}")) as store:
             sessions = SessionStore(store.engine, where=store.where)
             try:
-                row = await sessions.get(session_id)
+                row = await find_session(sessions, session_id)
             except StewardError as exc:
                 typer.echo(f"steward: {exc}", err=True)
                 return 2
@@ -63,7 +67,7 @@ def show(
         if previous:
             typer.echo(f"continues {row.previous_id}: {previous}")
         for turn in turns:
-            typer.echo(f"> {turn.goal}\n  {turn.output or '(' + turn.status + ')'}  [run {turn.run_id}]")
+            typer.echo(f"> {turn.goal}\n  {answer_of(turn) or '(' + turn.status + ')'}  [run {turn.run_id}]")
         if row.summary:
             typer.echo(f"summary: {row.summary}")
         return 0

@@ -14,11 +14,18 @@ the server restarts, and a run whose process died can be resumed.
 
 An approval that is not answered by its deadline takes its default action on its own.
 
+A recorded run goes on with the model it was started with (its ``run_start`` names it), not
+with the server's ``--model``, which is for new runs; a request that answers, decides or
+resumes it may name another with ``"model"``.
+
 Runs proceed concurrently (a waiting run can be answered while another works); every event
 carries its ``run_id``, which the client may choose so it can match events to requests. A
 request that cannot be served gets an ``error`` event (``recoverable: true``) carrying the
-request's ``run_id`` when it had one, and the server goes on. It stops when stdin closes and
-the runs it started have finished or are waiting.
+request's ``run_id`` when it had one, and the server goes on. Such an error is the server's
+word, not part of any run's log, so it has ``seq`` 0 like streamed text deltas (a run's own
+events count from 1); it carries the time it was written (``ts``), and the stream's order is
+the order things happened. The server stops when stdin closes and the runs it started have
+finished or are waiting.
 """
 
 from __future__ import annotations
@@ -32,12 +39,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
-from steward.agent import Agent, Run, check_workspace
+from steward.agent import Agent
 from steward.cli._stdin import LineReader
-from steward.cli.app import store_url
+from steward.cli.app import final_warnings, store_url
 from steward.config import Config, load_config
-from steward.errors import StewardError
+from steward.errors import ModelError, StewardError
 from steward.events import ErrorEvent, Event, encode_event
+from steward.run import Run, check_workspace
 from steward.store.events import EventStore, RunRow, open_store
 
 _KEYS = {
@@ -81,6 +89,7 @@ class StdioServer:
         self.model = model
         self.max_steps = max_steps
         self.runs: dict[str, Run] = {}
+        self.agent_of: dict[str, Agent] = {}  # which agent drives each known run
         self.agents: list[tuple[Agent, str]] = []
         self.stores: dict[str, EventStore] = {}
         self.tasks: set[asyncio.Task[None]] = set()
@@ -93,7 +102,8 @@ class StdioServer:
         self.out.flush()
 
     def error(self, code: str, message: str, run_id: str = "") -> None:
-        self.write(ErrorEvent(code=code, message=message, recoverable=True, run_id=run_id))
+        # seq 0: not an event of the run's log (see the module's docstring).
+        self.write(ErrorEvent(code=code, message=message, recoverable=True, run_id=run_id, ts=time.time()))
 
     async def handle(self, line: str) -> None:
         run_id = ""
@@ -149,54 +159,76 @@ class StdioServer:
                 '"resume": true} to continue it'
             )
         run = agent.start(prompt, workspace=workspace, run_id=run_id or None)
-        self._remember(run)
+        self._remember(run, agent)
         self._spawn(run.stream(), run.id)
 
-    async def _known(self, run_id: str) -> Run | None:
+    async def _known(self, request: dict[str, Any], run_id: str) -> Run | None:
         """A run of this server, or one recorded in the workspace's store (e.g. before a restart)."""
         run = self.runs.get(run_id)
         if run is not None or not run_id:
             return run
-        agent = await self._store_agent()
-        assert agent.store is not None
-        row = await agent.store.get_run(run_id)
+        row = await (await self._store()).get_run(run_id)
         if row is None:
             return None
         if row.status != "waiting":
             hint = ' (send {"run_id": ..., "resume": true} to continue it)' if row.status != "done" else ""
             raise BadRequestError(f"run {run_id!r} is {row.end_status or row.status}, not waiting{hint}")
-        return await self._rebuild(agent, row)
+        return await self._rebuild(row, request)
 
     async def _resume(self, request: dict[str, Any], run_id: str) -> None:
         if request.get("resume") is not True or not run_id:
             raise BadRequestError('resume a recorded run with {"run_id": "...", "resume": true}')
-        if run_id in self.runs and self.runs[run_id].status != "waiting":
-            raise BadRequestError(f"run {run_id!r} is {self.runs[run_id].status} in this server already")
-        agent = await self._store_agent()
-        assert agent.store is not None
-        run = await self._rebuild(agent, await agent.store.find_run(run_id))
+        known = self.runs.get(run_id)
+        if known is not None:
+            if known.status != "waiting":
+                raise BadRequestError(f"run {run_id!r} is {known.status} in this server already")
+            # Held here already: rebuilding it again would replay its log against the model
+            # twice (a script would lose its place). Show what it waits for.
+            self._spawn(_replay_waiting(known), run_id)
+            return
+        run = await self._rebuild(await (await self._store()).find_run(run_id), request)
         self._spawn(_replay_waiting(run) if run.status == "waiting" else run.stream(), run.id)
 
-    async def _store_agent(self) -> Agent:
-        """The agent of the server's own workspace and its store (where earlier servers recorded)."""
-        config = load_config(self.workspace, overrides={"model": self.model} if self.model else None)
-        return await self._agent(config, store_url(config, self.workspace))
+    async def _store(self) -> EventStore:
+        """The store of the server's own workspace (where earlier servers recorded their runs)."""
+        return await self._store_at(store_url(load_config(self.workspace), self.workspace))
 
-    async def _rebuild(self, agent: Agent, row: RunRow) -> Run:
-        if not agent.model_spec:
-            agent.model_spec = row.model  # the model the run was started with
-        run = await agent.resume(row.id)
-        self._remember(run)
+    async def _store_at(self, url: str) -> EventStore:
+        store = self.stores.get(url)
+        if store is None:
+            store = self.stores[url] = await open_store(url)
+        return store
+
+    async def _rebuild(self, row: RunRow, request: dict[str, Any]) -> Run:
+        """Rebuild a recorded run with the model it was started with, or the one the request names."""
+        # Not the server's --model: that is for new runs, and a run's log only makes sense with
+        # the model that wrote it (a script's place in particular).
+        model = _field(request, "model", str, "a provider:model string") or row.model or self.model
+        config = load_config(self.workspace, overrides={"model": model} if model else None)
+        if not config.model:
+            raise BadRequestError(f'run {row.id!r} names no model; send "model" to continue it with one')
+        agent = await self._agent(config, store_url(config, self.workspace))
+        try:
+            agent.model.check()
+            run = await agent.resume(row.id)
+        except ModelError as exc:
+            raise BadRequestError(
+                f"{exc} (run {row.id!r} was started with {row.model or 'an unknown model'}; "
+                'send "model" to continue it with another)'
+            ) from None
+        self._remember(run, agent)
         return run
 
     async def _answer(self, request: dict[str, Any], run_id: str) -> None:
         text = _field(request, "answer", str, "a string")
         if text is None or not run_id:
             raise BadRequestError('answer with {"run_id": "<id of the waiting run>", "answer": "..."}')
-        run = await self._known(run_id)
+        run = await self._known(request, run_id)
         if run is None:
             self.error(
-                "unknown_run", f"no run {run_id!r} is known here; answer the run_id of a waiting event"
+                "unknown_run",
+                f"no run {run_id!r} is known here; answer the run_id of a waiting event",
+                run_id,
             )
             return
         if run.status != "waiting":
@@ -204,10 +236,12 @@ class StdioServer:
         self._spawn(run.answer_stream(text), run.id)
 
     async def _decide(self, request: dict[str, Any], run_id: str) -> None:
-        run = await self._known(run_id)
+        run = await self._known(request, run_id)
         if run is None:
             self.error(
-                "unknown_run", f"no run {run_id!r} is known here; use the run_id of an approval_gate event"
+                "unknown_run",
+                f"no run {run_id!r} is known here; use the run_id of an approval_gate event",
+                run_id,
             )
             return
         if run.pending is None or run.pending.approval is None:
@@ -227,10 +261,7 @@ class StdioServer:
         for agent, agent_url in self.agents:
             if agent.config == config and agent_url == url:
                 return agent
-        store = self.stores.get(url)
-        if store is None:
-            store = self.stores[url] = await open_store(url)
-        agent = Agent(config.model or None, config=config, store=store)
+        agent = Agent(config.model or None, config=config, store=await self._store_at(url))
         self.agents.append((agent, url))
         return agent
 
@@ -250,11 +281,12 @@ class StdioServer:
         self.timers.add(task)
         task.add_done_callback(self.timers.discard)
 
-    def _remember(self, run: Run) -> None:
+    def _remember(self, run: Run, agent: Agent) -> None:
         if len(self.runs) >= MAX_KNOWN_RUNS:
             for old in [rid for rid, r in self.runs.items() if r.status in ("done", "failed")][:100]:
                 del self.runs[old]
-        self.runs[run.id] = run
+                self.agent_of.pop(old, None)
+        self.runs[run.id], self.agent_of[run.id] = run, agent
 
     def _spawn(self, events: AsyncIterator[Event], run_id: str) -> None:
         # A run's streams are written one after another: a client may answer an approval as
@@ -296,7 +328,11 @@ class StdioServer:
             timer.cancel()
         for agent, _url in self.agents:
             await agent.aclose()
-            for warning in agent.warnings():
+            paused = any(
+                run.status == "waiting" and self.agent_of.get(run_id) is agent
+                for run_id, run in self.runs.items()
+            )
+            for warning in final_warnings(agent, paused=paused):
                 sys.stderr.write(f"steward: warning: {warning}\n")
         for store in self.stores.values():
             await store.close()
@@ -320,7 +356,7 @@ async def _replay_waiting(run: Run) -> AsyncIterator[Event]:
         shown.append(gate)
     shown.append(WaitingEvent(kind=pending.kind, id=pending.id, question=pending.question))
     for event in shown:
-        event.run_id, event.session_id = run.id, run.state.session_id
+        event.run_id, event.session_id, event.ts = run.id, run.state.session_id, time.time()
         yield event
 
 

@@ -30,9 +30,15 @@ def check_servers(servers: Mapping[str, McpServerConfig]) -> None:
                 f"{where}: a server name may hold letters, digits, '-' and single '_' (not '__', which "
                 "separates it from tool names), at most 32 characters; rename the section"
             )
-        if bool(cfg.command) == bool(cfg.url):
+        if not cfg.command and not cfg.url:
             raise ConfigError(
-                f"{where}: set either command (a stdio server) or url (streamable HTTP), not both"
+                f'{where}: sets neither command nor url; add command = "PROGRAM" (with args = [...]) '
+                'for a stdio server, or url = "https://..." for a streamable HTTP server'
+            )
+        if cfg.command and cfg.url:
+            raise ConfigError(
+                f"{where}: sets both command and url; keep command for a stdio server or url for a "
+                "streamable HTTP server, not both"
             )
         if cfg.url and not cfg.url.startswith(("http://", "https://")):
             raise ConfigError(f"{where}: url must start with http:// or https:// (got {cfg.url!r})")

@@ -205,7 +205,7 @@ ReplyFunction = Callable[[ModelRequest], AssistantMessage]
 
 def _summary_reply(request: ModelRequest, name: str) -> ModelResponse:
     """A deterministic stand-in for a model's summary: an excerpt of what was to be summarised."""
-    from steward.compression import excerpt
+    from steward.text import excerpt
 
     last = request.messages[-1] if request.messages else None
     text = last.content if isinstance(last, UserMessage) else ""

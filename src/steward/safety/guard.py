@@ -69,6 +69,10 @@ remote ``rsync``, ``git clone|fetch|pull|push|ls-remote``, package installs (pip
 npm/yarn/pnpm, apt, gem, cargo, go, docker pull/run …), ``/dev/tcp`` redirects, and inline
 Python importing ``urllib``/``requests``/``socket``. Network use alone is no finding.
 
+Arguments of the wrong type (a ``command`` given as a list of words) are not judged at all: the
+verdict's ``invalid`` names the fix and the call goes back to the model as invalid arguments
+(reading ``['rm', '-rf', '/']`` as a command line would only find a quoted command name).
+
 Besides findings, the verdict carries what the policy's rules are matched against: every
 command (the shell commands inline code hands to ``system()``/``subprocess`` included); the
 porcelain spelling of git plumbing (``equivalents``: ``send-pack``/``http-push`` → ``push``,
@@ -116,8 +120,10 @@ Trade-offs, chosen on purpose:
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
+import shlex
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,11 +193,15 @@ class Guard:
     def check(self, tool: str, arguments: Mapping[str, Any], *, workspace: Path) -> GuardVerdict:
         """Judge one tool call: ``bash`` commands are parsed; file writes are checked by path."""
         if tool == "bash":
-            return self.check_command(str(arguments.get("command", "")), workspace=workspace)
+            command = arguments.get("command", "")
+            if not isinstance(command, str):
+                return GuardVerdict(invalid=_not_a_string("command", command))
+            return self.check_command(command, workspace=workspace)
         if tool in ("write_file", "edit_file"):
-            return GuardVerdict(
-                findings=tuple(_file_write_findings(str(arguments.get("path", "")), workspace))
-            )
+            path = arguments.get("path", "")
+            if not isinstance(path, str):
+                return GuardVerdict(invalid=_not_a_string("path", path))
+            return GuardVerdict(findings=tuple(_file_write_findings(path, workspace)))
         return GuardVerdict()
 
     def check_command(self, command: str, *, workspace: Path, home: Path | None = None) -> GuardVerdict:
@@ -1357,6 +1367,20 @@ def _equivalents(cmd: SimpleCommand) -> Iterator[str]:
 
 
 # --- file tools ----------------------------------------------------------------------------
+
+
+def _not_a_string(name: str, value: object) -> str:
+    """The fix for an argument that must be a string: a list is not judged word by word, since
+    the tool would refuse it anyway and the words' meaning as one line is not known."""
+    kind = {list: "a list", dict: "an object", bool: "a boolean", int: "a number", float: "a number"}
+    got = kind.get(type(value), "null" if value is None else type(value).__name__)
+    if name == "command":
+        words = value if isinstance(value, list) and all(isinstance(w, str) for w in value) else None
+        example = shlex.join(words) if words else "ls -la"
+        fix = f'pass the whole command line as one string, e.g. {{"command": {json.dumps(example)}}}'
+    else:
+        fix = "pass one path as a string, relative to the workspace"
+    return f"{name} must be a string, not {got}; {fix}"
 
 
 def _file_write_findings(path: str, workspace: Path) -> Iterator[Finding]:

@@ -38,8 +38,11 @@ Inside the sandbox:
   enforced here and why.
 
 ``probe()`` starts one real sandbox and reports what works and why not (``steward doctor``);
-``command()`` refuses with ``ToolError`` naming the fix when the sandbox cannot start. Nothing
-runs unsandboxed unless the user turned the sandbox off (``enabled=False``, ``--no-sandbox``).
+``checked()`` says whether it works from the outcome remembered for this machine
+(:mod:`steward.safety.sandbox_check`), so that commands start without a sandbox; ``command()``
+probes before the first command whatever was remembered, and refuses with ``ToolError``
+naming the fix when the sandbox cannot start. Nothing runs unsandboxed unless the user
+turned the sandbox off (``enabled=False``, ``--no-sandbox``).
 
 Hard links: a command cannot make a new name for a file outside its writable mounts (links
 across mounts fail), so none for a system or protected file; a hard link that already exists in
@@ -72,6 +75,7 @@ from steward.errors import ToolError
 from steward.safety.protected import Protection, find_protected
 from steward.safety.scan import scanner_for
 from steward.safety.secrets import DEFAULT_SECRET_FILES
+from steward.store.state_dir import make_dir
 
 if TYPE_CHECKING:
     from steward.config import Config, SandboxConfig
@@ -336,7 +340,7 @@ _LEDGER = Path(".steward") / "placeholders"
 def _note(root: Path, made: Sequence[Path]) -> None:
     ledger = root / _LEDGER
     try:
-        ledger.parent.mkdir(exist_ok=True)
+        make_dir(ledger.parent)
         if made:
             with ledger.open("a", encoding="utf-8") as out:
                 out.writelines(f"{os.getpid()} {path}\n" for path in made)
@@ -574,17 +578,48 @@ class BubblewrapSandbox:
     # --- probe ------------------------------------------------------------------------------
 
     def probe(self) -> SandboxStatus:
-        """Start one real sandbox (once; the result is kept) and report what works here."""
+        """Start one real sandbox (once; the result is kept) and report what works here.
+
+        The outcome is also remembered for this machine, for :meth:`checked` in later processes."""
         with self._lock:
             if self._status is None:
                 self._status = self._probe()
+                bwrap = self._bwrap()
+                if bwrap is not None:
+                    from steward.safety import sandbox_check
+
+                    status = self._status
+                    sandbox_check.remember(bwrap, ok=status.ok, reason=status.reason, fix=status.fix)
             return self._status
+
+    def checked(self) -> SandboxStatus:
+        """Whether the sandbox works here, as cheaply as can be trusted: this process's probe if
+        there was one, else the outcome remembered for this machine while nothing it depends on
+        has changed (:mod:`steward.safety.sandbox_check`), else a probe.
+
+        For what to tell the user at start: :meth:`command` probes before the first command
+        whatever was remembered. A remembered status has no details; :meth:`probe` has them."""
+        bwrap = self._bwrap()
+        if self._status is not None or not self.settings.enabled or bwrap is None:
+            return self.probe()
+        from steward.safety import sandbox_check
+
+        remembered = sandbox_check.recall(bwrap)
+        if remembered is None:
+            return self.probe()
+        ok, reason, fix = remembered
+        return SandboxStatus(ok, reason, fix)
+
+    def _bwrap(self) -> str | None:
+        """The bwrap executable this sandbox runs, if there is one."""
+        bwrap = self.settings.bwrap or shutil.which("bwrap")
+        return bwrap if bwrap is not None and os.access(bwrap, os.X_OK) else None
 
     def _probe(self) -> SandboxStatus:
         if not self.settings.enabled:
             return SandboxStatus(False, "turned off by the configuration (--no-sandbox)", "")
-        bwrap = self.settings.bwrap or shutil.which("bwrap")
-        if bwrap is None or not os.access(bwrap, os.X_OK):
+        bwrap = self._bwrap()
+        if bwrap is None:
             where = self.settings.bwrap or "bwrap"
             return SandboxStatus(False, f"bubblewrap is not installed ({where} not found)", INSTALL_FIX)
         host, details, warnings = _inspect_host(bwrap, self.settings)
@@ -953,7 +988,7 @@ def _create_harmless(protection: Protection) -> None:
     so they are mounted read-only as they are; one that cannot be made gets a placeholder."""
     for directory in protection.to_create:
         try:
-            directory.mkdir(parents=True, exist_ok=True)
+            make_dir(directory)  # .steward gets its .gitignore
         except OSError:
             protection.missing_dirs.append(directory)
         else:

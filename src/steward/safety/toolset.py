@@ -16,6 +16,7 @@ from steward.models.base import ToolSpec
 from steward.safety.approvals import call_hash
 from steward.safety.policy import WRITE_TOOLS, Policy
 from steward.safety.types import GuardVerdict
+from steward.store.state_dir import make_dir
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 
@@ -45,6 +46,11 @@ class GuardedToolset(WrapperToolset):
         pins = ToolPins.of(ctx.workspace) if fingerprint else None
         changed = pins.changed(name, spec) if pins is not None and spec is not None else ""
         verdict = self.guard.check(name, arguments, workspace=ctx.workspace)
+        if verdict.invalid:  # not a judgement to ask anyone about: the model fixes its call
+            return ToolResult(
+                f"Invalid arguments for {name}: {verdict.invalid}. Fix the arguments and call again.",
+                is_error=True,
+            )
         # A tool that is not listed now but belongs to a toolset (a server that is down) could
         # come back as anything: it asks, as an untrusted MCP tool would.
         default = spec.default_action if spec else ("ask" if self.wrapped.claims(name) else "allow")
@@ -135,7 +141,7 @@ class ToolPins:
             return
         pins[spec.name] = {"fingerprint": spec.fingerprint, "description": spec.description[:2000]}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_dir(self.path.parent)
             temporary = self.path.with_suffix(".tmp")
             temporary.write_text(json.dumps(pins, indent=1, sort_keys=True), encoding="utf-8")
             temporary.replace(self.path)

@@ -56,6 +56,9 @@ class GuardVerdict:
     #: The porcelain spelling of plumbing commands (``git send-pack o main`` → ``git push o
     #: main``): deny and ask rules are matched against them too; allow rules are not needed.
     equivalents: tuple[str, ...] = ()
+    #: Why the call's arguments cannot be judged (``command`` is a list, not a string), naming
+    #: the fix: the call is not run and the model is told, as for any invalid arguments.
+    invalid: str = ""
 
     @property
     def blocked(self) -> bool:

@@ -37,6 +37,7 @@ from steward.store.engine import (
 from steward.store.schema import events as events_table
 from steward.store.schema import migrate
 from steward.store.schema import runs as runs_table
+from steward.store.state_dir import make_dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +67,7 @@ async def open_store(url: str) -> EventStore:
     try:
         path = sqlite_path(parsed)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dir(path.parent)
         await migrate(engine)
     except (OSError, TimeoutError, sa_exc.DBAPIError) as exc:
         await engine.dispose()

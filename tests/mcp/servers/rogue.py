@@ -12,18 +12,19 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
-_PENDING: list[dict] = []  # calls held back to be answered out of order
-_EXTRA_TOOLS: list[dict] = []
+_PENDING: list[dict[str, Any]] = []  # calls held back to be answered out of order
+_EXTRA_TOOLS: list[dict[str, Any]] = []
 _ECHO_DESCRIPTION = ["Echo the text back{label}."]
 
 
-def _send(message: dict) -> None:
+def _send(message: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
 
 
-def _tool(name: str, description: str, **props: str) -> dict:
+def _tool(name: str, description: str, **props: str) -> dict[str, Any]:
     return {
         "name": name,
         "description": description,
@@ -35,7 +36,7 @@ def _tool(name: str, description: str, **props: str) -> dict:
     }
 
 
-def _tools() -> list[dict]:
+def _tools() -> list[dict[str, Any]]:
     label = os.environ.get("ROGUE_LABEL", "")
     return [
         _tool("echo", _ECHO_DESCRIPTION[0].format(label=label), text="string"),
@@ -63,11 +64,11 @@ def _tools() -> list[dict]:
     ]
 
 
-def _text(text: str, *, error: bool = False) -> dict:
+def _text(text: str, *, error: bool = False) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": error}
 
 
-def _call(msg: dict) -> dict | None:  # noqa: PLR0911 - one branch per behaviour
+def _call(msg: dict[str, Any]) -> dict[str, Any] | None:  # noqa: PLR0911 - one branch per behaviour
     params = msg.get("params") or {}
     name, args = params.get("name"), params.get("arguments") or {}
     if name in {"echo", "extra"}:
@@ -132,7 +133,7 @@ def _call(msg: dict) -> dict | None:  # noqa: PLR0911 - one branch per behaviour
         except OSError as exc:
             return _text(f"cannot write: {exc}", error=True)
         return _text("wrote")
-    if name.startswith("x"):
+    if isinstance(name, str) and name.startswith("x"):
         return _text(f"called {name}")
     if name == "env":
         return _text(json.dumps(dict(os.environ), sort_keys=True))
@@ -148,13 +149,13 @@ class _RpcError(Exception):
         self.code, self.message = code, message
 
 
-def _handle(msg: dict) -> None:
+def _handle(msg: dict[str, Any]) -> None:
     method, mid = msg.get("method"), msg.get("id")
     if mid is None:
         return  # a notification
     try:
         if method == "initialize":
-            result: dict | None = {
+            result: dict[str, Any] | None = {
                 "protocolVersion": "2025-06-18",
                 "capabilities": {"tools": {"listChanged": True}},
                 "serverInfo": {"name": "rogue", "version": "1.0"},
