@@ -17,7 +17,7 @@ import tempfile
 from typing import Any
 
 from steward import Agent, FunctionModel, Limits, tool
-from steward.context import DEFAULT_CHARS_PER_TOKEN
+from steward.memory.budget import DEFAULT_CHARS_PER_TOKEN, budget_chars
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage
 
 
@@ -89,7 +89,7 @@ def main() -> None:
     assert result.solved, result.output
 
     sizes = [chars(r) + schema_chars(r) for r in requests]
-    budget_chars = args.budget * DEFAULT_CHARS_PER_TOKEN
+    budget = budget_chars(args.budget)
     full_history = sum(size * k for k in range(1, n + 1))
     complete = 0
     for r in requests[4:]:
@@ -112,7 +112,7 @@ def main() -> None:
     print(
         f"| largest request, est. tokens (incl. tool schemas) | {max(sizes) / DEFAULT_CHARS_PER_TOKEN:,.0f} |"
     )
-    print(f"| requests over budget | {sum(1 for s in sizes if s > budget_chars)} |")
+    print(f"| requests over budget | {sum(1 for s in sizes if s > budget)} |")
     print(f"| total chars sent (messages + system) | {total:,} |")
     print(f"| full-history reference (each output resent every call) | {full_history:,} |")
     print(f"| ratio | {total / full_history:.3f} (target ≤ 0.333) |")

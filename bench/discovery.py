@@ -24,11 +24,11 @@ from typing import Any
 
 from steward import CombinedToolset, ToolContext, ToolResult, Toolset
 from steward.config import ToolsSettings
-from steward.context import DEFAULT_CHARS_PER_TOKEN, _schema_chars
-from steward.models.base import ToolSpec
+from steward.memory.budget import budget_chars
+from steward.memory.recall import recall_toolset
+from steward.models.base import ToolSpec, schema_chars
 from steward.tools.builtin import builtin_toolset
 from steward.tools.discovery import DISCOVER_TOOL, DiscoveryToolset, ToolIndex, found_names
-from steward.tools.recall import recall_toolset
 
 # server -> (what it is about, the things its tools act on)
 SERVERS: dict[str, tuple[str, list[str]]] = {
@@ -168,7 +168,7 @@ async def run(servers: int, per_server: int, n_queries: int) -> None:
     generated = GeneratedServers(servers, per_server)
     combined = CombinedToolset([builtin_toolset(), recall_toolset(), generated])
     settings = ToolsSettings()
-    budget_chars = int(32_000 * DEFAULT_CHARS_PER_TOKEN)
+    budget = budget_chars(32_000)
     with tempfile.TemporaryDirectory() as tmp:
         ctx = ToolContext(workspace=Path(tmp))
         every = list(await combined.get_tools(ctx))
@@ -181,7 +181,7 @@ async def run(servers: int, per_server: int, n_queries: int) -> None:
             builds.append((time.perf_counter() - started) * 1000)
             index.close()
 
-        toolset = DiscoveryToolset(combined, settings=settings, budget_chars=budget_chars)
+        toolset = DiscoveryToolset(combined, settings=settings, budget_chars=budget)
         await toolset.get_tools(ctx)
         await toolset.call_tool(DISCOVER_TOOL, {"query": "warm up"}, ctx)  # builds the index once
         latencies, hits = [], 0
@@ -197,8 +197,8 @@ async def run(servers: int, per_server: int, n_queries: int) -> None:
         with_discovery = await toolset.get_tools(ctx)
         await toolset.aclose()
 
-    without = _schema_chars(every)
-    offered = _schema_chars(with_discovery)
+    without = schema_chars(every)
+    offered = schema_chars(with_discovery)
     print(f"tools: {len(every):,} ({len(generated.specs):,} from {servers} servers + built-ins)")
     print(f"index build: median {statistics.median(builds):.1f} ms, max {max(builds):.1f} ms (5 builds)")
     print(
@@ -209,8 +209,8 @@ async def run(servers: int, per_server: int, n_queries: int) -> None:
     print(f"schema chars per request without discovery: {without:,} ({len(every):,} tools)")
     print(f"schema chars per request with discovery:    {offered:,} ({len(with_discovery)} tools)")
     print(
-        f"ratio: {offered / without:.3f} ({without / offered:.0f}x smaller; the budget is {budget_chars:,} "
-        f"chars, without discovery the schemas alone take {without / budget_chars:.0%} of it)"
+        f"ratio: {offered / without:.3f} ({without / offered:.0f}x smaller; the budget is {budget:,} "
+        f"chars, without discovery the schemas alone take {without / budget:.0%} of it)"
     )
 
 

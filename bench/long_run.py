@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from steward import Agent, FunctionModel, Limits, tool
-from steward.context import DEFAULT_CHARS_PER_TOKEN
+from steward.memory.budget import DEFAULT_CHARS_PER_TOKEN, budget_chars
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage
 from steward.store.events import open_store
 
@@ -173,7 +173,7 @@ async def main() -> None:
             ratio = curve[-1][1] / base.setdefault(name, overall)
             largest = max(trace.sizes)
             late = int(statistics.median(trace.sizes[-max(1, len(trace.sizes) // 5) :]))
-            over = sum(1 for s in trace.sizes if s > args.budget * DEFAULT_CHARS_PER_TOKEN)
+            over = sum(1 for s in trace.sizes if s > budget_chars(args.budget))
             print(
                 f"| {n:,} | {name} | {shown} | {ratio:.2f} | {late:,} ({largest:,}, "
                 f"~{largest / DEFAULT_CHARS_PER_TOKEN:,.0f}) | {over} | {trace.complete} of {trace.checked} "

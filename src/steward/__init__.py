@@ -41,7 +41,7 @@ _WHERE = {
     "RunStream": "steward.run",
     "ReplayError": "steward.errors",
     "ScriptError": "steward.errors",
-    "Session": "steward.session",
+    "Session": "steward.memory.session",
     "StoreError": "steward.errors",
     "ScriptedModel": "steward.models.scripted",
     "StewardError": "steward.errors",
@@ -51,7 +51,7 @@ _WHERE = {
     "ToolResult": "steward.tools.base",
     "Toolset": "steward.tools.base",
     "Usage": "steward.models.base",
-    "WorkingMemory": "steward.working_memory",
+    "WorkingMemory": "steward.memory.working",
     "WrapperToolset": "steward.tools.base",
     "decode_event": "steward.events",
     "encode_event": "steward.events",
@@ -128,10 +128,11 @@ if TYPE_CHECKING:
         ToolError,
     )
     from steward.events import Event, decode_event, encode_event
+    from steward.memory.session import Session
+    from steward.memory.working import WorkingMemory
     from steward.models.base import Model, ModelRequest, ModelResponse, Usage
     from steward.models.scripted import FunctionModel, ScriptedModel
     from steward.run import Run, RunResult, RunStream
-    from steward.session import Session
     from steward.store.events import open_store
     from steward.tools.base import (
         CombinedToolset,
@@ -145,4 +146,3 @@ if TYPE_CHECKING:
         WrapperToolset,
         tool,
     )
-    from steward.working_memory import WorkingMemory

@@ -17,6 +17,8 @@ from steward.context import ContextBuilder
 from steward.errors import ConfigError
 from steward.events import RunStart
 from steward.loop import Loop
+from steward.memory.recall import recall_toolset
+from steward.memory.working import WorkingMemory
 from steward.models.base import AssistantMessage, Model
 from steward.phases import PHASE_GUIDE
 from steward.run import (
@@ -40,8 +42,6 @@ from steward.tools.base import (
     ToolContext,
     Toolset,
 )
-from steward.tools.recall import recall_toolset
-from steward.working_memory import WorkingMemory
 
 # Run and its helpers live in ``steward.run``; they are named here too for older imports.
 __all__ = [
@@ -53,16 +53,22 @@ __all__ = [
     "check_workspace",
     "owner_alive",
     "process_owner",
+    "store_url",
 ]
 
 if TYPE_CHECKING:
     from steward.mcp.toolset import McpToolset
     from steward.memory.blocks import CoreMemory, MemoryBlock
+    from steward.memory.session import History
     from steward.safety.checkpointing import Checkpointer
     from steward.safety.policy import Policy
     from steward.safety.secrets import SecretWatch
-    from steward.session import History
     from steward.store.events import EventStore
+
+
+def store_url(config: Config, workspace: Path) -> str:
+    """Where runs are recorded: ``[store] url`` / ``STEWARD_DB``, else the workspace's state dir."""
+    return config.store.url or f"sqlite:///{workspace.resolve() / '.steward' / 'steward.db'}"
 
 
 def _static_prompt(name: str, instructions: str) -> str:
@@ -121,6 +127,7 @@ class Agent:
         self._toolset_store: EventStore | None = None
         self._mcp: list[Toolset] | None = None
         self._static = _static_prompt(name, self.instructions)
+        self._owns_store = False  # see ``Agent.open``
 
     @property
     def model(self) -> Model:
@@ -155,14 +162,50 @@ class Agent:
             )
         return self._model
 
+    @classmethod
+    async def open(
+        cls,
+        config: Config,
+        *,
+        workspace: str | Path = ".",
+        model: str | Model | None = None,
+        store: EventStore | None = None,
+        **options: Any,
+    ) -> Agent:
+        """The agent an entry point runs: from ``config``, with its store open and its rules file.
+
+        Every entry point (``steward run``, continuing a run, ``chat``, ``stdio``, and the worker
+        and server) opens its agent here, so they all see the same model, settings and store.
+        The store is ``[store] url`` (or ``STEWARD_DB``), else ``.steward/steward.db`` in the
+        workspace; a ``store`` given is shared (the caller closes it), one opened here is closed
+        by ``aclose``. ``model`` overrides the configured one.
+        """
+        from steward.store.events import open_store
+
+        ws = check_workspace(workspace)  # a readable directory, or an error naming the fix
+        owned = store is None
+        if store is None:
+            store = await open_store(store_url(config, ws))
+        agent = cls(
+            model if model is not None else (config.model or None), config=config, store=store, **options
+        )
+        agent.config_file = ws / "steward.toml"  # where "approve always" remembers its rules
+        agent._owns_store = owned
+        return agent
+
     async def aclose(self) -> None:
-        """Release the model's connections and the toolsets' processes, if any were made."""
+        """Release the model's connections and the toolsets' processes, if any were made.
+
+        An agent made by ``Agent.open`` closes the store it opened too.
+        """
         if self._model is not None:
             await self._model.aclose()
         if self._toolset is not None:
             await self._toolset.aclose()
         for server in self._mcp or ():
             await server.aclose()  # already closed through the toolset when it was built; harmless
+        if self._owns_store and self.store is not None:
+            await self.store.close()
 
     def warnings(self) -> list[str]:
         """What the user should hear once the agent is no longer used."""
@@ -227,7 +270,7 @@ class Agent:
         memory = self.core_memory
         if memory is None or self._memory_loaded or self.store is None:
             return
-        from steward.store.memory import MemoryStore
+        from steward.memory.block_store import MemoryStore
 
         self._memory_loaded = True
         for block in (await MemoryStore(self.store.engine).load(definitions=memory)).blocks:
@@ -235,7 +278,7 @@ class Agent:
 
     async def _save_block(self, block: MemoryBlock) -> None:
         if self.store is not None:
-            from steward.store.memory import MemoryStore
+            from steward.memory.block_store import MemoryStore
 
             await MemoryStore(self.store.engine).save(block)
 
@@ -260,11 +303,11 @@ class Agent:
 
                 parts.append(memory_toolset(memory, on_change=self._save_block))
             if self.store is not None:
-                from steward.tools.history import history_toolset
+                from steward.memory.history import history_toolset
 
                 parts.append(history_toolset(self.store))
             parts.extend(self._mcp_toolsets())
-            from steward.context import DEFAULT_CHARS_PER_TOKEN
+            from steward.memory.budget import budget_chars
             from steward.rules import RulesToolset
             from steward.safety.guard import Guard
             from steward.safety.toolset import GuardedToolset
@@ -272,7 +315,7 @@ class Agent:
 
             # Rules (nested AGENTS.md, skills) and discovery wrap every tool; the guard and the
             # policy wrap them all: one safety model for built-in, user and MCP tools alike.
-            budget_chars = int(self.limits.request_token_budget * DEFAULT_CHARS_PER_TOKEN)
+            budget = budget_chars(self.limits.request_token_budget)
             from steward.safety.policy import WRITE_TOOLS
 
             # The write switch applies below discovery too: a hidden tool must not be found.
@@ -282,7 +325,7 @@ class Agent:
             offered = DiscoveryToolset(
                 RulesToolset(writable, settings=self.config.rules),
                 settings=self.config.tools,
-                budget_chars=budget_chars,
+                budget_chars=budget,
             )
             from steward.safety.checkpoint_toolset import CheckpointToolset
             from steward.safety.redacting import RedactingToolset
@@ -348,9 +391,12 @@ class Agent:
         row, first, attempts = found.row, found.start, found.attempts
         history = None
         if row.session_id is not None:
-            from steward.session import session_history
+            from steward.memory.session import session_history
 
-            history = await session_history(self, row.session_id, before_run=row.id)
+            tokens = self.limits.request_token_budget
+            history = await session_history(
+                store, self.model, row.session_id, request_tokens=tokens, before_run=row.id
+            )
         await self.prepare()
         # A run killed before its start was durable has no events: it starts over.
         goal, workspace = (

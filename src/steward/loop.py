@@ -18,9 +18,10 @@ from steward import events as ev
 from steward import run_state as rs
 from steward import signals as sig
 from steward.clock import Clock, OutOfTime, RunClock, within
-from steward.compression import Compressor
 from steward.context import BuiltRequest, ContextBuilder
 from steward.errors import ApprovalRequired, ConfigError, ModelError
+from steward.memory.compression import Compressor
+from steward.memory.working import Step, attempt_failed, record_phase
 from steward.models.base import (
     Model,
     ModelRequest,
@@ -34,9 +35,9 @@ from steward.models.base import (
 from steward.models.retry import RetryingModel
 from steward.phases import AGENT_STEP, AGENT_STEP_SPEC, AgentStep, EndStatus, StepInputError, parse_agent_step
 from steward.replies import reply_event, text_events, with_unique_ids
+from steward.text import compact_json
 from steward.tools.base import ToolContext, Toolset
 from steward.tools.deadline import DeadlineToolset
-from steward.working_memory import Step, attempt_failed, compact_json, record_phase
 
 if TYPE_CHECKING:
     from steward.memory.blocks import CoreMemory

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from steward import signals as sig
-from steward.context import Transcript
 from steward.errors import ApprovalRequired
 from steward.events import (
     AnswerEvent,
@@ -26,10 +25,12 @@ from steward.events import (
     ToolResultEvent,
     WaitingEvent,
 )
+from steward.memory.transcript import Transcript
+from steward.memory.working import ErrorEntry, Step, WorkingMemory
 from steward.models.base import ToolCall, ToolResultMessage, Usage
 from steward.phases import AGENT_STEP, EndStatus
+from steward.text import compact_json
 from steward.tools.base import ToolResult
-from steward.working_memory import ErrorEntry, Step, WorkingMemory, compact_json
 
 # --- outcomes -------------------------------------------------------------------------------
 
@@ -329,7 +330,7 @@ def answer(st: RunState, text: str) -> AnswerEvent:
     """The human's answer to the pending question becomes the result of the feedback step."""
     import json
 
-    from steward.working_memory import Fact
+    from steward.memory.working import Fact
 
     if st.status != "waiting" or st.pending is None:
         raise RuntimeError(f"run {st.run_id} is {st.status}, not waiting for an answer")

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+
+def compact_json(value: Any) -> str:
+    """``value`` as JSON without spaces (values JSON cannot hold are written with ``str``)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
 
 def excerpt(text: str, limit: int) -> str:
     """The head and tail of ``text`` within ``limit`` characters (the fallback, and the fakes')."""

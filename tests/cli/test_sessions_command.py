@@ -8,7 +8,8 @@ from typing import Any
 import yaml
 
 from steward.agent import Agent
-from steward.session import Session, session_history
+from steward.memory.session import Session, session_history
+from steward.models.scripted import ScriptedModel
 from steward.store.events import open_store
 
 
@@ -61,7 +62,7 @@ async def test_a_cancelled_or_failed_turn_reaches_later_runs_as_no_answer(tmp_pa
         ):
             await store.create_run(run_id, goal=f"goal of {run_id}", session_id=session.id)
             await store.set_status(run_id, status, "solved" if status == "done" else None, output=output)
-        history = await session_history(agent, session.id)
+        history = await session_history(store, ScriptedModel([]), session.id, request_tokens=32_000)
     assert history.turns == (
         ("goal of r1", "the real answer"),
         ("goal of r2", "(no answer: this turn was cancelled before it finished)"),

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from steward import Agent, FunctionModel, Limits, tool
-from steward.context import DEFAULT_CHARS_PER_TOKEN
+from steward.memory.budget import budget_chars
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage
 
 
@@ -97,7 +97,7 @@ async def test_long_run_stays_under_budget_and_keeps_plan_facts_errors_and_newes
     budget = 32_000
     result = await make_agent(trajectory, 4000, budget).run("read", workspace=tmp_path)
     assert result.solved
-    limit = budget * DEFAULT_CHARS_PER_TOKEN
+    limit = budget_chars(budget)
     for request in trajectory.requests:
         assert request_chars(request) <= limit
     last = trajectory.requests[-1]
@@ -156,7 +156,7 @@ async def test_one_huge_output_is_cut_in_the_middle_to_fit(tmp_path: Path) -> No
     trajectory = Trajectory(4)
     await make_agent(trajectory, 40_000, 4_000).run("read", workspace=tmp_path)
     for request in trajectory.requests:
-        assert request_chars(request) <= 4_000 * DEFAULT_CHARS_PER_TOKEN
+        assert request_chars(request) <= budget_chars(4_000)
     cut = [m.content for m in results(trajectory.requests[-1]) if "chars cut to fit" in m.content]
     assert cut and cut[-1].startswith("<chunk ")
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from steward import Agent, FunctionModel, Limits, tool
-from steward.context import DEFAULT_CHARS_PER_TOKEN
 from steward.events import CompactionEvent, Event
+from steward.memory.budget import budget_chars
+from steward.memory.working import VIEW_STEPS
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage
 from steward.store.events import open_store
-from steward.working_memory import VIEW_STEPS
 
 from .test_context_budget import request_chars
 
@@ -89,7 +89,7 @@ async def test_ten_thousand_steps_complete_within_the_default_budget(tmp_path: P
     assert agent.config.limits.request_token_budget == 32_000  # the default, unchanged
     result = await agent.run("Read every output, then answer.", workspace=tmp_path)
     assert result.solved, result.output
-    assert model.largest <= 32_000 * DEFAULT_CHARS_PER_TOKEN
+    assert model.largest <= budget_chars(32_000)
     assert not model.missing, model.missing[:3]
     # The transcript stops growing: old turns are folded into a summary as the run goes.
     assert model.longest_transcript < 1_000
@@ -106,7 +106,7 @@ async def test_old_turns_are_folded_as_the_run_goes_not_only_when_full(tmp_path:
     folds = [e for e in events if isinstance(e, CompactionEvent) and e.kind == "turns"]
     # Several folds, each well before the budget was reached, never one giant emergency.
     assert len(folds) >= 3
-    assert model.largest < 0.8 * 32_000 * DEFAULT_CHARS_PER_TOKEN
+    assert model.largest < budget_chars(32_000, 0.8)
     assert events[-1].type == "done"
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from steward.working_memory import ErrorEntry, Fact, Step, WorkingMemory
+from steward.memory.working import ErrorEntry, Fact, Step, WorkingMemory
 
 SEED_000_VIEW = """\
 --- Agent Working Memory ---
@@ -148,7 +148,7 @@ def test_folded_steps_keep_a_summary_line() -> None:
 
 
 def test_error_register_summarises_command_output_by_its_verdict() -> None:
-    from steward.working_memory import error_summary
+    from steward.memory.working import error_summary
 
     output = "test_a ... ok\ntest_b ... FAIL\n\nFAILED (failures=1)\nexit code: 1"
     assert error_summary(output) == "FAILED (failures=1) · exit code: 1"

@@ -63,7 +63,7 @@ async def test_nested_rules_outlive_compaction_and_elision(workspace: Path, writ
     assert "compacted by the model" in first and "SUB RULES: indent with tabs." in first
     assert "SUB RULES: indent with tabs." in sent(steps[-1])
     # Elided later to save context, the output goes; its rules stay.
-    from steward.context import _pointer
+    from steward.memory.transcript import _pointer
 
     compacted = next(m for m in steps[-1].messages if isinstance(m, ToolResultMessage) and m.name == "grep")
     elided = _pointer(compacted).content

@@ -8,10 +8,10 @@ import pytest
 import sqlalchemy as sa
 
 from steward.errors import StewardError, StoreError
+from steward.memory.block_store import MemoryStore
 from steward.memory.blocks import CoreMemory, MemoryBlock, memory_toolset
+from steward.memory.session_store import SessionStore
 from steward.store.events import EventStore, open_store
-from steward.store.memory import MemoryStore
-from steward.store.sessions import SessionStore
 from steward.tools.base import ToolContext
 
 

@@ -372,8 +372,6 @@ def run(
     read_only: ReadOnly = False,
 ) -> None:
     """Run an agent on GOAL in the workspace and show its progress live."""
-    from steward.agent import Agent
-    from steward.errors import ModelError
     from steward.run import check_goal, check_workspace
 
     if resume_id is not None:
@@ -391,21 +389,18 @@ def run(
     )  # fmt: skip
     if not config.model:
         raise _fail(NO_MODEL)
-    agent = Agent(config.model, config=config)
-    agent.config_file = workspace.resolve() / "steward.toml"
-    _warn_about_sandbox(agent, flag_given=no_sandbox)
-    try:
-        check_goal(goal)  # before anything runs
-        check_workspace(workspace)
-        agent.model.check()
-    except ModelError as exc:  # before the run starts, a model problem is a configuration problem
-        raise _fail(str(exc)) from None
+    check_goal(goal)  # before anything runs
+    check_workspace(workspace)
 
-    async def go() -> int:
+    def prepare(agent: Agent) -> None:
+        _warn_about_sandbox(agent, flag_given=no_sandbox)
+        _check_model(agent)
+
+    async def go(agent: Agent) -> int:
         if session is None:
             started = agent.start(goal, workspace=workspace)
         else:
-            from steward.session import Session
+            from steward.memory.session import Session
 
             opened = await Session.open(agent, None if session == "new" else session)
             started = await opened.start(goal, workspace=workspace)
@@ -413,10 +408,17 @@ def run(
                 typer.echo(f"steward: session {opened.id}", err=True)
         return await _drive(started, json_lines=json_lines, quiet=quiet)
 
-    code = _run_async(go, agent, store_url=store_url(config, workspace))
-    if code != EXIT_INTERRUPTED:
-        _warnings(agent)
-    raise typer.Exit(code)
+    raise typer.Exit(_run_async(go, config, workspace, prepare=prepare))
+
+
+def _check_model(agent: Agent, hint: str = "") -> None:
+    """Before the run starts, a model problem is a configuration problem: say so, no traceback."""
+    from steward.errors import ModelError
+
+    try:
+        agent.model.check()
+    except ModelError as exc:
+        raise _fail(f"{exc}{hint}") from None
 
 
 @app.command()
@@ -496,14 +498,9 @@ def _continue(
     mode: str | None = None,
 ) -> None:
     """Rebuild a recorded run from the store, apply ``action`` if any, and drive it on."""
-    from steward.agent import Agent
-
     config = _load(workspace, model, None, mode=mode, no_sandbox=no_sandbox)
-    agent = Agent(config.model or None, config=config)
-    agent.config_file = workspace.resolve() / "steward.toml"
 
-    async def go() -> int:
-        from steward.errors import ModelError
+    async def go(agent: Agent) -> int:
         from steward.run import owner_alive
 
         assert agent.store is not None
@@ -515,11 +512,7 @@ def _continue(
             raise _fail(f"run {row.id} is {row.end_status or row.status}, not waiting{hint}", EXIT_NOT_SOLVED)
         if not agent.model_spec:
             agent.model_spec = row.model  # the model the run was started with
-        try:
-            agent.model.check()
-        except ModelError as exc:
-            used = row.model or "an unknown model"
-            raise _fail(f"{exc} (run {row.id} used {used}; pass --model)") from None
+        _check_model(agent, f" (run {row.id} used {row.model or 'an unknown model'}; pass --model)")
         _warn_about_sandbox(agent, flag_given=no_sandbox)  # only once there is a run to go on with
         run = await agent.resume(row.id, force=force)
         first = _apply(run, action)
@@ -527,10 +520,7 @@ def _continue(
             typer.echo(f"steward: resuming run {run.id} at step {run.state.counters.step}", err=True)
         return await _drive(run, json_lines=json_lines, quiet=quiet, first=first)
 
-    code = _run_async(go, agent, store_url=store_url(config, workspace))
-    if code != EXIT_INTERRUPTED:
-        _warnings(agent)
-    raise typer.Exit(code)
+    raise typer.Exit(_run_async(go, config, workspace))
 
 
 async def _find_run(agent: Agent, run_id: str, *, waiting: bool) -> RunRow:
@@ -578,25 +568,20 @@ def chat_command(
     no_sandbox: NoSandbox = False,
 ) -> None:
     """Talk with an agent: each message is a run that sees the session's earlier turns."""
-    from steward.agent import Agent
     from steward.cli.chat import chat
-    from steward.errors import ModelError
 
     config = _load(workspace, model, None, mode=mode, no_sandbox=no_sandbox)
     if not config.model:
         raise _fail(NO_MODEL)
-    agent = Agent(config.model, config=config)
-    agent.config_file = workspace.resolve() / "steward.toml"
-    _warn_about_sandbox(agent, flag_given=no_sandbox)
-    try:
-        agent.model.check()
-    except ModelError as exc:
-        raise _fail(str(exc)) from None
     which = None if new else (session or "last")
 
-    async def go() -> int:
+    def prepare(agent: Agent) -> None:
+        _warn_about_sandbox(agent, flag_given=no_sandbox)
+        _check_model(agent)
+
+    async def go(agent: Agent) -> int:
         if which is None:
-            from steward.session import Session
+            from steward.memory.session import Session
 
             opened = await Session.open(agent, None)
             return await chat(
@@ -604,24 +589,28 @@ def chat_command(
             )
         return await chat(agent, workspace=workspace, session_id=which, json_lines=json_lines, quiet=quiet)
 
-    code = _run_async(go, agent, store_url=store_url(config, workspace))
-    if code != EXIT_INTERRUPTED:
-        _warnings(agent)
-    raise typer.Exit(code)
+    raise typer.Exit(_run_async(go, config, workspace, prepare=prepare))
 
 
-def store_url(config: Config, workspace: Path) -> str:
-    """Where runs are recorded: ``[store] url`` / ``STEWARD_DB``, else the workspace's state dir."""
-    return config.store.url or f"sqlite:///{workspace.resolve() / '.steward' / 'steward.db'}"
+def _run_async(
+    make: Callable[[Agent], Awaitable[int]],
+    config: Config,
+    workspace: Path,
+    *,
+    prepare: Callable[[Agent], None] | None = None,
+    **options: Any,
+) -> int:
+    """Open the agent the one way every entry point does (``Agent.open``), run ``make`` with it.
 
+    ``prepare`` checks the agent before anything runs (its model, its sandbox). Ctrl-C and
+    SIGTERM stop the run (its log says so; ``steward resume`` continues it).
+    """
+    from steward.agent import Agent
 
-def _run_async(make: Callable[[], Awaitable[int]], agent: Agent, *, store_url: str | None = None) -> int:
     terminated: list[bool] = []
 
     async def main() -> int:
         import signal
-
-        from steward.store.events import open_store
 
         task = asyncio.current_task()
         assert task is not None
@@ -632,18 +621,19 @@ def _run_async(make: Callable[[], Awaitable[int]], agent: Agent, *, store_url: s
 
         with contextlib.suppress(NotImplementedError, RuntimeError):
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminate)
+        agent = await Agent.open(config, workspace=workspace, **options)
         try:
-            if store_url is not None:
-                agent.store = await open_store(store_url)
-            result: int = await make()
+            if prepare is not None:
+                prepare(agent)
+            result: int = await make(agent)
+            if result != EXIT_INTERRUPTED:
+                _warnings(agent)
             return result
         finally:
             await agent.aclose()
-            if agent.store is not None:
-                await agent.store.close()
 
     def stopped(how: str) -> str:
-        resume = f"; `steward resume {_CURRENT[0].id}` continues it" if _CURRENT and store_url else ""
+        resume = f"; `steward resume {_CURRENT[0].id}` continues it" if _CURRENT else ""
         return f"\nsteward: {how}; the run was cancelled{resume}."
 
     try:
@@ -697,13 +687,14 @@ def demo(
 ) -> None:
     """Watch a scripted agent fix a failing test in a sample project (real tools, no model key)."""
     from steward.agent import Agent
+    from steward.config import Config
     from steward.demo import DEMO_GOAL, demo_model, prepare_workspace
     from steward.safety.sandbox import BubblewrapSandbox
 
     workspace = prepare_workspace()
-    agent = Agent(demo_model())
-    sandbox = agent.sandbox()
-    status = sandbox.probe() if isinstance(sandbox, BubblewrapSandbox) else None
+    config = Config()
+    probe = Agent(demo_model(), config=config).sandbox()
+    status = probe.probe() if isinstance(probe, BubblewrapSandbox) else None
     if status is not None and not status.ok:
         # The demo's own commands are known and harmless, so it may go on, but never silently.
         typer.echo(
@@ -711,12 +702,12 @@ def demo(
             f"without it. Fix: {status.fix}",
             err=True,
         )
-        agent = Agent(demo_model(), sandbox=False)
-    code = _run_async(
-        lambda: _drive(agent.start(DEMO_GOAL, workspace=workspace), json_lines=json_lines, quiet=False),
-        agent,
-        store_url=store_url(agent.config, workspace),
-    )
+
+    async def go(agent: Agent) -> int:
+        return await _drive(agent.start(DEMO_GOAL, workspace=workspace), json_lines=json_lines, quiet=False)
+
+    sandbox = status is None or status.ok
+    code = _run_async(go, config, workspace, model=demo_model(), sandbox=sandbox)
     if not json_lines:
         typer.echo(
             "\nThat was a scripted model driving real tools in "

@@ -27,8 +27,8 @@ from steward.cli.mcp import CHAT_COMMANDS, CHAT_HELP, chat_command
 
 if TYPE_CHECKING:
     from steward.agent import Agent
+    from steward.memory.session import Session
     from steward.run import Run
-    from steward.session import Session
 
 HELP = (
     "Type a message and press Enter. Multi-line: end a line with \\ to continue, or paste between "
@@ -74,7 +74,7 @@ async def read_message(prompt: str = "you> ") -> str | None:
 async def chat(
     agent: Agent, *, workspace: Path, session_id: str | None, json_lines: bool, quiet: bool
 ) -> int:
-    from steward.session import Session
+    from steward.memory.session import Session
 
     session = await Session.open(agent, None if session_id == "new" else session_id)
     turns = len(await session.turns())
@@ -256,14 +256,14 @@ async def _mcp_command(agent: Agent, message: str, workspace: Path, attached: st
 
 
 async def _summary_of(agent: Agent, session_id: str) -> str:
-    from steward.store.sessions import SessionStore
+    from steward.memory.session_store import SessionStore
 
     assert agent.store is not None
     return (await SessionStore(agent.store.engine).get(session_id)).summary
 
 
 async def _list_sessions(agent: Agent, *, current: str) -> None:
-    from steward.store.sessions import SessionStore
+    from steward.memory.session_store import SessionStore
 
     assert agent.store is not None
     sessions = SessionStore(agent.store.engine)

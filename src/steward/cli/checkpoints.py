@@ -33,7 +33,7 @@ def _fail(message: str) -> typer.Exit:
 
 def _find(run: str, workspace: Path) -> _Target:
     """The run by id or prefix from the workspace's store; else a run id the shadow knows."""
-    from steward.cli.app import store_url
+    from steward.agent import store_url
     from steward.config import load_config
     from steward.errors import StewardError
     from steward.store.engine import parse_url, sqlite_path
@@ -157,7 +157,7 @@ def _print_report(target: _Target, report: RewindReport) -> None:
 
 
 def _log_rewind(target: _Target, report: RewindReport) -> None:
-    from steward.cli.app import store_url
+    from steward.agent import store_url
     from steward.events import RewindEvent
     from steward.store.events import open_store
 

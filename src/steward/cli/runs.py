@@ -22,7 +22,7 @@ Workspace = Annotated[Path, typer.Option("--workspace", "-w", help="Workspace wh
 
 def reading_url(workspace: Path, *, wanted: str = "") -> str:
     """The workspace's store; reading commands never create one (nor its folders)."""
-    from steward.cli.app import store_url
+    from steward.agent import store_url
     from steward.config import load_config
     from steward.store.engine import parse_url, sqlite_path
 

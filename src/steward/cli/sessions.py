@@ -23,8 +23,8 @@ def _when(ts: float) -> str:
 @sessions_app.command("list")
 def list_sessions(workspace: Workspace = Path()) -> None:
     """List sessions, newest first."""
+    from steward.memory.session_store import SessionStore
     from steward.store.events import open_store
-    from steward.store.sessions import SessionStore
 
     async def main() -> None:
         async with await open_store(reading_url(workspace)) as store:
@@ -49,9 +49,9 @@ def show(
 ) -> None:
     """Show a session's turns and summaries."""
     from steward.errors import StewardError
-    from steward.session import answer_of, find_session
+    from steward.memory.session import answer_of, find_session
+    from steward.memory.session_store import SessionStore
     from steward.store.events import open_store
-    from steward.store.sessions import SessionStore
 
     async def main() -> int:
         async with await open_store(reading_url(workspace, wanted=f"session {session_id!r}")) as store:

@@ -39,9 +39,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
-from steward.agent import Agent
+from steward.agent import Agent, store_url
 from steward.cli._stdin import LineReader
-from steward.cli.app import final_warnings, store_url
+from steward.cli.app import final_warnings
 from steward.config import Config, load_config
 from steward.errors import ModelError, StewardError
 from steward.events import ErrorEvent, Event, encode_event
@@ -151,7 +151,7 @@ class StdioServer:
         if not config.model:
             raise BadRequestError('no model configured: pass --model, set STEWARD_MODEL, or send "model"')
         check_workspace(workspace)  # before its store is opened (which would create folders)
-        agent = await self._agent(config, store_url(config, workspace))
+        agent = await self._agent(config, workspace)
         assert agent.store is not None
         if run_id and await agent.store.get_run(run_id) is not None:
             raise BadRequestError(
@@ -207,7 +207,7 @@ class StdioServer:
         config = load_config(self.workspace, overrides={"model": model} if model else None)
         if not config.model:
             raise BadRequestError(f'run {row.id!r} names no model; send "model" to continue it with one')
-        agent = await self._agent(config, store_url(config, self.workspace))
+        agent = await self._agent(config, self.workspace)
         try:
             agent.model.check()
             run = await agent.resume(row.id)
@@ -255,13 +255,14 @@ class StdioServer:
         else:
             raise BadRequestError('send "approve": true, or "deny": "reason"')
 
-    async def _agent(self, config: Config, url: str) -> Agent:
+    async def _agent(self, config: Config, workspace: Path) -> Agent:
         # One agent per configuration and store: a scripted model keeps its place across
         # requests, and provider clients and store connections are reused.
+        url = store_url(config, workspace)
         for agent, agent_url in self.agents:
             if agent.config == config and agent_url == url:
                 return agent
-        agent = Agent(config.model or None, config=config, store=await self._store_at(url))
+        agent = await Agent.open(config, workspace=workspace, store=await self._store_at(url))
         self.agents.append((agent, url))
         return agent
 

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from steward.text import compact_json
+
 # --- messages ---------------------------------------------------------------------------
 
 
@@ -113,6 +115,11 @@ class ToolSpec:
     read_only: bool = field(default=False, compare=False)
 
 
+def schema_chars(tools: Sequence[ToolSpec]) -> int:
+    """The characters these tools' names, descriptions and schemas add to a request."""
+    return sum(len(t.name) + len(t.description) + len(compact_json(t.parameters)) for t in tools)
+
+
 @dataclass(slots=True, frozen=True)
 class ModelRequest:
     """One call to a model.
@@ -128,7 +135,7 @@ class ModelRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     context: str = ""
-    #: "step" for the agent's own turns; "summary" for compression requests (steward.compression),
+    #: "step" for the agent's own turns; "summary" for compression requests (steward.memory.compression),
     #: which scripted models answer with an excerpt instead of their next scripted reply.
     purpose: str = "step"
 

@@ -22,9 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
-from steward.context import _schema_chars
 from steward.errors import ConfigError
-from steward.models.base import ToolSpec
+from steward.models.base import ToolSpec, schema_chars
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
@@ -255,7 +254,7 @@ class DiscoveryToolset(WrapperToolset):
             return bool(mode == "on")
         if len(specs) > self.settings.discovery_max_tools:
             return True
-        return _schema_chars(specs) > self.settings.discovery_share * self.budget_chars
+        return schema_chars(specs) > self.settings.discovery_share * self.budget_chars
 
     def _offer(self, discovered: frozenset[str]) -> list[ToolSpec]:
         patterns = self.settings.always_offer

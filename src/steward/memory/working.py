@@ -6,7 +6,6 @@ It is rebuilt into the system message before every model call as the
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -357,10 +356,6 @@ def plan_event_payload(plan: Plan) -> dict[str, Any]:
         "sub_tasks": [t.as_dict() for t in plan.sub_tasks],
         "current": plan.current_sub_task,
     }
-
-
-def compact_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 # --- what the phases that only think do to the working memory --------------------------

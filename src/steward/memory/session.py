@@ -13,13 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from steward.context import DEFAULT_CHARS_PER_TOKEN
 from steward.errors import StewardError
+from steward.memory.budget import budget_chars
 
 if TYPE_CHECKING:
     from steward.agent import Agent
+    from steward.memory.archive import ArchiveStore
+    from steward.memory.session_store import SessionRow, SessionStore, Turn
+    from steward.models.base import Model
     from steward.run import Run
-    from steward.store.sessions import SessionRow, SessionStore, Turn
+    from steward.store.events import EventStore
 
 HISTORY_SHARE = 0.3  # of the request budget, for earlier turns before they are summarised
 KEEP_TURNS = 4  # the newest turns always verbatim
@@ -46,10 +49,14 @@ class Session:
     def id(self) -> str:
         return self.row.id
 
+    @property
+    def _sessions(self) -> SessionStore:
+        return _session_store(_store_of(self.agent))
+
     @classmethod
     async def open(cls, agent: Agent, session_id: str | None = None, *, title: str = "") -> Session:
         """The session ``session_id`` (an id, a prefix, or "last"), else a new one."""
-        sessions = _sessions(agent)
+        sessions = _session_store(_store_of(agent))
         if session_id == "last":  # the open session used most recently, else a new one
             row = await sessions.latest_open() or await sessions.create(title or "chat")
         elif session_id:
@@ -59,20 +66,26 @@ class Session:
         return cls(agent, row)
 
     async def turns(self) -> list[Turn]:
-        return await _sessions(self.agent).turns(self.id)
+        return await self._sessions.turns(self.id)
 
     async def history(self, before_run: str | None = None) -> History:
         """The turns a new run (or the run ``before_run``) of this session starts from."""
-        return await session_history(self.agent, self.id, before_run=before_run)
+        return await session_history(
+            _store_of(self.agent),
+            self.agent.model,
+            self.id,
+            request_tokens=self.agent.limits.request_token_budget,
+            before_run=before_run,
+        )
 
     async def start(self, goal: str, *, workspace: str | Path = ".") -> Run:
         history = await self.history()
-        await _sessions(self.agent).touch(self.id)
+        await self._sessions.touch(self.id)
         return self.agent.start(goal, workspace=workspace, session_id=self.id, history=history)
 
     async def close(self) -> str:
         """Summarise the session (by the model), store the summary and close it; return it."""
-        from steward.compression import summarize
+        from steward.memory.compression import summarize
 
         turns = [t for t in await self.turns() if answer_of(t)]
         if not turns:
@@ -84,13 +97,13 @@ class Session:
                 text = f"Earlier: {history.summary}\n\n{text}"
             written = await summarize(self.agent.model, "session", text, goal=self.row.title, limit=2_000)
             summary = written.text
-        self.row = await _sessions(self.agent).close(self.id, summary)
+        self.row = await self._sessions.close(self.id, summary)
         return summary
 
     async def new(self, title: str = "") -> Session:
         """Close this session with a summary and start the next, which begins from that summary."""
         await self.close()
-        row = await _sessions(self.agent).create(title or self.row.title, previous_id=self.id)
+        row = await self._sessions.create(title or self.row.title, previous_id=self.id)
         return Session(self.agent, row)
 
 
@@ -111,23 +124,37 @@ async def find_session(sessions: SessionStore, session_id: str) -> SessionRow:
     return newest[0]
 
 
-async def session_history(agent: Agent, session_id: str, *, before_run: str | None = None) -> History:
-    """The history of ``session_id`` for a new run, or for the run ``before_run`` (turns before it)."""
-    sessions = _sessions(agent)
+async def session_history(
+    store: EventStore,
+    model: Model,
+    session_id: str,
+    *,
+    request_tokens: int,
+    before_run: str | None = None,
+) -> History:
+    """The history of ``session_id`` for a new run, or for the run ``before_run`` (turns before it).
+
+    Turns beyond ``HISTORY_SHARE`` of a request budget of ``request_tokens`` are summarised by
+    ``model`` into the session's running summary, kept in the store's archive.
+    """
+    from steward.memory.archive import ArchiveStore
+
+    sessions = _session_store(store)
+    archive = ArchiveStore(store.engine)
     turns = await sessions.turns(session_id)
     if before_run is not None:
         index = next((i for i, t in enumerate(turns) if t.run_id == before_run), len(turns))
         turns = turns[:index]
     finished = [t for t in turns if answer_of(t)]
     previous = await sessions.previous_summary(session_id) or ""
-    summary, covered = await _running_summary(agent, session_id)
+    summary, covered = await _running_summary(archive, session_id)
     if covered is not None:
         ids = [t.run_id for t in finished]
         finished = finished[ids.index(covered) + 1 :] if covered in ids else finished
-    budget = int(agent.limits.request_token_budget * DEFAULT_CHARS_PER_TOKEN * HISTORY_SHARE)
+    budget = budget_chars(request_tokens, HISTORY_SHARE)
     if sum(len(t.goal) + len(answer_of(t)) for t in finished) > budget and len(finished) > KEEP_TURNS:
         old, finished = finished[:-KEEP_TURNS], finished[-KEEP_TURNS:]
-        summary = await _summarise_turns(agent, session_id, summary, old)
+        summary = await _summarise_turns(model, archive, session_id, summary, old)
     return History(tuple((t.goal, answer_of(t)) for t in finished), summary, previous)
 
 
@@ -147,30 +174,21 @@ def answer_of(turn: Turn) -> str:
     return ""
 
 
-async def _running_summary(agent: Agent, session_id: str) -> tuple[str, str | None]:
-    from steward.store.archive import ArchiveStore
-
-    store = agent.store
-    assert store is not None
-    latest = await ArchiveStore(store.engine).latest(SUMMARY_KIND, session_id=session_id)
+async def _running_summary(archive: ArchiveStore, session_id: str) -> tuple[str, str | None]:
+    latest = await archive.latest(SUMMARY_KIND, session_id=session_id)
     return ("", None) if latest is None else (latest.content, latest.ref)
 
 
-async def _summarise_turns(agent: Agent, session_id: str, earlier: str, turns: list[Turn]) -> str:
-    from steward.compression import summarize
-    from steward.store.archive import ArchiveStore
+async def _summarise_turns(
+    model: Model, archive: ArchiveStore, session_id: str, earlier: str, turns: list[Turn]
+) -> str:
+    from steward.memory.compression import summarize
 
     text = _turns_text(turns)
     if earlier:
         text = f"Earlier: {earlier}\n\n{text}"
-    written = await summarize(
-        agent.model, "turns", text, goal="(a conversation of several goals)", limit=2_000
-    )
-    store = agent.store
-    assert store is not None
-    await ArchiveStore(store.engine).put(
-        SUMMARY_KIND, written.text, session_id=session_id, ref=turns[-1].run_id
-    )
+    written = await summarize(model, "turns", text, goal="(a conversation of several goals)", limit=2_000)
+    await archive.put(SUMMARY_KIND, written.text, session_id=session_id, ref=turns[-1].run_id)
     return written.text
 
 
@@ -178,10 +196,15 @@ def _turns_text(turns: list[Turn]) -> str:
     return "\n".join(f"user: {t.goal}\nassistant: {answer_of(t)}" for t in turns)
 
 
-def _sessions(agent: Agent) -> SessionStore:
+def _session_store(store: EventStore) -> SessionStore:
+    from steward.memory.session_store import SessionStore
+
+    return SessionStore(store.engine, where=store.where)
+
+
+def _store_of(agent: Agent) -> EventStore:
     from steward.errors import ConfigError
-    from steward.store.sessions import SessionStore
 
     if agent.store is None:
         raise ConfigError("sessions need a store: Agent(store=await open_store(url))")
-    return SessionStore(agent.store.engine, where=agent.store.where)
+    return agent.store

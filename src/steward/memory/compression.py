@@ -19,16 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from steward.events import CompactionEvent
+from steward.memory.budget import fold_summary_limit
 from steward.models.base import Model, ModelRequest, Usage, UserMessage
-from steward.text import excerpt
+from steward.text import compact_json, excerpt
 
 if TYPE_CHECKING:
     from steward.clock import Clock
-    from steward.context import ContextBuilder
-    from steward.run_state import RunState
+    from steward.memory.transcript import Transcript
+    from steward.memory.working import WorkingMemory
     from steward.tools.base import ToolResult
 
 SUMMARY = "summary"  # the purpose of a summarising request (``ModelRequest.purpose``)
@@ -89,6 +90,22 @@ async def summarize(
     return Summary(written[: limit * 2], response.usage, by_model=True)
 
 
+class RunMemory(Protocol):
+    """What compression reads and changes of a run (``steward.run_state.RunState`` is one)."""
+
+    goal: str
+    memory: WorkingMemory
+    transcript: Transcript
+    usage: Usage
+
+
+class Budget(Protocol):
+    """Where the request budget comes from (``steward.context.ContextBuilder`` is one)."""
+
+    @property
+    def budget_chars(self) -> int: ...
+
+
 class Compressor:
     """Compression inside one run: large outputs, old turns, a failed attempt.
 
@@ -100,8 +117,8 @@ class Compressor:
     def __init__(
         self,
         model: Model,
-        state: RunState,
-        context: ContextBuilder,
+        state: RunMemory,
+        context: Budget,
         clock: Clock,
         *,
         output_chars: int,
@@ -124,7 +141,6 @@ class Compressor:
     ) -> CompactionEvent | None:
         """Replace a large output in the transcript by the model's digest of it."""
         from steward.rules.marks import split_rules
-        from steward.working_memory import compact_json
 
         size, mem = len(result.content), self.state.memory
         current = mem.plan.get(mem.plan.current_sub_task) if mem.plan and mem.plan.current_sub_task else None
@@ -142,8 +158,6 @@ class Compressor:
 
     async def fold(self, kind: str, count: int) -> CompactionEvent | None:
         """Fold ``count`` transcript entries after the goal into a summary (``turns``/``attempt``)."""
-        from steward.context import fold_summary_limit
-
         tr = self.state.transcript
         if count <= 0:
             return None

@@ -18,7 +18,7 @@ def history_toolset(store: EventStore) -> FunctionToolset:
         Args:
             query: Text to look for (case-insensitive), e.g. a file name, an error or a topic.
         """
-        from steward.store.archive import ArchiveStore
+        from steward.memory.archive import ArchiveStore
 
         hits = await ArchiveStore(store.engine).search(query, limit=8, exclude_run=ctx.run_id)
         if not hits:
