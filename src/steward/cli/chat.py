@@ -41,15 +41,15 @@ MAX_LINES = 10_000  # one message's lines; a paste larger than this is cut
 
 async def read_message(prompt: str = "you> ") -> str | None:
     """One message from the user (possibly several lines); None at end of input."""
-    from steward.cli.app import _ask
+    from steward.cli.driving import ask_user
 
-    first = await _ask("", json_lines=False, prompt=prompt)
+    first = await ask_user("", json_lines=False, prompt=prompt)
     if first is None:
         return None
     if first.strip() == '"""':
         lines: list[str] = []
         for _ in range(MAX_LINES):
-            line = await _ask("", json_lines=False, prompt="... ")
+            line = await ask_user("", json_lines=False, prompt="... ")
             if line is None:  # the input ended inside the block: nothing is sent half-pasted
                 typer.echo(
                     'steward: the input ended before the closing """; the block was not sent', err=True
@@ -64,7 +64,7 @@ async def read_message(prompt: str = "you> ") -> str | None:
         if not lines[-1].endswith("\\"):
             break
         lines[-1] = lines[-1][:-1]
-        more = await _ask("", json_lines=False, prompt="... ")
+        more = await ask_user("", json_lines=False, prompt="... ")
         if more is None:
             break
         lines.append(more)
@@ -183,10 +183,11 @@ class _Conversation:
 
     async def _turn(self, message: str, ctrl_c: CtrlC) -> int:
         """One run of the session, which Ctrl-C cancels without ending the chat."""
-        from steward.cli.app import EXIT_INTERRUPTED, _drive
+        from steward.cli.driving import drive
+        from steward.cli.options import EXIT_INTERRUPTED
 
         run = await self.session.start(message, workspace=self.workspace)
-        ctrl_c.turn = turn = asyncio.create_task(_drive(run, json_lines=self.json_lines, quiet=self.quiet))
+        ctrl_c.turn = turn = asyncio.create_task(drive(run, json_lines=self.json_lines, quiet=self.quiet))
         try:
             return await turn
         except asyncio.CancelledError:

@@ -41,7 +41,7 @@ from typing import IO, Any
 
 from steward.agent import Agent, store_url
 from steward.cli._stdin import LineReader
-from steward.cli.app import final_warnings
+from steward.cli.driving import final_warnings
 from steward.config import Config, load_config
 from steward.errors import ModelError, StewardError
 from steward.events import ErrorEvent, Event, encode_event

@@ -1,0 +1,103 @@
+"""What the commands share: exit codes, option types, and the configuration a command's flags make."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from steward.config import Config
+
+EXIT_OK, EXIT_NOT_SOLVED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+
+NO_MODEL = (
+    "No model configured. Set STEWARD_MODEL=openai:gpt-4o-mini (or pass --model, or put "
+    'model = "anthropic:claude-sonnet-4-5" in steward.toml), or run `steward demo` to see a scripted run.'
+)
+
+Workspace = Annotated[
+    Path, typer.Option("--workspace", "-w", help="Directory the agent works in (default: current directory).")
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", "-m", help="provider:model, e.g. openai:gpt-4o-mini, anthropic:..., ollama:..."),
+]
+MaxSteps = Annotated[int | None, typer.Option("--max-steps", min=1, help="Most model calls for this run.")]
+ModeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--mode",
+        help="structured: risky calls wait for your approval; autonomous: they are approved automatically "
+        "(the guard, deny rules, the sandbox and the step limit stay on).",
+    ),
+]
+NoSandbox = Annotated[
+    bool,
+    typer.Option("--no-sandbox", help="Run commands without the bubblewrap sandbox (you accept the risk)."),
+]
+AllowOpt = Annotated[
+    list[str] | None, typer.Option("--allow", help='Allow rule, e.g. "bash(pytest*)". Repeatable.')
+]
+AskOpt = Annotated[
+    list[str] | None, typer.Option("--ask", help='Ask rule, e.g. "edit_file(src/**)". Repeatable.')
+]
+DenyOpt = Annotated[
+    list[str] | None, typer.Option("--deny", help='Deny rule, e.g. "bash(rm *)". Repeatable.')
+]
+ReadOnly = Annotated[
+    bool, typer.Option("--read-only", help="Turn every write tool off; bash sees the workspace read-only.")
+]
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    typer.echo(f"steward: {message}", err=True)
+    return typer.Exit(code)
+
+
+def config_from_flags(
+    workspace: Path,
+    model: str | None,
+    max_steps: int | None,
+    *,
+    mode: str | None = None,
+    no_sandbox: bool = False,
+    allow: list[str] | None = None,
+    ask: list[str] | None = None,
+    deny: list[str] | None = None,
+    read_only: bool = False,
+) -> Config:
+    from steward.config import load_config
+
+    overrides: dict[str, Any] = {}
+    if model:
+        overrides["model"] = model
+    if max_steps:
+        overrides["limits"] = {"max_steps": max_steps}
+    policy: dict[str, Any] = {
+        key: value for key, value in (("allow", allow), ("ask", ask), ("deny", deny)) if value
+    }
+    if mode:
+        policy["mode"] = mode
+    if read_only:
+        policy["write"] = False
+    if policy:
+        overrides["policy"] = policy
+    if no_sandbox:
+        overrides["sandbox"] = {"enabled": False}
+        typer.echo("steward: warning: --no-sandbox: commands run directly on this machine.", err=True)
+    return load_config(workspace, overrides=overrides)
+
+
+ResumeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--resume", help="Continue recorded run RUN (an id, a prefix, or 'last') instead of a new goal."
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the event stream as NDJSON.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Resume even if the run's recorded process may still be alive.")
+]
