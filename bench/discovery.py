@@ -186,13 +186,13 @@ async def run(servers: int, per_server: int, n_queries: int) -> None:
         await toolset.call_tool(DISCOVER_TOOL, {"query": "warm up"}, ctx)  # builds the index once
         latencies, hits = [], 0
         for query, wanted in queries(generated.specs, n_queries, random.Random(11)):
-            ctx.discovered.clear()
+            ctx = ToolContext(workspace=Path(tmp))  # a new run: nothing discovered yet
             started = time.perf_counter()
             result = await toolset.call_tool(DISCOVER_TOOL, {"query": query}, ctx)
             latencies.append((time.perf_counter() - started) * 1000)
             hits += wanted in found_names(result.content)
 
-        ctx.discovered.clear()
+        ctx = ToolContext(workspace=Path(tmp))
         await toolset.call_tool(DISCOVER_TOOL, {"query": "create github issue", "limit": 5}, ctx)
         with_discovery = await toolset.get_tools(ctx)
         await toolset.aclose()

@@ -41,7 +41,7 @@ _WHERE = {
     "RunStream": "steward.run",
     "ReplayError": "steward.errors",
     "ScriptError": "steward.errors",
-    "Session": "steward.memory.session",
+    "Session": "steward.sessions",
     "StoreError": "steward.errors",
     "ScriptedModel": "steward.models.scripted",
     "StewardError": "steward.errors",
@@ -128,11 +128,11 @@ if TYPE_CHECKING:
         ToolError,
     )
     from steward.events import Event, decode_event, encode_event
-    from steward.memory.session import Session
     from steward.memory.working import WorkingMemory
     from steward.models.base import Model, ModelRequest, ModelResponse, Usage
     from steward.models.scripted import FunctionModel, ScriptedModel
     from steward.run import Run, RunResult, RunStream
+    from steward.sessions import Session
     from steward.store.events import open_store
     from steward.tools.base import (
         CombinedToolset,

@@ -20,6 +20,7 @@ from steward.loop import Loop
 from steward.memory.recall import recall_toolset
 from steward.memory.working import WorkingMemory
 from steward.models.base import AssistantMessage, Model
+from steward.ownership import owner_alive, process_owner
 from steward.phases import PHASE_GUIDE
 from steward.run import (
     Run,
@@ -27,8 +28,6 @@ from steward.run import (
     RunStream,
     check_goal,
     check_workspace,
-    owner_alive,
-    process_owner,
 )
 from steward.run_state import RunState
 from steward.settings import budget_settings, loop_settings, tool_settings

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from steward.errors import ConfigError
-from steward.safety.secrets import DEFAULT_SECRET_FILES
+from steward.secret_paths import DEFAULT_SECRET_FILES
 
 # Plain dataclasses keep `import steward` fast; pydantic validates them only when a
 # configuration is loaded. Bounds live in field metadata and are checked the same way.

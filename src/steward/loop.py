@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, assert_never
 
 from steward import events as ev
@@ -135,7 +136,6 @@ class Loop:
                 yield item
             return
         c.step += 1
-        self.ctx.step = c.step
         yield self.emit(ev.StepStart(step=c.step, max_steps=c.max_steps))
         folded, built = await self._build(sig.render(st.signals(self.settings.repeat_warning)))
         if folded is not None:  # the oldest turns, folded into a summary first
@@ -339,24 +339,23 @@ class Loop:
 
     async def _act(
         self, call: ToolCall, tool: str, arguments: dict[str, Any], thinking: str, summary: str,
-        *, announce: bool = True,
+        *, approved: str | None = None,
     ) -> Items:  # fmt: skip
         n = self.state.counters.step
-        if announce:
+        if approved is None:  # an approved call was announced when it was asked about
             yield self.emit(ev.ToolUse(step=n, call_id=call.id, tool=tool, input=arguments))
         started = time.perf_counter()
         s = self.settings
         toolset = DeadlineToolset(self.toolset, timeout_s=s.tool_timeout_s, clock=self.clock,
                                   run_limit_s=s.run_timeout_s)  # fmt: skip
         try:
-            result = await toolset.call_tool(tool, arguments, self.ctx)
+            result = await toolset.call_tool(tool, arguments, replace(self.ctx, step=n, approved=approved))
         except ApprovalRequired as request:
             yield rs.Pause(rs.pending_approval(request, call, thinking, summary, s, self.state.seq))
             return
-        for kind, message in self.ctx.notes:
+        for kind, message in result.notes:
             level = "warning" if kind == "blocked" else "info"
             yield self.emit(ev.SignalEvent(code=kind, level=level, message=message))
-        self.ctx.notes.clear()
         took = result.duration_ms
         duration = took if took is not None else (time.perf_counter() - started) * 1000
         yield self.emit(self.state.record_call(call, tool, arguments, thinking, summary, result, duration))
@@ -387,13 +386,13 @@ class Loop:
         a = resume.approval
         outcome: rs.Outcome = rs.CONTINUE
         if resume.approved:
-            self.ctx.grants.add(a.call_hash)
-            async for item in self._act(a.call, a.tool, a.arguments, a.thinking, a.summary, announce=False):
+            async for item in self._act(
+                a.call, a.tool, a.arguments, a.thinking, a.summary, approved=a.call_hash
+            ):
                 if isinstance(item, ev.Event):
                     yield item
                 else:
                     outcome = item
-            self.ctx.grants.discard(a.call_hash)
         else:
             denied = resume.refusal()
             yield self.emit(st.record_call(a.call, a.tool, a.arguments, a.thinking, a.summary, denied, 0.0))

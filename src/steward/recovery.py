@@ -2,8 +2,8 @@
 
 The loop is the one place that knows how events change a run's state, so a run is rebuilt by
 running the same loop with its model, its toolset and its clock wrapped in recorded ones that
-answer from the log: the model's replies (and summaries), tool results (with the notes the
-wrappers left), approvals asked, and where the time ran out. While the log lasts nothing is
+answer from the log: the model's replies (and summaries), tool results (with the notes that
+came with them), approvals asked, and where the time ran out. While the log lasts nothing is
 asked of the model and no tool runs; every event the loop emits must be the recorded one at
 that position (``Replay.stamp`` checks it and gives it its recorded time). When the log ends
 the wrappers pass everything through: the loop is live again, at exactly the point where the
@@ -111,7 +111,7 @@ async def recover(store: EventStore, run_id: str, *, max_attempts: int, force: b
     process died (recorded as running) counts an attempt; past ``max_attempts`` it is closed
     as failed, so it cannot kill another process.
     """
-    from steward.run import owner_alive, process_owner
+    from steward.ownership import owner_alive, process_owner
 
     row = await store.find_run(run_id)
     everything = await store.events(row.id)
@@ -281,17 +281,16 @@ class RecordedToolset(WrapperToolset):
                     )  # fmt: skip
                 case _:
                     return await self.wrapped.call_tool(name, arguments, ctx)
-        # The notes the wrappers left on the way (blocked, egress, ...) come before the result.
-        position = 0
-        while isinstance(note := replay.peek_at(position), SignalEvent):
-            ctx.notes.append((note.code, note.message))
-            position += 1
-        recorded = replay.peek_at(position)
+        # The notes the tool and the wrappers returned (blocked, egress, ...) come before the result.
+        notes: list[tuple[str, str]] = []
+        while isinstance(note := replay.peek_at(len(notes)), SignalEvent):
+            notes.append((note.code, note.message))
+        recorded = replay.peek_at(len(notes))
         match recorded:
             case ToolResultEvent(output=output, status=status):
                 result = ToolResult(
                     output, is_error=status == "failed", category=recorded.error_category,
-                    duration_ms=recorded.duration_ms,
+                    duration_ms=recorded.duration_ms, notes=tuple(notes),
                 )  # fmt: skip
                 self.wrapped.replayed(name, arguments, result, ctx)
                 return result

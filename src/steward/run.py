@@ -20,6 +20,7 @@ from steward.errors import ConfigError, StoreError
 from steward.events import Event, RunStart
 from steward.loop import Loop
 from steward.models.base import Usage
+from steward.ownership import process_owner
 from steward.phases import EndStatus
 from steward.run_state import Pending, RunState
 
@@ -53,38 +54,6 @@ def check_workspace(workspace: str | Path) -> Path:
             "Pass --workspace DIR or cd into one."
         )
     return ws
-
-
-def process_owner() -> str:
-    """Who runs a run, as recorded in the store: ``host:pid:start`` (start tells reused pids apart)."""
-    import socket
-
-    from steward._proc import process_start
-
-    return f"{socket.gethostname()}:{os.getpid()}:{process_start(os.getpid()) or ''}"
-
-
-def owner_alive(owner: str) -> bool:
-    """Whether the recorded owner of a run is a live process other than this one.
-
-    Only processes on this host can be checked; one elsewhere is taken to be alive. A zombie,
-    or another process that got the same pid later, is not the owner.
-    """
-    import socket
-
-    from steward._proc import pid_alive
-
-    host, _, rest = owner.partition(":")
-    if host != socket.gethostname():
-        return True
-    pid_text, _, start = rest.partition(":")
-    try:
-        pid = int(pid_text)
-    except ValueError:
-        return False
-    if pid == os.getpid():
-        return False
-    return pid_alive(pid, start or None)
 
 
 @dataclass(slots=True)

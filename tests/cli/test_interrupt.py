@@ -102,3 +102,34 @@ def test_sigint_under_json_ends_the_stream_with_a_cancelled_event(tmp_path: Path
     last = json.loads(stdout.splitlines()[-1])
     assert last["type"] == "done" and last["data"]["status"] == "cancelled"
     assert "never used" not in stderr
+
+
+def test_ctrl_c_at_an_approval_prompt_leaves_the_run_waiting_and_says_how_to_answer(tmp_path: Path) -> None:
+    script = tmp_path / "s.yaml"
+    script.write_text(yaml.safe_dump([{"tool": "write_file", "args": {"path": "a.txt", "content": "x"}}]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEWARD_")}
+    steward = [sys.executable, "-m", "steward"]
+    proc = subprocess.Popen(
+        [*steward, "run", "write it", "--model", f"scripted:{script}", "--ask", "write_file"],
+        cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    database = tmp_path / ".steward" / "steward.db"
+    while time.monotonic() < deadline:  # the run is recorded as waiting once the prompt shows
+        listed = subprocess.run(
+            [*steward, "runs", "list"], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        if database.exists() and "waiting" in listed.stdout:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 130, stderr
+    assert "the run still waits for your approval: `steward approve|deny" in stderr
+    assert not (tmp_path / "a.txt").exists()
+    approved = subprocess.run(
+        [*steward, "approve", "last"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert approved.returncode in (0, 1), approved.stderr  # the script ends after the call
+    assert (tmp_path / "a.txt").read_text() == "x"

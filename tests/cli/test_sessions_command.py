@@ -8,8 +8,9 @@ from typing import Any
 import yaml
 
 from steward.agent import Agent
-from steward.memory.session import Session, session_history
+from steward.memory.session import session_history
 from steward.models.scripted import ScriptedModel
+from steward.sessions import Session
 from steward.store.events import open_store
 
 

@@ -37,10 +37,14 @@ async def test_a_shared_store_stays_open_for_its_owner(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     async with await open_store(url) as store:
         config = load_config(tmp_path)
-        first = await Agent.open(config, workspace=tmp_path, model=scripted(tmp_path, {"text": "one"}), store=store)
+        first = await Agent.open(
+            config, workspace=tmp_path, model=scripted(tmp_path, {"text": "one"}), store=store
+        )
         await first.run("first", workspace=tmp_path)
         await first.aclose()
-        second = await Agent.open(config, workspace=tmp_path, model=scripted(tmp_path, {"text": "two"}), store=store)
+        second = await Agent.open(
+            config, workspace=tmp_path, model=scripted(tmp_path, {"text": "two"}), store=store
+        )
         result = await second.run("second", workspace=tmp_path)  # the store is still open
         await second.aclose()
         assert result.output == "two"

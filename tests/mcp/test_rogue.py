@@ -133,7 +133,7 @@ async def test_progress_is_reported_as_a_note(ctx: ToolContext) -> None:
     finally:
         await hub.aclose()
     assert result.content == "done in 4 steps"
-    assert ctx.notes == [("progress", "r__progress: 4/4 step 4 (4 updates)")]
+    assert result.notes == (("progress", "r__progress: 4/4 step 4 (4 updates)"),)
 
 
 async def test_tools_list_changed_refreshes_the_offer(ctx: ToolContext) -> None:

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from steward import Agent, tool
 from steward.config import RulesSettings
+from steward.events import Event, ToolResultEvent
+from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage, UserMessage
+from steward.models.scripted import FunctionModel
 from steward.rules import RulesToolset
+from steward.run import Run
+from steward.store.events import open_store
 from steward.tools.base import ToolContext, ToolResult
 from steward.tools.builtin import builtin_toolset
 
@@ -45,9 +52,10 @@ API = (
 
 
 async def test_first_touch_appends_the_nested_rules_outer_first(tree: Path, ctx: ToolContext) -> None:
-    result = await call(rules(), ctx, "read_file", path="src/api/handlers.py")
+    toolset = rules()
+    result = await call(toolset, ctx, "read_file", path="src/api/handlers.py")
     assert result.content == f"     1\tdef handle():\n     2\t    pass\n\n{SRC}\n\n{API}"
-    assert ctx.rules_seen == {"src/AGENTS.md", "src/api/AGENTS.md"}
+    assert toolset.rules_seen(ctx) == {"src/AGENTS.md", "src/api/AGENTS.md"}
 
 
 async def test_rules_are_given_once_per_run(tree: Path, ctx: ToolContext) -> None:
@@ -75,7 +83,7 @@ async def test_files_outside_the_subtree_get_no_rules(tree: Path, ctx: ToolConte
     assert "[Rules from" not in (await call(toolset, ctx, "read_file", path="README.md")).content
     assert "[Rules from" not in (await call(toolset, ctx, "list_dir", path=".")).content
     assert "Root rules" not in (await call(toolset, ctx, "grep", pattern="Readme")).content
-    assert ctx.rules_seen == set()
+    assert toolset.rules_seen(ctx) == set()
 
 
 async def test_a_directory_argument_counts_as_inside_it(tree: Path, ctx: ToolContext) -> None:
@@ -92,9 +100,10 @@ async def test_writing_a_new_file_in_a_subtree_brings_its_rules(tree: Path, ctx:
 
 
 async def test_failed_calls_get_no_rules(tree: Path, ctx: ToolContext) -> None:
-    result = await call(rules(), ctx, "read_file", path="src/api/missing.py")
+    toolset = rules()
+    result = await call(toolset, ctx, "read_file", path="src/api/missing.py")
     assert result.is_error and "[Rules from" not in result.content
-    assert ctx.rules_seen == set()
+    assert toolset.rules_seen(ctx) == set()
 
 
 async def test_paths_outside_the_workspace_get_no_rules(tree: Path, ctx: ToolContext, write: Write) -> None:
@@ -108,8 +117,9 @@ async def test_a_nested_agents_md_symlinked_outside_is_ignored(
 ) -> None:
     write(tree / "lib/code.py", "z = 3\n")
     (tree / "lib/AGENTS.md").symlink_to(write(tmp_path / "outside/secret.md", "TOP SECRET"))
-    result = await call(rules(), ctx, "read_file", path="lib/code.py")
-    assert "TOP SECRET" not in result.content and ctx.rules_seen == set()
+    toolset = rules()
+    result = await call(toolset, ctx, "read_file", path="lib/code.py")
+    assert "TOP SECRET" not in result.content and toolset.rules_seen(ctx) == set()
 
 
 async def test_long_nested_rules_are_capped_and_say_so(tree: Path, ctx: ToolContext, write: Write) -> None:
@@ -122,8 +132,9 @@ async def test_long_nested_rules_are_capped_and_say_so(tree: Path, ctx: ToolCont
 
 
 async def test_agents_md_false_appends_nothing(tree: Path, ctx: ToolContext) -> None:
-    result = await call(rules(RulesSettings(agents_md=False)), ctx, "read_file", path="src/api/handlers.py")
-    assert "[Rules from" not in result.content and ctx.rules_seen == set()
+    toolset = rules(RulesSettings(agents_md=False))
+    result = await call(toolset, ctx, "read_file", path="src/api/handlers.py")
+    assert "[Rules from" not in result.content and toolset.rules_seen(ctx) == set()
 
 
 async def test_replayed_results_restore_what_the_run_was_given(tree: Path, ctx: ToolContext) -> None:
@@ -131,7 +142,7 @@ async def test_replayed_results_restore_what_the_run_was_given(tree: Path, ctx: 
     recorded = await call(toolset, ctx, "read_file", path="src/api/handlers.py")
     rebuilt = ToolContext(workspace=tree)
     toolset.replayed("read_file", {"path": "src/api/handlers.py"}, recorded, rebuilt)
-    assert rebuilt.rules_seen == {"src/AGENTS.md", "src/api/AGENTS.md"}
+    assert toolset.rules_seen(rebuilt) == {"src/AGENTS.md", "src/api/AGENTS.md"}
     after = await call(toolset, rebuilt, "read_file", path="src/api/handlers.py")
     assert "[Rules from" not in after.content
 
@@ -141,4 +152,73 @@ async def test_replay_ignores_other_tools_and_errors(tree: Path, ctx: ToolContex
     marker = f"output\n\n{API}"
     toolset.replayed("bash", {"command": "cat x"}, ToolResult(marker), ctx)
     toolset.replayed("read_file", {"path": "x"}, ToolResult(marker, is_error=True), ctx)
-    assert ctx.rules_seen == set()
+    assert toolset.rules_seen(ctx) == set()
+
+
+# --- one agent, many runs ---------------------------------------------------------------------
+
+Script = Sequence[tuple[str, dict[str, Any]] | str]
+READ = ("read_file", {"path": "src/api/handlers.py"})
+
+
+def by_goal(scripts: Mapping[str, Script]) -> FunctionModel:
+    """A model that follows the script of each run's goal (the results so far pick the reply),
+    so runs of one agent may interleave."""
+
+    def reply(request: ModelRequest) -> AssistantMessage:
+        goal = next(m.content for m in request.messages if isinstance(m, UserMessage))
+        done = sum(1 for m in request.messages if isinstance(m, ToolResultMessage))
+        entry = scripts[goal][done]
+        if isinstance(entry, str):
+            return AssistantMessage(text=entry)
+        return AssistantMessage(tool_calls=(ToolCall(f"{goal}-{done}", *entry),))
+
+    return FunctionModel(reply)
+
+
+async def outputs(events: Sequence[Event] | Run) -> list[str]:
+    """The tool results of a run's events (or of the run, streamed to its end)."""
+    if isinstance(events, Run):
+        events = [e async for e in events.stream()]
+    return [e.output for e in events if isinstance(e, ToolResultEvent) and e.tool == "read_file"]
+
+
+async def test_rules_given_to_one_run_are_still_given_to_another_at_the_same_time(tree: Path) -> None:
+    both = asyncio.Barrier(2)
+
+    @tool
+    async def meet() -> str:
+        """Wait until the other run is here too."""
+        async with asyncio.timeout(10):
+            await both.wait()
+        return "met"
+
+    model = by_goal({"first": [READ, ("meet", {}), READ, "done"], "second": [("meet", {}), READ, "done"]})
+    agent = Agent(model, tools=[meet], sandbox=False)
+    first, second = await asyncio.gather(
+        outputs(agent.start("first", workspace=tree)), outputs(agent.start("second", workspace=tree))
+    )
+
+    assert API in first[0] and API not in first[1]  # once per run
+    assert API in second[0]  # read after the first run had been given them (they met in between)
+
+
+async def test_a_rebuilt_run_is_not_given_the_same_rules_again(tree: Path, tmp_path: Path) -> None:
+    asks = ("agent_step", {"phase": "feedback", "summary": "ask", "feedback_message": "Which handler?"})
+    script: Script = [READ, asks, READ, "done"]
+    store = await open_store(f"sqlite:///{tmp_path}/state/steward.db")
+    try:
+        original = Agent(by_goal({"rules": script}), sandbox=False, store=store).start(
+            "rules", workspace=tree
+        )
+        assert (await original.result()).question == "Which handler?"
+        # A new process, in effect: nothing shared with the first but the store.
+        rebuilt = await Agent(by_goal({"rules": script}), sandbox=False, store=store).resume(original.id)
+        after = [e async for e in rebuilt.answer_stream("handle")]
+        before = await store.events(original.id)
+    finally:
+        await store.close()
+
+    assert rebuilt.snapshot().output == "done"
+    assert API in (await outputs(before))[0]
+    assert (await outputs(after)) == ["     1\tdef handle():\n     2\t    pass"]

@@ -98,6 +98,18 @@ async def test_an_approval_never_approves_a_different_call(tmp_path: Path) -> No
     assert run.pending.approval.call_hash == call_hash("deploy", {"target": "prod"})
 
 
+async def test_an_approval_is_good_for_one_call_only(tmp_path: Path) -> None:
+    run = agent([call("prod"), call("prod"), END]).start("ship twice", workspace=tmp_path)
+    _ = [e async for e in run.stream()]
+    events = [e async for e in run.approve_stream()]
+    assert DEPLOYS == ["prod"]
+    assert events[-1].type == "waiting"  # the same call again: asked again
+    assert run.pending is not None and run.pending.approval is not None
+    assert run.pending.approval.arguments == {"target": "prod"}
+    result = await run.approve()
+    assert DEPLOYS == ["prod", "prod"] and result.solved
+
+
 async def test_an_expired_approval_takes_its_default_deny(tmp_path: Path) -> None:
     run = agent([call("prod"), END], approval_timeout_s=0.05).start("ship", workspace=tmp_path)
     _ = [e async for e in run.stream()]

@@ -21,7 +21,7 @@ import pytest
 
 from steward.safety.egress import EgressProxy
 from steward.safety.sandbox import BubblewrapSandbox, SandboxSettings
-from steward.tools.base import ToolContext
+from steward.tools.base import ToolContext, ToolResult
 from steward.tools.shell import bash
 
 pytestmark = pytest.mark.skipif(
@@ -36,12 +36,12 @@ def sandbox() -> BubblewrapSandbox:
 
 async def sh(
     box: BubblewrapSandbox, workspace: Path, command: str, *, network: bool = False
-) -> tuple[int, str, ToolContext]:
+) -> tuple[int, str, ToolResult]:
     ctx = ToolContext(workspace=workspace, sandbox=box, allow_network=network)
     result = await bash.call({"command": command, "timeout_s": 20}, ctx)
     match = re.search(r"exit code: (-?\d+)$", result.content)
     assert match, result.content
-    return int(match.group(1)), result.content, ctx
+    return int(match.group(1)), result.content, result
 
 
 class Listener:
@@ -173,10 +173,10 @@ async def test_abstract_sockets_of_the_host_are_out_of_reach(
 async def test_a_domain_not_on_the_list_is_refused_and_the_reason_shown(
     sandbox: BubblewrapSandbox, tmp_path: Path
 ) -> None:
-    status, output, ctx = await sh(sandbox, tmp_path, "curl -sS -m 5 https://example.com/", network=True)
+    status, output, result = await sh(sandbox, tmp_path, "curl -sS -m 5 https://example.com/", network=True)
     assert status != 0
     assert "[egress proxy: CONNECT example.com:443" in output and "allowed_domains" in output
-    assert any(kind == "egress" and "example.com" in message for kind, message in ctx.notes)
+    assert any(kind == "egress" and "example.com" in message for kind, message in result.notes)
 
 
 class _Page(BaseHTTPRequestHandler):
@@ -215,12 +215,12 @@ def proxied_sandbox(port: int) -> BubblewrapSandbox:
 
 async def test_an_allowed_domain_is_reached_through_the_proxy(tmp_path: Path, upstream: int) -> None:
     box = proxied_sandbox(upstream)
-    status, output, ctx = await sh(
+    status, output, result = await sh(
         box, tmp_path, f"curl -sS -m 5 http://pkg.test:{upstream}/hello", network=True
     )
     assert status == 0, output
     assert output.startswith("page /hello")
-    assert any(kind == "egress" and "allowed" in message for kind, message in ctx.notes)
+    assert any(kind == "egress" and "allowed" in message for kind, message in result.notes)
     # Without the grant, the same call reaches nothing.
     status, _, _ = await sh(box, tmp_path, f"curl -sS -m 5 http://pkg.test:{upstream}/hello")
     assert status != 0

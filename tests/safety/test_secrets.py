@@ -9,6 +9,7 @@ import re
 import shutil
 import tarfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -19,8 +20,11 @@ from steward import Agent, tool
 from steward.events import ToolResultEvent
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage
 from steward.models.scripted import FunctionModel
+from steward.safety.guard import Guard
+from steward.safety.policy import Policy
 from steward.safety.redacting import RedactingToolset
 from steward.safety.secrets import Redactor, SecretWatch, encoded_forms, secret_values
+from steward.safety.toolset import GuardedToolset
 from steward.tools.base import FunctionToolset, ToolContext, ToolResult, WrapperToolset
 
 ENV = """\
@@ -234,19 +238,32 @@ async def test_short_and_common_values_are_left_alone(workspace: Path) -> None:
 async def test_notes_and_failures_of_inner_layers_are_redacted_too(workspace: Path) -> None:
     class Noisy(WrapperToolset):
         async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
-            ctx.notes.append(("auto_approved", f"{name}: saw tok_live_4f9a8b7c6d5e"))
-            if name == "echo":
+            if arguments.get("text") == "fail":
                 raise RuntimeError("server said: s3cr3t-Passw0rd is wrong")
-            return await self.wrapped.call_tool(name, arguments, ctx)
+            result = await self.wrapped.call_tool(name, arguments, ctx)
+            return replace(result, notes=(("auto_approved", f"{name}: saw tok_live_4f9a8b7c6d5e"),))
 
     toolset = redacting(workspace, Noisy(reader(workspace)))
     ctx = ToolContext(workspace=workspace)
 
-    failed = await toolset.call_tool("echo", {"text": "x"}, ctx)
+    failed = await toolset.call_tool("echo", {"text": "fail"}, ctx)
+    noted = await toolset.call_tool("echo", {"text": "x"}, ctx)
 
     assert failed.is_error and "s3cr3t-Passw0rd" not in failed.content
     assert failed.content == "echo failed: RuntimeError: server said: [redacted: secret from .env] is wrong"
-    assert ctx.notes == [("auto_approved", "echo: saw [redacted: secret from .env]")]
+    assert noted.notes == (("auto_approved", "echo: saw [redacted: secret from .env]"),)
+
+
+async def test_a_blocked_calls_note_comes_back_redacted(workspace: Path) -> None:
+    policy = Policy.from_lists(deny=["echo(tok_live_4f9a8b7c6d5e)"])
+    toolset = redacting(workspace, GuardedToolset(reader(workspace), guard=Guard(), policy=policy))
+
+    result = await call(toolset, workspace, "echo", text="tok_live_4f9a8b7c6d5e")
+
+    assert result.is_error and "tok_live_4f9a8b7c6d5e" not in result.content
+    assert result.notes == (
+        ("blocked", "echo: denied by the rule deny echo([redacted: secret from .env]) (config)"),
+    )
 
 
 # --- the redactor and the watch --------------------------------------------------------------

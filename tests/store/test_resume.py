@@ -246,3 +246,44 @@ async def test_a_cancelled_run_resumes_and_its_cut_call_is_reported(
     cut = next(e for e in events if isinstance(e, ToolResultEvent))
     assert cut.error_category == "interrupted"
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+async def test_a_rebuilt_run_reports_the_notes_of_its_calls_again(store: EventStore, tmp_path: Path) -> None:
+    from steward import tool
+    from steward.events import SignalEvent
+    from steward.models.base import AssistantMessage, ModelRequest, ToolCall
+    from steward.models.scripted import FunctionModel
+    from steward.safety.policy import Policy
+
+    @tool
+    def deploy(target: str) -> str:
+        """Deploy to a target.
+
+        Args:
+            target: Where to deploy.
+        """
+        return f"deployed to {target}"
+
+    ask = {"phase": "feedback", "summary": "ask", "feedback_message": "Where else?"}
+    script = [ToolCall("c1", "deploy", {"target": "prod"}), ToolCall("c2", "agent_step", ask)]
+
+    def reply(request: ModelRequest) -> AssistantMessage:
+        n = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
+        return AssistantMessage(tool_calls=(script[n],)) if n < len(script) else AssistantMessage(text="ok")
+
+    def make() -> Agent:
+        policy = Policy.from_lists(deny=["deploy(prod)"])
+        return Agent(FunctionModel(reply), tools=[deploy], builtin_tools=False, policy=policy, store=store)
+
+    original = make().start("deploy", workspace=tmp_path)
+    assert (await original.result()).question == "Where else?"
+    rebuilt = await make().resume(original.id)  # the log's blocked note must come back with the result
+    assert rebuilt.status == "waiting" and rebuilt.state.seq == original.state.seq
+    result = await rebuilt.answer("nowhere")
+    assert result.solved and result.output == "ok"
+    events = await store.events(original.id)
+    blocked = [e for e in events if isinstance(e, SignalEvent) and e.code == "blocked"]
+    assert [(e.level, e.message) for e in blocked] == [
+        ("warning", "deploy: denied by the rule deny deploy(prod) (config)")
+    ]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))

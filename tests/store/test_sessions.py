@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from steward import Agent, FunctionModel, Limits, tool
-from steward.memory.session import Session
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage, UserMessage
+from steward.sessions import Session
 from steward.store.events import EventStore, open_store
 
 

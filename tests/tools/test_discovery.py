@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from steward import Agent, Limits, ScriptedModel, Tool, ToolContext, ToolResult, Toolset
+from steward import Agent, Limits, ScriptedModel, Tool, ToolContext, ToolResult, Toolset, tool
 from steward.config import ToolsSettings
-from steward.models.base import ModelRequest, StreamItem, ToolResultMessage, ToolSpec
+from steward.models.base import (
+    AssistantMessage,
+    ModelRequest,
+    StreamItem,
+    ToolCall,
+    ToolResultMessage,
+    ToolSpec,
+    UserMessage,
+)
+from steward.models.scripted import FunctionModel
+from steward.store.events import open_store
 from steward.tools.discovery import DISCOVER_TOOL, DiscoveryToolset, found_names, match_expression
 
 BUDGET_CHARS = 112_000  # 32k tokens at 3.5 chars per token
@@ -216,11 +227,12 @@ async def test_a_bad_limit_is_an_error(ctx: ToolContext) -> None:
 
 
 async def test_no_match_suggests_other_words_and_lists_the_sources(ctx: ToolContext) -> None:
-    result = await search(ctx, "kubernetes")
+    toolset, _ = discovery()
+    result = await toolset.call_tool(DISCOVER_TOOL, {"query": "kubernetes"}, ctx)
     assert not result.is_error
     assert "No tools match 'kubernetes'. Try other words" in result.content
     assert "built-in (2), mcp:calendar (2), mcp:github (2), mcp:mail (1), mcp:notes (1)" in result.content
-    assert not ctx.discovered
+    assert not toolset.discovered(ctx)
 
 
 async def test_discover_tools_is_not_in_its_own_index(ctx: ToolContext) -> None:
@@ -340,7 +352,8 @@ async def test_replayed_discovery_restores_the_found_tools(ctx: ToolContext, tmp
     fresh, inner = discovery()
     await fresh.get_tools(rebuilt)
     fresh.replayed(DISCOVER_TOOL, {"query": "calendar"}, recorded, rebuilt)
-    assert rebuilt.discovered == ctx.discovered == {"calendar__create_event", "calendar__list_calendars"}
+    found = {"calendar__create_event", "calendar__list_calendars"}
+    assert fresh.discovered(rebuilt) == toolset.discovered(ctx) == found
     assert inner.replays == [DISCOVER_TOOL]
 
 
@@ -351,7 +364,7 @@ async def test_replay_keeps_only_tools_that_still_exist(ctx: ToolContext) -> Non
         "Found 2 tools for 'x'; you can call them now:\n- gone__tool(a): Old.\n- bash(): B."
     )
     toolset.replayed(DISCOVER_TOOL, {"query": "x"}, recorded, ctx)
-    assert ctx.discovered == {"bash"}
+    assert toolset.discovered(ctx) == {"bash"}
 
 
 async def test_replay_of_a_direct_call_restores_that_tool(ctx: ToolContext) -> None:
@@ -359,7 +372,7 @@ async def test_replay_of_a_direct_call_restores_that_tool(ctx: ToolContext) -> N
     await toolset.get_tools(ctx)
     toolset.replayed("mail__sendMessage", {}, ToolResult("sent"), ctx)
     toolset.replayed("no_such_tool", {}, ToolResult("?", is_error=True), ctx)
-    assert ctx.discovered == {"mail__sendMessage"}
+    assert toolset.discovered(ctx) == {"mail__sendMessage"}
     assert inner.replays == ["mail__sendMessage", "no_such_tool"]
 
 
@@ -428,3 +441,85 @@ async def test_an_agent_with_many_tools_discovers_then_calls_one(tmp_path: Path)
     assert "weather__get_forecast" in third
     assert run.snapshot().output == "It is sunny in Paris."
     model.assert_consumed()
+
+
+# --- one agent, many runs ---------------------------------------------------------------------
+
+Script = Sequence[tuple[str, dict[str, Any]] | str]
+
+
+def by_goal(scripts: Mapping[str, Script], offered: dict[str, list[list[str]]]) -> FunctionModel:
+    """A model that follows the script of each run's goal (the results so far pick the reply), so
+    runs of one agent may interleave; ``offered`` gets the tools each request of a run offered."""
+
+    def reply(request: ModelRequest) -> AssistantMessage:
+        goal = next(m.content for m in request.messages if isinstance(m, UserMessage))
+        done = sum(1 for m in request.messages if isinstance(m, ToolResultMessage))
+        offered.setdefault(goal, []).append(names(request.tools))
+        entry = scripts[goal][done]
+        if isinstance(entry, str):
+            return AssistantMessage(text=entry)
+        return AssistantMessage(tool_calls=(ToolCall(f"{goal}-{done}", *entry),))
+
+    return FunctionModel(reply)
+
+
+async def test_what_one_run_finds_is_never_offered_to_another_run_at_the_same_time(tmp_path: Path) -> None:
+    both = asyncio.Barrier(2)
+
+    @tool
+    async def meet() -> str:
+        """Wait until the other run is here too."""
+        async with asyncio.timeout(10):
+            await both.wait()
+        return "met"
+
+    offered: dict[str, list[list[str]]] = {}
+    model = by_goal(
+        {
+            "find": [(DISCOVER_TOOL, {"query": "weather forecast"}), ("meet", {}), "found"],
+            "other": [("meet", {}), "done"],
+        },
+        offered,
+    )
+    agent = Agent(model, tools=[*user_tools(), meet], builtin_tools=False, limits=Limits())
+    finder, other = agent.start("find", workspace=tmp_path), agent.start("other", workspace=tmp_path)
+    results = await asyncio.gather(finder.result(), other.result())
+
+    assert [r.output for r in results] == ["found", "done"]
+    assert "weather__get_forecast" in offered["find"][2]
+    # The other run asked again after the finder had found it (they met in between): not offered.
+    assert len(offered["other"]) == 2
+    assert all("weather__get_forecast" not in tools for tools in offered["other"])
+    assert "meet" in offered["other"][1]  # what it called itself is offered to it
+
+
+async def test_a_rebuilt_run_offers_the_tools_it_had_found(tmp_path: Path) -> None:
+    script: Script = [
+        (DISCOVER_TOOL, {"query": "weather forecast"}),
+        ("agent_step", {"phase": "feedback", "summary": "ask", "feedback_message": "Which city?"}),
+        ("weather__get_forecast", {"city": "Paris"}),
+        "It is sunny in Paris.",
+    ]
+    store = await open_store(f"sqlite:///{tmp_path}/state/steward.db")
+    try:
+        before: dict[str, list[list[str]]] = {}
+        first = Agent(
+            by_goal({"weather": script}, before), tools=user_tools(), builtin_tools=False, store=store
+        )
+        original = first.start("weather", workspace=tmp_path)
+        assert (await original.result()).question == "Which city?"
+        assert "weather__get_forecast" in before["weather"][1]
+
+        after: dict[str, list[list[str]]] = {}
+        # A new process, in effect: nothing shared with the first but the store.
+        second = Agent(
+            by_goal({"weather": script}, after), tools=user_tools(), builtin_tools=False, store=store
+        )
+        rebuilt = await second.resume(original.id)
+        result = await rebuilt.answer("Paris")
+    finally:
+        await store.close()
+
+    assert result.solved and result.output == "It is sunny in Paris."
+    assert "weather__get_forecast" in after["weather"][0]  # the first request after the rebuild

@@ -127,7 +127,7 @@ def run(
         if session is None:
             started = agent.start(goal, workspace=workspace)
         else:
-            from steward.memory.session import Session
+            from steward.sessions import Session
 
             opened = await Session.open(agent, None if session == "new" else session)
             started = await opened.start(goal, workspace=workspace)
@@ -218,7 +218,7 @@ def _continue(
     config = config_from_flags(workspace, model, None, mode=mode, no_sandbox=no_sandbox)
 
     async def go(agent: Agent) -> int:
-        from steward.run import owner_alive
+        from steward.ownership import owner_alive
 
         assert agent.store is not None
         row = await _find_run(agent, run_id, waiting=action is not None)
@@ -296,7 +296,7 @@ def chat_command(
 
     async def go(agent: Agent) -> int:
         if which is None:
-            from steward.memory.session import Session
+            from steward.sessions import Session
 
             opened = await Session.open(agent, None)
             return await chat(

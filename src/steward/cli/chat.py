@@ -27,8 +27,8 @@ from steward.cli.mcp import CHAT_COMMANDS, CHAT_HELP, chat_command
 
 if TYPE_CHECKING:
     from steward.agent import Agent
-    from steward.memory.session import Session
     from steward.run import Run
+    from steward.sessions import Session
 
 HELP = (
     "Type a message and press Enter. Multi-line: end a line with \\ to continue, or paste between "
@@ -74,7 +74,7 @@ async def read_message(prompt: str = "you> ") -> str | None:
 async def chat(
     agent: Agent, *, workspace: Path, session_id: str | None, json_lines: bool, quiet: bool
 ) -> int:
-    from steward.memory.session import Session
+    from steward.sessions import Session
 
     session = await Session.open(agent, None if session_id == "new" else session_id)
     turns = len(await session.turns())

@@ -283,7 +283,14 @@ def run_async(
             await agent.aclose()
 
     def stopped(how: str) -> str:
-        resume = f"; `steward resume {CURRENT[0].id}` continues it" if CURRENT else ""
+        run = CURRENT[0] if CURRENT else None
+        if run is not None and run.status == "waiting" and run.pending is not None:
+            # Stopped at its prompt: the run was not cancelled; it still waits, recorded.
+            what = "approval" if run.pending.approval is not None else "answer"
+            verb = "approve|deny" if what == "approval" else "answer"
+            later = f"`steward {verb} {run.id}` gives it later"
+            return f"\nsteward: {how}; the run still waits for your {what}: {later}."
+        resume = f"; `steward resume {run.id}` continues it" if run is not None else ""
         return f"\nsteward: {how}; the run was cancelled{resume}."
 
     try:

@@ -146,7 +146,7 @@ def call(
             result = await toolset.call_tool(name, parsed, ctx)
         finally:
             await toolset.aclose()
-        for kind, message in ctx.notes:
+        for kind, message in result.notes:
             typer.echo(f"{kind}: {message}", err=True)
         typer.echo(result.content)
         return EXIT_FAILED if result.is_error else EXIT_OK

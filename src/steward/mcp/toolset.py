@@ -181,18 +181,16 @@ class McpToolset(Toolset):
                 ctx.workspace, f"the call to {offered.tool}", call, server.timeout_for(offered.tool)
             )
         except McpCallError as failure:
-            return _failure(name, failure)
-        finally:
-            if seen.updates:
-                ctx.notes.append(("progress", f"{name}: {seen.render()}"))
+            return _with_progress(_failure(name, failure), name, seen)
         text = render_content(result.content, result.structured_content, ctx.settings.output_cap_chars)
         if result.is_error:
-            return ToolResult(
+            failed = ToolResult(
                 f"{name} reported an error (the tool ran and failed): {text or '(no message)'}",
                 is_error=True,
                 category=TOOL_ERROR,
             )
-        return ToolResult(text)
+            return _with_progress(failed, name, seen)
+        return _with_progress(ToolResult(text), name, seen)
 
     async def aclose(self) -> None:
         await asyncio.gather(*(s.stop() for s in self.servers.values()), return_exceptions=True)
@@ -424,6 +422,13 @@ def _one_line(text: str | None) -> str:
 def _cap(text: str, ctx: ToolContext) -> str:
     cap = ctx.settings.output_cap_chars
     return text if len(text) <= cap else text[:cap] + f"\n[... {len(text) - cap} characters cut ...]"
+
+
+def _with_progress(result: ToolResult, name: str, seen: Progress) -> ToolResult:
+    """``result`` with the progress the server reported during the call as a note, if any."""
+    if not seen.updates:
+        return result
+    return replace(result, notes=(*result.notes, ("progress", f"{name}: {seen.render()}")))
 
 
 def _failure(name: str, failure: McpCallError) -> ToolResult:

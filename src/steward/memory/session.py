@@ -10,18 +10,15 @@ running summary (archived in the store), and the newest stay verbatim.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from steward.errors import StewardError
 from steward.memory.budget import budget_chars
 
 if TYPE_CHECKING:
-    from steward.agent import Agent
     from steward.memory.archive import ArchiveStore
     from steward.memory.session_store import SessionRow, SessionStore, Turn
     from steward.models.base import Model
-    from steward.run import Run
     from steward.store.events import EventStore
 
 HISTORY_SHARE = 0.3  # of the request budget, for earlier turns before they are summarised
@@ -36,75 +33,6 @@ class History:
     turns: tuple[tuple[str, str], ...] = ()  # (goal, final answer), oldest first
     summary: str = ""  # of the turns before ``turns`` (running summary), if any
     previous: str = ""  # summary of the session this one continued from
-
-
-class Session:
-    """One conversation with an agent; ``start`` adds a run to it."""
-
-    def __init__(self, agent: Agent, row: SessionRow) -> None:
-        self.agent = agent
-        self.row = row
-
-    @property
-    def id(self) -> str:
-        return self.row.id
-
-    @property
-    def _sessions(self) -> SessionStore:
-        return _session_store(_store_of(self.agent))
-
-    @classmethod
-    async def open(cls, agent: Agent, session_id: str | None = None, *, title: str = "") -> Session:
-        """The session ``session_id`` (an id, a prefix, or "last"), else a new one."""
-        sessions = _session_store(_store_of(agent))
-        if session_id == "last":  # the open session used most recently, else a new one
-            row = await sessions.latest_open() or await sessions.create(title or "chat")
-        elif session_id:
-            row = await sessions.get(session_id)
-        else:
-            row = await sessions.create(title or "chat")
-        return cls(agent, row)
-
-    async def turns(self) -> list[Turn]:
-        return await self._sessions.turns(self.id)
-
-    async def history(self, before_run: str | None = None) -> History:
-        """The turns a new run (or the run ``before_run``) of this session starts from."""
-        return await session_history(
-            _store_of(self.agent),
-            self.agent.model,
-            self.id,
-            request_tokens=self.agent.limits.request_token_budget,
-            before_run=before_run,
-        )
-
-    async def start(self, goal: str, *, workspace: str | Path = ".") -> Run:
-        history = await self.history()
-        await self._sessions.touch(self.id)
-        return self.agent.start(goal, workspace=workspace, session_id=self.id, history=history)
-
-    async def close(self) -> str:
-        """Summarise the session (by the model), store the summary and close it; return it."""
-        from steward.memory.compression import summarize
-
-        turns = [t for t in await self.turns() if answer_of(t)]
-        if not turns:
-            summary = ""
-        else:
-            text = _turns_text(turns)
-            history = await self.history()
-            if history.summary:
-                text = f"Earlier: {history.summary}\n\n{text}"
-            written = await summarize(self.agent.model, "session", text, goal=self.row.title, limit=2_000)
-            summary = written.text
-        self.row = await self._sessions.close(self.id, summary)
-        return summary
-
-    async def new(self, title: str = "") -> Session:
-        """Close this session with a summary and start the next, which begins from that summary."""
-        await self.close()
-        row = await self._sessions.create(title or self.row.title, previous_id=self.id)
-        return Session(self.agent, row)
 
 
 async def find_session(sessions: SessionStore, session_id: str) -> SessionRow:
@@ -139,7 +67,7 @@ async def session_history(
     """
     from steward.memory.archive import ArchiveStore
 
-    sessions = _session_store(store)
+    sessions = session_store(store)
     archive = ArchiveStore(store.engine)
     turns = await sessions.turns(session_id)
     if before_run is not None:
@@ -184,7 +112,7 @@ async def _summarise_turns(
 ) -> str:
     from steward.memory.compression import summarize
 
-    text = _turns_text(turns)
+    text = turns_text(turns)
     if earlier:
         text = f"Earlier: {earlier}\n\n{text}"
     written = await summarize(model, "turns", text, goal="(a conversation of several goals)", limit=2_000)
@@ -192,19 +120,11 @@ async def _summarise_turns(
     return written.text
 
 
-def _turns_text(turns: list[Turn]) -> str:
+def turns_text(turns: list[Turn]) -> str:
     return "\n".join(f"user: {t.goal}\nassistant: {answer_of(t)}" for t in turns)
 
 
-def _session_store(store: EventStore) -> SessionStore:
+def session_store(store: EventStore) -> SessionStore:
     from steward.memory.session_store import SessionStore
 
     return SessionStore(store.engine, where=store.where)
-
-
-def _store_of(agent: Agent) -> EventStore:
-    from steward.errors import ConfigError
-
-    if agent.store is None:
-        raise ConfigError("sessions need a store: Agent(store=await open_store(url))")
-    return agent.store

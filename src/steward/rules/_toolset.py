@@ -158,16 +158,26 @@ class RulesToolset(WrapperToolset):
             or not isinstance(path, str)
         ):
             return result
-        blocks = await asyncio.to_thread(self._nested, ctx.workspace, path, frozenset(ctx.rules_seen))
-        added = [(shown, block) for shown, block in blocks if shown not in ctx.rules_seen]
+        seen = self._seen(ctx)
+        blocks = await asyncio.to_thread(self._nested, ctx.workspace, path, frozenset(seen))
+        added = [(shown, block) for shown, block in blocks if shown not in seen]  # seen may have grown
         if not added:
             return result
-        ctx.rules_seen.update(shown for shown, _ in added)
+        seen.update(shown for shown, _ in added)
         note = ""
         if name in ("write_file", "edit_file"):
             # The write happened before the model saw these rules: say so, or it never rechecks.
             note = "\n\n(The change above was made before you saw the rules below: check it against them.)"
         return replace(result, content=result.content + note + "".join(f"\n\n{block}" for _, block in added))
+
+    def rules_seen(self, ctx: ToolContext) -> frozenset[str]:
+        """The nested AGENTS.md files whose rules the run of ``ctx`` has been given."""
+        return frozenset(self._seen(ctx))
+
+    def _seen(self, ctx: ToolContext) -> set[str]:
+        # Per run, not in the wrapper (one agent's toolset serves many runs at once): the run's
+        # context holds it (``RunScopes``); a run rebuilt from its log gets it back in ``replayed``.
+        return ctx.scope(self, set[str])
 
     def _nested(self, workspace: Path, path: str, seen: frozenset[str]) -> list[tuple[str, str]]:
         try:
@@ -179,5 +189,5 @@ class RulesToolset(WrapperToolset):
     def replayed(self, name: str, arguments: Mapping[str, Any], result: ToolResult, ctx: ToolContext) -> None:
         # The markers in the recorded result say which rules the run was given.
         if name in PATH_TOOLS and not result.is_error:
-            ctx.rules_seen.update(seen_in(result.content))
+            self._seen(ctx).update(seen_in(result.content))
         super().replayed(name, arguments, result, ctx)

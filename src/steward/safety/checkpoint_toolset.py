@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +54,14 @@ class CheckpointToolset(WrapperToolset):
                 is_error=True,
                 category="checkpoint",
             )
+        noted: tuple[tuple[str, str], ...] = ()
         if before.checkpoint is not None:
-            ctx.notes.append(
+            noted = (
                 (
                     "checkpoint",
                     f"checkpoint {before.checkpoint.n} before {name} at step {ctx.step}; "
                     f"undo with: steward rewind {ctx.run_id} --to {ctx.step}",
-                )
+                ),
             )
         try:
             result = await self.wrapped.call_tool(name, arguments, ctx)
@@ -67,9 +69,13 @@ class CheckpointToolset(WrapperToolset):
             # Shielded: a cancelled call (timeout, Ctrl-C) is compared all the same.
             undone = await asyncio.shield(asyncio.to_thread(_after, checkpointer, before))
         if not undone:
-            return result
-        ctx.notes.append(("undone", undone.message()))
-        return ToolResult(f"{result.content}\n\n{undone.message()}", is_error=True, category="protected")
+            return replace(result, notes=noted + result.notes) if noted else result
+        return ToolResult(
+            f"{result.content}\n\n{undone.message()}",
+            is_error=True,
+            category="protected",
+            notes=(*noted, *result.notes, ("undone", undone.message())),
+        )
 
 
 def _after(checkpointer: Checkpointer, before: Before) -> Undone:

@@ -40,7 +40,7 @@ from steward.safety.checkpoints import (
 from steward.safety.checkpoints import remove_path as _remove
 from steward.safety.protected import PROJECT_CONFIG, RC_FILES
 from steward.safety.scan import Marker, Scan, WorkspaceScanner, scanner_for
-from steward.safety.secrets import DEFAULT_SECRET_FILES
+from steward.secret_paths import DEFAULT_SECRET_FILES
 
 if TYPE_CHECKING:
     from steward.config import Config

@@ -62,8 +62,8 @@ from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from steward.errors import ConfigError
-from steward.safety.secrets import DEFAULT_SECRET_FILES, is_secret_path
 from steward.safety.types import GuardVerdict, Opaque
+from steward.secret_paths import DEFAULT_SECRET_FILES, is_secret_path
 
 Action = Literal["allow", "ask", "deny"]
 Mode = Literal["structured", "autonomous"]

@@ -44,8 +44,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STATE_DIR = ".steward"
-"""The runtime's own state directory at the workspace root."""
+from steward.store.state_dir import STATE_DIR  # the runtime's own state directory, protected
 
 PROJECT_CONFIG = "steward.toml"
 """The project's configuration: an agent that could edit it could turn its own sandbox off."""

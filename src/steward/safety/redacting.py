@@ -1,9 +1,9 @@
 """The wrapper that keeps secret values out of every tool output (``steward.safety.secrets``).
 
 It sits outermost, around the guarded toolset, so that whatever any tool or wrapper returns,
-and every message a wrapper leaves in ``ctx.notes``, is redacted before the loop shows it to
-the model or records it in the run's log. It lives apart from ``secrets`` because the tools'
-base module imports that one.
+the result's notes included, is redacted before the loop shows it to the model or records it
+in the run's log. It lives apart from ``secrets`` because the tools' base module imports
+that one.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ class RedactingToolset(WrapperToolset):
         self._lock = threading.Lock()  # runs of one agent look their watches up from worker threads
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
-        noted = len(ctx.notes)
         try:
             result = await self.wrapped.call_tool(name, arguments, ctx)
         except ApprovalRequired:
@@ -51,9 +50,11 @@ class RedactingToolset(WrapperToolset):
         redactor = self._watch(ctx.workspace).settled()
         if redactor is None:
             redactor = await asyncio.to_thread(self._redactor, ctx.workspace)
-        ctx.notes[noted:] = [(kind, redactor.redact(message)) for kind, message in ctx.notes[noted:]]
+        notes = tuple((kind, redactor.redact(message)) for kind, message in result.notes)
         redacted = redactor.redact(result.content)
-        return result if redacted == result.content else dataclasses.replace(result, content=redacted)
+        if redacted == result.content and notes == result.notes:
+            return result
+        return dataclasses.replace(result, content=redacted, notes=notes)
 
     def _watch(self, workspace: Path) -> SecretWatch:
         with self._lock:

@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING
 from steward.errors import ToolError
 from steward.safety.protected import Protection, find_protected
 from steward.safety.scan import scanner_for
-from steward.safety.secrets import DEFAULT_SECRET_FILES
+from steward.secret_paths import DEFAULT_SECRET_FILES
 from steward.store.state_dir import make_dir
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from steward.safety.secrets import DEFAULT_SECRET_FILES, NOT_SECRET
+from steward.secret_paths import DEFAULT_SECRET_FILES, NOT_SECRET
 
 _RACY_NS = 50_000_000
 """How close (ns) a directory's ctime may be to its listing before the listing is not trusted."""

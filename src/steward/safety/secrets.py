@@ -16,48 +16,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path, PurePath
-
-DEFAULT_SECRET_FILES: tuple[str, ...] = (
-    ".env",
-    ".env.*",
-    "*.env",
-    ".envrc",
-    ".npmrc",
-    ".pypirc",
-    ".netrc",
-    "_netrc",
-    ".pgpass",
-    ".git-credentials",
-    ".dockercfg",
-    "id_rsa",
-    "id_dsa",
-    "id_ecdsa",
-    "id_ed25519",
-    "*.key",
-    "*.p12",
-    "*.pfx",
-    "*.jks",
-    "*.keystore",
-)
-"""What counts as a secret file unless configured otherwise."""
-
-NOT_SECRET: tuple[str, ...] = (".env.example", ".env.sample", ".env.template", ".env.dist", "*.pub")
-"""Names that match a pattern above but are, by convention, safe to share."""
-
-
-def is_secret_name(name: str, patterns: Iterable[str] = DEFAULT_SECRET_FILES) -> bool:
-    """Whether a file called ``name`` holds secrets, by the patterns."""
-    if any(fnmatch.fnmatchcase(name, safe) for safe in NOT_SECRET):
-        return False
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
-
-
-def is_secret_path(path: str | PurePath, patterns: Iterable[str] = DEFAULT_SECRET_FILES) -> bool:
-    """Whether the file at ``path`` (any form; only its name counts) holds secrets."""
-    name = PurePath(path).name
-    return bool(name) and is_secret_name(name, patterns)
-
+from pathlib import Path
 
 # --- the values secret files hold ------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -56,15 +57,17 @@ class GuardedToolset(WrapperToolset):
         default = spec.default_action if spec else ("ask" if self.wrapped.claims(name) else "allow")
         decision = self.policy.decide(name, arguments, verdict, default=default, changed=changed)
         if decision.action == "deny":
-            ctx.notes.append(("blocked", f"{name}: {decision.reason}"))
             return ToolResult(
-                f"Not run: {decision.reason}. Choose another way to reach the goal.", is_error=True
+                f"Not run: {decision.reason}. Choose another way to reach the goal.",
+                is_error=True,
+                notes=(("blocked", f"{name}: {decision.reason}"),),
             )
+        noted: tuple[tuple[str, str], ...] = ()
         if decision.action == "ask":
             # The approval is bound to what the tool says it does: if the server changes the
             # description between the question and the answer, the answer no longer applies.
             digest = call_hash(name, arguments, fingerprint)
-            if digest not in ctx.grants:
+            if digest != ctx.approved:  # set by the loop in the context of the approved call only
                 raise ApprovalRequired(
                     tool=name,
                     arguments=dict(arguments),
@@ -73,16 +76,15 @@ class GuardedToolset(WrapperToolset):
                     suggestion=str(decision.suggestion) if decision.suggestion and not changed else None,
                     description=spec.description if spec is not None and spec.origin else "",
                 )
-            ctx.grants.discard(digest)  # one approval, one call
         elif decision.auto:
-            ctx.notes.append(("auto_approved", f"{name}: {decision.reason}"))
+            noted = (("auto_approved", f"{name}: {decision.reason}"),)
         if pins is not None and spec is not None:
             pins.pin(spec)  # what was approved (or allowed) to run: a later change asks again
-        ctx.allow_network, ctx.writable = decision.network, self.policy.write
-        try:
-            return await self.wrapped.call_tool(name, arguments, ctx)
-        finally:
-            ctx.allow_network = False
+        # What the policy decided goes down with this call only; the approval is used up here
+        # (one approval, one call), so nothing inside can count it again.
+        inner = replace(ctx, allow_network=decision.network, writable=self.policy.write, approved=None)
+        result = await self.wrapped.call_tool(name, arguments, inner)
+        return replace(result, notes=noted + result.notes) if noted else result
 
 
 class ToolPins:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from steward.safety.protected import STATE_DIR
+STATE_DIR = ".steward"
+"""The folder at a workspace's root where Steward keeps its state (a protected path)."""
 
 GITIGNORE = (
     "# Steward's own state (its database, logs and bookkeeping): not for version control.\n"

@@ -17,14 +17,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, get_type_hints, overload
 
 from steward.errors import ConfigError, ToolError
 from steward.models.base import ToolSpec
-from steward.safety.secrets import DEFAULT_SECRET_FILES
+from steward.secret_paths import DEFAULT_SECRET_FILES
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
+
+_State = TypeVar("_State")
 
 
 @dataclass(slots=True)
@@ -58,12 +60,43 @@ class CommandSandbox(Protocol):
     ) -> AbstractAsyncContextManager[list[str]]: ...
 
 
-@dataclass(slots=True)
+class RunScopes:
+    """The state wrappers keep for one run (the tools discovery found, the rules already given).
+
+    One agent's toolset serves many runs at once, so a wrapper cannot keep a run's state in
+    itself. The run's context carries this store instead: a new ``ToolContext`` (a new run)
+    starts with an empty one, and the contexts made from it with ``dataclasses.replace`` (each
+    call's) share it. So every call of a run sees the same state, no run sees another's, and
+    the state goes when the run goes, with nothing to evict or bound. Each wrapper reaches only
+    its own state (``ToolContext.scope``), keyed by the wrapper and the run's id: even a context
+    made from another run's with ``replace(ctx, run_id=...)`` starts empty.
+    """
+
+    __slots__ = ("_states",)
+
+    def __init__(self) -> None:
+        self._states: dict[tuple[object, str], object] = {}
+
+    def get(self, owner: object, run_id: str, make: Callable[[], _State]) -> _State:
+        key = (owner, run_id)
+        state = self._states.get(key)
+        if state is None:
+            state = self._states.setdefault(key, make())
+        return cast("_State", state)
+
+
+@dataclass(slots=True, frozen=True)
 class ToolContext:
-    """What a tool may know about the run that called it."""
+    """What a tool may know about the run that called it, and about this one call.
+
+    It never changes: the run's configuration is fixed when the run starts, and what belongs to
+    one call is set by making that call's own context with ``dataclasses.replace`` (the loop sets
+    ``step`` and ``approved``; the guard passes ``allow_network`` down to the call it allowed).
+    """
 
     workspace: Path
     run_id: str = ""
+    #: The step of the call (set per call by the loop).
     step: int = 0
     settings: ToolSettings = field(default_factory=ToolSettings)
     #: Full output of an earlier tool call of this run by call id (elided outputs live here).
@@ -71,20 +104,21 @@ class ToolContext:
     #: Where command-running tools must run their commands; None runs them directly (only
     #: when the user turned the sandbox off).
     sandbox: CommandSandbox | None = None
-    #: Whether the current call may use the network (the policy decides per call).
+    #: Whether this call may use the network (the policy decides per call; the guard sets it).
     allow_network: bool = False
     #: Whether tools may change the workspace (the write switch).
     writable: bool = True
     #: Why a path may not be written (a protected path such as ``.git/hooks``), or None.
     protected: Callable[[Path], str | None] | None = None
-    #: Hashes of calls a human approved, each good for one call.
-    grants: set[str] = field(default_factory=set)
-    #: What wrappers decided on the way (kind, message), for the loop to report as events.
-    notes: list[tuple[str, str]] = field(default_factory=list)
-    #: Tools this run has found with ``discover_tools`` (their schemas are offered from then on).
-    discovered: set[str] = field(default_factory=set)
-    #: Nested ``AGENTS.md`` files whose rules this run has already been given.
-    rules_seen: set[str] = field(default_factory=set)
+    #: The hash of the call a human approved, in the context of that call only (set by the
+    #: loop): one approval is good for one call.
+    approved: str | None = None
+    #: The wrappers' state for this run (see ``RunScopes``); shared by every call's context.
+    scopes: RunScopes = field(default_factory=RunScopes, repr=False, compare=False)
+
+    def scope(self, owner: object, make: Callable[[], _State]) -> _State:
+        """``owner``'s own state for this run, made by ``make`` on first use."""
+        return self.scopes.get(owner, self.run_id, make)
 
 
 @dataclass(slots=True, frozen=True)
@@ -99,6 +133,9 @@ class ToolResult:
     #: How long the call took, when the toolset knows better than the caller's own clock
     #: (a result taken from a run's log keeps the duration it was recorded with).
     duration_ms: float | None = None
+    #: What the tool and the wrappers noted on the way (kind, message), in order: egress
+    #: connections, a checkpoint taken, a call blocked. The loop reports each as a signal event.
+    notes: tuple[tuple[str, str], ...] = ()
 
 
 # --- @tool ------------------------------------------------------------------------------
@@ -349,7 +386,7 @@ class Toolset(ABC):
 
     def replayed(self, name: str, arguments: Mapping[str, Any], result: ToolResult, ctx: ToolContext) -> None:  # noqa: B027
         """A call's recorded result, taken from the log while a run is rebuilt (the tool does
-        not run again). Toolsets that keep per-run state in ``ctx`` restore it here."""
+        not run again). Toolsets that keep per-run state (``ctx.scope``) restore it here."""
 
 
 def unknown_tool(name: str, available: Iterable[str]) -> ToolResult:

@@ -4,8 +4,8 @@ When the offered tools would take more than ``discovery_share`` of the request b
 number more than ``discovery_max_tools`` (mode "auto"; "on" always, "off" never), the model
 gets the tools matching ``always_offer`` plus ``discover_tools(query)``. That tool searches
 an in-memory SQLite FTS5 index (BM25, prefix terms) over every tool's name, description and
-argument names, built-in and MCP alike; the tools it finds join ``ctx.discovered`` and their
-schemas are offered for the rest of the run.
+argument names, built-in and MCP alike; the tools it finds join the run's discovered tools
+(``DiscoveryToolset.discovered``) and their schemas are offered for the rest of the run.
 
 Found tools are listed one per line as ``- NAME(arg*, arg): description [origin]``, so a run
 rebuilt from its log can read them back (``replayed``) without searching again.
@@ -219,6 +219,17 @@ class DiscoveryToolset(WrapperToolset):
         self._offered: list[ToolSpec] = []
         self._offered_key: tuple[tuple[tuple[str, str], ...], frozenset[str]] | None = None
 
+    # --- what a run has found ---------------------------------------------------------------
+
+    def discovered(self, ctx: ToolContext) -> frozenset[str]:
+        """The tools the run of ``ctx`` has found or called: their schemas are offered to it."""
+        return frozenset(self._found(ctx))
+
+    def _found(self, ctx: ToolContext) -> set[str]:
+        # Per run, not in the wrapper (one agent's toolset serves many runs at once): the run's
+        # context holds it (``RunScopes``); a run rebuilt from its log gets it back in ``replayed``.
+        return ctx.scope(self, set[str])
+
     # --- offering ---------------------------------------------------------------------------
 
     async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
@@ -226,7 +237,7 @@ class DiscoveryToolset(WrapperToolset):
         self._observe(specs)
         if not self._active:
             return specs  # the same object: the context's size cache keys on it
-        discovered = frozenset(ctx.discovered)
+        discovered = self.discovered(ctx)
         key = (self._signature, discovered)
         if key != self._offered_key:
             self._offered_key, self._offered = key, self._offer(discovered)
@@ -275,7 +286,7 @@ class DiscoveryToolset(WrapperToolset):
         if name in self._by_name:
             # A tool called before it was discovered still runs: refusing would only cost the
             # model a turn to ask for what it already knows.
-            ctx.discovered.add(name)
+            self._found(ctx).add(name)
         elif self._active and not self.wrapped.claims(name):
             # The wrapped error would list every tool by name, which is what discovery avoids.
             # (A claimed tool, e.g. of a server that is down, goes on: its toolset explains.)
@@ -309,7 +320,7 @@ class DiscoveryToolset(WrapperToolset):
         if not hits:
             return ToolResult(_no_match(query, specs))
         found = [specs[i] for i in hits]
-        ctx.discovered.update(s.name for s in found)
+        self._found(ctx).update(s.name for s in found)
         counted = f"{len(found)} tool" + ("s" if len(found) > 1 else "")
         lines = [f"Found {counted} for {query!r}; you can call them now:"]
         lines += [_found_line(s) for s in found]
@@ -324,12 +335,12 @@ class DiscoveryToolset(WrapperToolset):
     def replayed(self, name: str, arguments: Mapping[str, Any], result: ToolResult, ctx: ToolContext) -> None:
         # Before the first listing the tools are not known; an unknown name is then harmless,
         # since only tools that exist are ever offered.
-        known = self._by_name
+        known, found = self._by_name, self._found(ctx)
         if name == DISCOVER_TOOL:
             if not result.is_error:
-                ctx.discovered.update(n for n in found_names(result.content) if not known or n in known)
+                found.update(n for n in found_names(result.content) if not known or n in known)
         elif not known or name in known:
-            ctx.discovered.add(name)
+            found.add(name)
         self.wrapped.replayed(name, arguments, result, ctx)
 
     async def aclose(self) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from steward.errors import ToolError
-from steward.safety.secrets import is_secret_path
+from steward.secret_paths import is_secret_path
 from steward.tools._beneath import LeadsOutside, Located, NotRegularFile, Root, locate_beneath
 from steward.tools._paths import (
     Checked,

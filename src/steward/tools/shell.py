@@ -236,16 +236,17 @@ def _exit_line(returncode: int | None) -> str:
 
 
 def _sandboxed(
-    ctx: ToolContext, argv: list[str], cwd: Path, refused: list[str]
+    ctx: ToolContext, argv: list[str], cwd: Path, noted: list[tuple[str, str]], refused: list[str]
 ) -> AbstractAsyncContextManager[list[str]]:
     """The sandbox's argv for ``argv``, or ``argv`` itself when the user turned the sandbox off.
 
-    Each connection through the egress proxy is noted (an event in the run's log); refused ones
-    are also collected in ``refused``: the programs that made them rarely show the reason."""
+    Each connection through the egress proxy is noted in ``noted`` (the result's notes: events
+    in the run's log); refused ones are also collected in ``refused``: the programs that made
+    them rarely show the reason."""
 
     def heard(connection: Any) -> None:
         line = connection.line()
-        ctx.notes.append(("egress", line))
+        noted.append(("egress", line))
         if not connection.allowed and len(refused) < 20:
             refused.append(line)
 
@@ -274,8 +275,9 @@ async def bash(ctx: ToolContext, command: str, timeout_s: float | None = None) -
         raise ToolError(f"timeout_s must be more than 0 and at most {MAX_TIMEOUT_S:g} (got {timeout_s:g}).")
     limit = min(timeout_s if timeout_s is not None else ctx.settings.bash_timeout_s, MAX_TIMEOUT_S)
     cwd = workspace_root(ctx.workspace)
+    noted: list[tuple[str, str]] = []
     refused: list[str] = []
-    async with _sandboxed(ctx, shell_argv(command), cwd, refused) as argv:
+    async with _sandboxed(ctx, shell_argv(command), cwd, noted, refused) as argv:
         outcome = await run_command(argv, cwd, timeout_s=limit, cap_chars=ctx.settings.output_cap_chars)
     lines = [outcome.output.removesuffix("\n") if outcome.output else "(no output)"]
     lines.extend(f"[egress proxy: {line}]" for line in refused)
@@ -288,7 +290,7 @@ async def bash(ctx: ToolContext, command: str, timeout_s: float | None = None) -
         lines.append("[background processes still running when the command exited were stopped]")
     lines.append(_exit_line(outcome.returncode))
     failed = outcome.timed_out or outcome.returncode != 0
-    return ToolResult("\n".join(lines), is_error=failed)
+    return ToolResult("\n".join(lines), is_error=failed, notes=tuple(noted))
 
 
 def shell_tools() -> list[Tool]:

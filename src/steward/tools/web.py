@@ -5,8 +5,8 @@ would: domains on ``[sandbox] allowed_domains`` (``ctx.settings.allowed_domains`
 checked, globally routable address (``steward.safety.egress``). The HTTP client is httpcore2
 with a network backend that resolves the name itself, checks every address and connects to
 the checked one; TLS still verifies the certificate for the host name (and sends it as SNI).
-Every redirect is checked again the same way. Each connection is noted in ``ctx.notes`` as
-``("egress", line)`` for the loop to log.
+Every redirect is checked again the same way. Each connection is noted in the result's notes
+as ``("egress", line)`` for the loop to log, whether the fetch worked or not.
 
 Result text: one header line ``URL: ... | status: ... | content-type: ...``, a blank line,
 then the body. HTML becomes readable text (scripts and styles dropped, block elements on their
@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin, urlsplit
 
 from steward.errors import ConfigError, ToolError
-from steward.safety.egress import (
+from steward.tools.base import Tool, ToolContext, ToolResult, tool
+from steward.tools.reach import (
     AddressCheck,
     DomainAllowlist,
     EgressError,
@@ -37,7 +38,6 @@ from steward.safety.egress import (
     address_allowed,
     system_resolver,
 )
-from steward.tools.base import Tool, ToolContext, tool
 
 if TYPE_CHECKING:
     import ssl
@@ -82,7 +82,7 @@ def make_fetch_url(
     local server, a test certificate authority); the defaults reach only public addresses."""
 
     @tool(name="fetch_url")
-    async def fetch_url(ctx: ToolContext, url: str, max_chars: int | None = None) -> str:
+    async def fetch_url(ctx: ToolContext, url: str, max_chars: int | None = None) -> ToolResult:
         """Fetch a web page or text file over HTTP(S) and return it as readable text.
 
         Only domains listed in [sandbox] allowed_domains (steward.toml) can be fetched; private
@@ -93,7 +93,11 @@ def make_fetch_url(
             max_chars: Most characters of text to return (default: the tool output limit).
         """
         fetcher = _Fetcher(ctx, resolve=resolve, address_ok=address_ok, ssl_context=ssl_context)
-        return await fetcher.fetch(url, _char_cap(ctx, max_chars))
+        try:
+            text = await fetcher.fetch(url, _char_cap(ctx, max_chars))
+        except ToolError as exc:  # refused or failed: the connections tried are noted all the same
+            return ToolResult(str(exc), is_error=True, notes=tuple(fetcher.notes))
+        return ToolResult(text, notes=tuple(fetcher.notes))
 
     return fetch_url
 
@@ -155,7 +159,7 @@ def _parse_url(url: str) -> _Target:
 
 
 class _Fetcher:
-    """One call of fetch_url: checks, connections (noted in ``ctx.notes``) and the redirects."""
+    """One call of fetch_url: checks, connections (noted in ``notes``) and the redirects."""
 
     def __init__(
         self,
@@ -166,6 +170,7 @@ class _Fetcher:
         ssl_context: ssl.SSLContext | None,
     ) -> None:
         self.ctx = ctx
+        self.notes: list[tuple[str, str]] = []
         self.resolve = resolve
         self.address_ok = address_ok
         self.ssl_context = ssl_context
@@ -180,7 +185,7 @@ class _Fetcher:
 
         pool = httpcore2.AsyncConnectionPool(
             ssl_context=self.ssl_context,
-            network_backend=_backend_type()(guard, self.ctx.notes),
+            network_backend=_backend_type()(guard, self.notes),
             max_connections=2,
             retries=0,
         )
@@ -210,7 +215,7 @@ class _Fetcher:
             target = _parse_url(current)
             refusal = guard.allowlist.refusal(target.host)
             if refusal is not None:
-                self.ctx.notes.append(("egress", f"fetch_url {target.host}:{target.port} refused: {refusal}"))
+                self.notes.append(("egress", f"fetch_url {target.host}:{target.port} refused: {refusal}"))
                 came = f" (redirected from {original})" if current != original else ""
                 raise ToolError(f"fetch_url refused {target.url}{came}: {refusal}")
             async with pool.stream(
