@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from steward.mcp.toolset import McpToolset
     from steward.memory.blocks import CoreMemory, MemoryBlock
     from steward.memory.session import History
+    from steward.personas import Persona
     from steward.safety.checkpointing import Checkpointer
     from steward.safety.policy import Policy
     from steward.safety.secrets import SecretWatch
@@ -99,8 +100,17 @@ class Agent:
         sandbox: bool | CommandSandbox = True,
         store: EventStore | None = None,
         memory: bool | None = None,
+        persona: Persona | None = None,
     ) -> None:
+        if config is None and persona is not None:
+            # Without a loaded configuration the persona's model, policy and limits apply on
+            # top of the defaults; ``load_config(persona=...)`` puts them in their place otherwise.
+            from steward.config import validate_layer
+
+            config = validate_layer(persona.layer(), f"persona {persona.name}")
         self.config = config or Config()
+        #: Who the agent is and which tools it may use (``steward.personas``).
+        self.persona = persona
         #: Core memory blocks (seed 002), shown in the system prompt and edited by the agent.
         #: On by default when runs are recorded (the blocks persist in the store), off otherwise.
         self._memory_choice = memory
@@ -116,8 +126,9 @@ class Agent:
         self.config_file: Path | None = None  # where "approve always" remembers rules
         self.model_spec = model if model is not None else self.config.model
         self._model: Model | None = model if isinstance(model, Model) else None
-        self.name = name
-        self.instructions = "\n\n".join(p for p in (self.config.instructions, instructions) if p.strip())
+        self.name = persona.name if persona is not None and name == "Steward" else name
+        words = (self.config.instructions, persona.prompt() if persona else "", instructions)
+        self.instructions = "\n\n".join(p for p in words if p.strip())
         self.limits = limits or self.config.limits
         self._user_tools = list(tools)
         self._toolsets = list(toolsets)
@@ -125,7 +136,7 @@ class Agent:
         self._toolset: Toolset | None = None
         self._toolset_store: EventStore | None = None
         self._mcp: list[Toolset] | None = None
-        self._static = _static_prompt(name, self.instructions)
+        self._static = _static_prompt(self.name, self.instructions)
         self._owns_store = False  # see ``Agent.open``
 
     @property
@@ -317,9 +328,15 @@ class Agent:
             budget = budget_chars(self.limits.request_token_budget)
             from steward.safety.policy import WRITE_TOOLS
 
-            # The write switch applies below discovery too: a hidden tool must not be found.
+            # The write switch and the persona's allowlist apply below discovery too: a hidden
+            # tool must not be found.
+            persona = self.persona
             writable = FilteredToolset(
-                CombinedToolset(parts), lambda name: self.policy.write or name not in WRITE_TOOLS
+                CombinedToolset(parts),
+                lambda name: (
+                    (self.policy.write or name not in WRITE_TOOLS)
+                    and (persona is None or persona.allows(name))
+                ),
             )
             offered = DiscoveryToolset(
                 RulesToolset(writable, settings=self.config.rules),

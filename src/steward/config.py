@@ -415,14 +415,26 @@ def _validate(data: Mapping[str, Any], source: str) -> Config:
     return config
 
 
+def validate_layer(data: Mapping[str, Any], source: str) -> Config:
+    """One layer of configuration on its own, over the defaults (a ``ConfigError`` names
+    ``source`` and the key)."""
+    return _validate(data, source)
+
+
 def load_config(
     workspace: Path | None = None,
     *,
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
     user_file: Path | None = None,
+    persona: Mapping[str, Any] | None = None,
+    persona_source: str = "persona",
 ) -> Config:
-    """Merge every layer for ``workspace`` and validate the result."""
+    """Merge every layer for ``workspace`` and validate the result.
+
+    ``persona`` (``Persona.layer()``: its model, policy and limits) goes above the files and
+    below the environment and the command line.
+    """
     env = os.environ if environ is None else environ
     layers: list[tuple[str, dict[str, Any]]] = []
     candidates = [user_file or user_config_path()]
@@ -438,6 +450,8 @@ def load_config(
             data = _read_toml(path)
             _anchor_script_path(data, path.parent)
             layers.append((str(path), data))
+    if persona:
+        layers.append((persona_source, dict(persona)))
     if env.get("STEWARD_MODEL"):
         layers.append(("STEWARD_MODEL", {"model": env["STEWARD_MODEL"]}))
     if env.get("STEWARD_DB"):

@@ -130,7 +130,7 @@ def test_the_scan_sorts_existing_missing_and_creatable_paths(workspace: Path) ->
     assert workspace / ".steward" in found.to_create
     assert found.pinned == [git]
     assert git / "commondir" in found.missing_commondirs
-    assert found.missing_dirs == []
+    assert found.missing_dirs == [workspace / "personas"]  # persona files: no window either
 
 
 def test_in_a_home_directory_start_up_files_get_placeholders(workspace: Path) -> None:
@@ -140,7 +140,7 @@ def test_in_a_home_directory_start_up_files_get_placeholders(workspace: Path) ->
 
 def test_without_a_repository_the_git_directory_needs_a_placeholder(workspace: Path) -> None:
     found = find_protected(workspace)
-    assert found.missing_dirs == []
+    assert found.missing_dirs == [workspace / "personas"]
     assert workspace / ".git" in found.missing_files
     assert found.pinned == []
 

@@ -35,6 +35,7 @@ from steward.cli.options import (
     ModelOpt,
     ModeOpt,
     NoSandbox,
+    PersonaOpt,
     QuietOpt,
     ReadOnly,
     ResumeOpt,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
     from steward.agent import Agent
     from steward.events import Event
+    from steward.personas import Persona
     from steward.run import Run
     from steward.store.events import RunRow
 
@@ -97,6 +99,7 @@ def run(
     ask: AskOpt = None,
     deny: DenyOpt = None,
     read_only: ReadOnly = False,
+    persona: PersonaOpt = None,
 ) -> None:
     """Run an agent on GOAL in the workspace and show its progress live."""
     from steward.run import check_goal, check_workspace
@@ -110,9 +113,10 @@ def run(
         )  # fmt: skip
     if not goal:
         raise fail('give a GOAL, e.g. steward run "fix the failing test", or --resume RUN')
+    chosen = _persona(persona, workspace)
     config = config_from_flags(
         workspace, model, max_steps, mode=mode, no_sandbox=no_sandbox, allow=allow, ask=ask, deny=deny,
-        read_only=read_only,
+        read_only=read_only, persona=chosen,
     )  # fmt: skip
     if not config.model:
         raise fail(NO_MODEL)
@@ -135,7 +139,16 @@ def run(
                 typer.echo(f"steward: session {opened.id}", err=True)
         return await drive(started, json_lines=json_lines, quiet=quiet)
 
-    raise typer.Exit(run_async(go, config, workspace, prepare=prepare))
+    raise typer.Exit(run_async(go, config, workspace, prepare=prepare, persona=chosen))
+
+
+def _persona(name: str | None, workspace: Path) -> Persona | None:
+    """The persona named on the command line, read before anything runs (a bad file is an error now)."""
+    if name is None:
+        return None
+    from steward.personas import find_persona
+
+    return find_persona(name, workspace.resolve())
 
 
 @app.command()
@@ -428,6 +441,15 @@ def _mcp_app() -> typer.Typer:
 
 
 app.add_typer(_mcp_app(), name="mcp")
+
+
+def _personas_app() -> typer.Typer:
+    from steward.cli.personas import personas_app
+
+    return personas_app
+
+
+app.add_typer(_personas_app(), name="personas")
 
 
 @app.command()

@@ -9,6 +9,7 @@ import typer
 
 if TYPE_CHECKING:
     from steward.config import Config
+    from steward.personas import Persona
 
 EXIT_OK, EXIT_NOT_SOLVED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
@@ -67,7 +68,9 @@ def config_from_flags(
     ask: list[str] | None = None,
     deny: list[str] | None = None,
     read_only: bool = False,
+    persona: Persona | None = None,
 ) -> Config:
+    """The configuration of ``workspace`` with the command line's flags (and a persona's layer)."""
     from steward.config import load_config
 
     overrides: dict[str, Any] = {}
@@ -87,7 +90,11 @@ def config_from_flags(
     if no_sandbox:
         overrides["sandbox"] = {"enabled": False}
         typer.echo("steward: warning: --no-sandbox: commands run directly on this machine.", err=True)
-    return load_config(workspace, overrides=overrides)
+    if persona is None:
+        return load_config(workspace, overrides=overrides)
+    return load_config(
+        workspace, overrides=overrides, persona=persona.layer(), persona_source=str(persona.source)
+    )
 
 
 ResumeOpt = Annotated[
@@ -100,4 +107,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the event stream as
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")]
 ForceOpt = Annotated[
     bool, typer.Option("--force", help="Resume even if the run's recorded process may still be alive.")
+]
+PersonaOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--persona", "-p", help="Run as this persona (personas/NAME.toml; `steward personas list`)."
+    ),
 ]

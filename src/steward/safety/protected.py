@@ -46,6 +46,10 @@ from pathlib import Path
 
 from steward.store.state_dir import STATE_DIR  # the runtime's own state directory, protected
 
+PERSONAS_DIR = "personas"
+"""The workspace's persona files (``steward.personas``): an agent that could edit one could
+widen its own tools and policy the next time that persona runs."""
+
 PROJECT_CONFIG = "steward.toml"
 """The project's configuration: an agent that could edit it could turn its own sandbox off."""
 
@@ -95,6 +99,7 @@ _PROGRAM_REASON = (
 _STATE_REASON = "it is the runtime's own state (its database and logs); agents may not change it"
 _RC_REASON = "it is a shell start-up file that would run in a shell on the host, outside the sandbox"
 _PROJECT_CONFIG_REASON = "it is Steward's own configuration (policy and sandbox); only the user changes it"
+_PERSONAS_REASON = "it holds persona files (an agent's tools and policy); only the user changes them"
 _LINK_REASON = (
     "it is a hard link to a protected file (a git hook or git config), so writing it would change that file"
 )
@@ -134,6 +139,7 @@ def find_protected(workspace: Path, *, home_like: bool = False) -> Protection:
     found = Protection(root)
     _add(found, root / STATE_DIR, "create_dir", _STATE_REASON)
     _add(found, root / PROJECT_CONFIG, "file", _PROJECT_CONFIG_REASON)
+    _add(found, root / PERSONAS_DIR, "dir", _PERSONAS_REASON)
     for name in sorted(RC_FILES):
         # Outside a home directory no shell reads them: a new one is only removed afterwards,
         # and no empty placeholder shows up in `git status` for the agent to commit.
@@ -335,8 +341,9 @@ def _message(root: Path, path: Path, reason: str) -> str:
 
 def _pattern_reason(parts: tuple[str, ...]) -> str | None:
     """Reasons that follow from the path's names alone (whether or not anything exists)."""
-    if parts[0] == STATE_DIR:
-        return _STATE_REASON
+    top = {STATE_DIR: _STATE_REASON, PERSONAS_DIR: _PERSONAS_REASON}.get(parts[0])
+    if top is not None:
+        return top
     if len(parts) == 1 and (parts[0] == PROJECT_CONFIG or parts[0] in RC_FILES):
         return _PROJECT_CONFIG_REASON if parts[0] == PROJECT_CONFIG else _RC_REASON
     for index, part in enumerate(parts):
