@@ -51,7 +51,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     url: str = request.getfixturevalue("postgres_url")
     asyncio.run(
         _execute(
-            url, "DROP TABLE IF EXISTS events, runs, sessions, memory_blocks, archive, schema_version CASCADE"
+            url,
+            "DROP TABLE IF EXISTS events, runs, sessions, memory_blocks, archive, jobs, schema_version CASCADE",
         )
     )
     return url

@@ -90,6 +90,48 @@ archive = sa.Table(
 )
 
 
+_ACTIVE = "status IN ('queued', 'running', 'waiting') AND user_key IS NOT NULL"
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("role", sa.Text, nullable=False),  # the persona the job is addressed to
+    sa.Column("goal", sa.Text, nullable=False),
+    sa.Column("workspace", sa.Text, nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False, server_default="0"),  # higher first
+    sa.Column("idempotency_key", sa.Text, nullable=True, unique=True),
+    sa.Column("user_key", sa.Text, nullable=True),  # at most one active job per user key
+    sa.Column("parent_id", sa.Text, nullable=True),
+    # queued -> running -> waiting -> done | failed | cancelled | dead
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),  # workers lost while running it
+    sa.Column("max_attempts", sa.Integer, nullable=False, server_default="3"),
+    sa.Column("run_id", sa.Text, nullable=True),  # the one recorded run the job drives
+    sa.Column("result", sa.Text, nullable=True),  # the run's final answer (JSON for typed results)
+    sa.Column("error", sa.Text, nullable=True),  # why it failed, was cancelled or is dead
+    sa.Column("output_schema", sa.Text, nullable=True),  # a JSON Schema the result must validate
+    sa.Column("lease_owner", sa.Text, nullable=True),  # the worker holding it while it runs
+    sa.Column("lease_expires_at", sa.Double, nullable=True),
+    sa.Column("fence", sa.Integer, nullable=False, server_default="0"),  # +1 per claim
+    sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+    sa.Column("started_at", sa.Double, nullable=True),
+    sa.Column("finished_at", sa.Double, nullable=True),
+    sa.Index("ix_jobs_claim", "status", "role", "priority", "created_at"),
+    sa.Index("ix_jobs_lease", "status", "lease_expires_at"),
+    sa.Index("ix_jobs_parent", "parent_id"),
+    sa.Index(
+        "ux_jobs_active_user",
+        "user_key",
+        unique=True,
+        sqlite_where=sa.text(_ACTIVE),
+        postgresql_where=sa.text(_ACTIVE),
+    ),
+)
+
+
 def _v1_runs_and_events(conn: Connection) -> None:
     # The tables as version 1 made them (later columns come from later migrations).
     sa.Table(
@@ -122,7 +164,15 @@ def _v2_resume_sessions_memory(conn: Connection) -> None:
     archive.create(conn)
 
 
-MIGRATIONS: tuple[Callable[[Connection], None], ...] = (_v1_runs_and_events, _v2_resume_sessions_memory)
+def _v3_jobs(conn: Connection) -> None:
+    jobs.create(conn)
+
+
+MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
+    _v1_runs_and_events,
+    _v2_resume_sessions_memory,
+    _v3_jobs,
+)
 LATEST_VERSION = len(MIGRATIONS)
 
 _PG_LOCK_KEY = 0x5757_0001  # arbitrary, fixed: "the steward schema" advisory lock

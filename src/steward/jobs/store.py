@@ -1,0 +1,354 @@
+"""The job queue in the store's ``jobs`` table, on SQLite and PostgreSQL alike.
+
+A job asks for one run of a persona (its ``role``) on a goal in a workspace. It is
+``queued`` until a worker claims it; ``running`` under that worker's lease, which the
+worker's heartbeats keep alive; ``waiting`` while its run waits for a human (the worker slot
+is free again); and it ends ``done``, ``failed``, ``cancelled``, or ``dead`` (it killed its
+worker ``max_attempts`` times).
+
+Claims are exclusive: one transaction picks the best job and marks it (PostgreSQL
+``FOR UPDATE SKIP LOCKED``; SQLite takes the write lock at ``BEGIN IMMEDIATE``). A job whose
+lease expired (its worker died, its machine went away) is claimed again by anyone, and
+counts one attempt. Every claim increments the job's ``fence``: whatever a worker does for a
+job afterwards (heartbeat, wait, release, finish) names the fence it claimed with, and does
+nothing once another worker holds a newer one (``LeaseLost``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from steward.errors import StewardError
+from steward.store.engine import by_id_or_prefix, write_transaction
+from steward.store.schema import jobs as jobs_table
+
+JobStatus = Literal["queued", "running", "waiting", "done", "failed", "cancelled", "dead"]
+ACTIVE: tuple[JobStatus, ...] = ("queued", "running", "waiting")
+ENDED: tuple[JobStatus, ...] = ("done", "failed", "cancelled", "dead")
+
+_ID_BYTES = 6
+
+
+class JobError(StewardError):
+    """A job could not be submitted, found or changed; the message names the fix."""
+
+
+class LeaseLost(StewardError):  # noqa: N818 - a fact the worker acts on, not a bug
+    """The worker's claim on a job is gone (expired and taken over, or the job was cancelled)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    role: str
+    goal: str
+    workspace: str
+    priority: int
+    idempotency_key: str | None
+    user_key: str | None
+    parent_id: str | None
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    run_id: str | None
+    result: str | None
+    error: str | None
+    output_schema: dict[str, Any] | None
+    lease_owner: str | None
+    lease_expires_at: float | None
+    fence: int
+    cancel_requested: bool
+    created_at: float
+    updated_at: float
+    started_at: float | None
+    finished_at: float | None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A job a worker holds: act for it only with this ``fence``."""
+
+    job: Job
+    fence: int
+    takeover: bool  # an earlier worker's lease had expired: its run goes on from its log
+
+
+def _job(row: sa.RowMapping) -> Job:
+    values = dict(row)
+    schema = values.pop("output_schema")
+    values["output_schema"] = json.loads(schema) if schema else None
+    values["cancel_requested"] = bool(values["cancel_requested"])
+    return Job(**values)
+
+
+class JobStore:
+    """The queue; ``where`` names the store in error messages."""
+
+    def __init__(self, engine: AsyncEngine, *, where: str = "") -> None:
+        self._engine = engine
+        self.where = where
+
+    # --- submitting ---------------------------------------------------------------------
+
+    async def submit(
+        self,
+        role: str,
+        goal: str,
+        *,
+        workspace: str,
+        priority: int = 0,
+        idempotency_key: str | None = None,
+        user_key: str | None = None,
+        parent_id: str | None = None,
+        max_attempts: int = 3,
+        output_schema: dict[str, Any] | None = None,
+    ) -> tuple[Job, bool]:
+        """Queue a job; return it and whether it is new.
+
+        A second submit with the same ``idempotency_key`` returns the first job. A ``user_key``
+        with an active job already (queued, running or waiting) is refused, naming that job.
+        """
+        if not goal.strip():
+            raise JobError('the goal is empty; say what the agent should do, e.g. "fix the tests"')
+        if idempotency_key is not None and (found := await self._by_key(idempotency_key)) is not None:
+            return found, False
+        now = time.time()
+        job_id = secrets.token_hex(_ID_BYTES)
+        values = {
+            "id": job_id, "role": role, "goal": goal, "workspace": workspace,
+            "priority": priority, "idempotency_key": idempotency_key, "user_key": user_key,
+            "parent_id": parent_id, "status": "queued", "attempts": 0, "max_attempts": max_attempts,
+            "output_schema": json.dumps(output_schema) if output_schema is not None else None,
+            "fence": 0, "cancel_requested": False, "created_at": now, "updated_at": now,
+        }  # fmt: skip
+        try:
+            async with write_transaction(self._engine) as conn:
+                await conn.execute(jobs_table.insert().values(**values))
+        except sa_exc.IntegrityError:
+            if idempotency_key is not None and (found := await self._by_key(idempotency_key)) is not None:
+                return found, False  # submitted at the same moment by someone else: theirs
+            if user_key is not None and (active := await self.active_for(user_key)) is not None:
+                raise JobError(
+                    f"user {user_key!r} already has an active job {active.id} ({active.status}); "
+                    f"wait for it, or cancel it with `steward jobs cancel {active.id}`"
+                ) from None
+            raise
+        return await self.get(job_id), True
+
+    async def _by_key(self, key: str) -> Job | None:
+        return await self._one(jobs_table.c.idempotency_key == key)
+
+    async def active_for(self, user_key: str) -> Job | None:
+        return await self._one(jobs_table.c.user_key == user_key, jobs_table.c.status.in_(ACTIVE))
+
+    # --- claiming and holding -------------------------------------------------------------
+
+    async def claim(self, worker: str, *, roles: Sequence[str] = (), lease_s: float = 30.0) -> Claim | None:
+        """The best job for ``worker`` (highest priority, then oldest), now held under a lease.
+
+        Queued jobs of ``roles`` (any role when empty) come first, then jobs whose lease
+        expired. A job that has lost ``max_attempts`` workers is marked ``dead`` instead of
+        being claimed again. None when there is nothing to do.
+        """
+        now = time.time()
+        for _ in range(8):  # bounded: each pass claims, or buries one dead job and looks again
+            async with write_transaction(self._engine) as conn:
+                row = await self._pick(conn, roles, now)
+                if row is None:
+                    return None
+                job = _job(row)
+                takeover = job.status == "running"
+                attempts = job.attempts + (1 if takeover else 0)
+                if takeover and attempts >= job.max_attempts:
+                    await self._bury(conn, job, attempts, now)
+                    continue
+                fence = job.fence + 1
+                await conn.execute(
+                    jobs_table.update()
+                    .where(jobs_table.c.id == job.id, jobs_table.c.fence == job.fence)
+                    .values(
+                        status="running",
+                        lease_owner=worker,
+                        lease_expires_at=now + lease_s,
+                        fence=fence,
+                        attempts=attempts,
+                        updated_at=now,
+                        started_at=job.started_at or now,
+                    )
+                )
+            return Claim(await self.get(job.id), fence, takeover)
+        return None
+
+    async def _pick(self, conn: AsyncConnection, roles: Sequence[str], now: float) -> sa.RowMapping | None:
+        t = jobs_table
+        ready = sa.or_(
+            sa.and_(t.c.status == "queued", t.c.cancel_requested.is_(sa.false())),
+            sa.and_(t.c.status == "running", t.c.lease_expires_at < now),
+        )
+        query = sa.select(t).where(ready)
+        if roles:
+            query = query.where(t.c.role.in_(list(roles)))
+        query = query.order_by(t.c.priority.desc(), t.c.created_at, t.c.id).limit(1)
+        query = query.with_for_update(skip_locked=True)  # PostgreSQL; SQLite holds the write lock
+        return (await conn.execute(query)).mappings().first()
+
+    async def _bury(self, conn: AsyncConnection, job: Job, attempts: int, now: float) -> None:
+        reason = (
+            f"its worker stopped {attempts} times while running it (max_attempts is {job.max_attempts}); "
+            f"it is dead so it cannot stop another. `steward jobs retry {job.id}` queues it again"
+        )
+        await conn.execute(
+            jobs_table.update()
+            .where(jobs_table.c.id == job.id, jobs_table.c.fence == job.fence)
+            .values(
+                status="dead",
+                attempts=attempts,
+                error=reason,
+                lease_owner=None,
+                lease_expires_at=None,
+                updated_at=now,
+                finished_at=now,
+            )
+        )
+
+    async def heartbeat(self, claim: Claim, *, lease_s: float = 30.0) -> Job:
+        """Renew the lease; ``LeaseLost`` when another worker holds the job now, or it was
+        cancelled (the job then says ``cancel_requested``)."""
+        now = time.time()
+        await self._held(claim, lease_expires_at=now + lease_s, updated_at=now)
+        job = await self.get(claim.job.id)
+        if job.cancel_requested:
+            raise LeaseLost(f"job {job.id} was cancelled")
+        return job
+
+    async def attach_run(self, claim: Claim, run_id: str) -> None:
+        """Record the run the job drives (once: a taken-over job goes on with the same run)."""
+        await self._held(claim, run_id=run_id, updated_at=time.time())
+
+    async def wait(self, claim: Claim) -> None:
+        """The job's run waits for a human: the job gives up its worker until it is answered."""
+        await self._held(
+            claim, status="waiting", lease_owner=None, lease_expires_at=None, updated_at=time.time()
+        )
+
+    async def release(self, claim: Claim) -> None:
+        """Give the job back to the queue (the worker stops; another goes on with its run)."""
+        await self._held(
+            claim, status="queued", lease_owner=None, lease_expires_at=None, updated_at=time.time()
+        )
+
+    async def finish(
+        self, claim: Claim, status: Literal["done", "failed", "cancelled"], *, result: str | None = None,
+        error: str | None = None,
+    ) -> Job:  # fmt: skip
+        now = time.time()
+        await self._held(
+            claim, status=status, result=result, error=error, lease_owner=None, lease_expires_at=None,
+            updated_at=now, finished_at=now,
+        )  # fmt: skip
+        return await self.get(claim.job.id)
+
+    async def _held(self, claim: Claim, **values: object) -> None:
+        """Change the job only while ``claim`` is the newest claim on it and it still runs."""
+        t = jobs_table
+        async with write_transaction(self._engine) as conn:
+            done = await conn.execute(
+                t.update().where(t.c.id == claim.job.id, t.c.fence == claim.fence, t.c.status == "running")
+                .values(**values)
+            )  # fmt: skip
+        if done.rowcount != 1:
+            job = await self.get(claim.job.id)
+            raise LeaseLost(
+                f"job {job.id} is no longer held by this worker (it is {job.status}, claim {job.fence}, "
+                f"this worker's was {claim.fence})"
+            )
+
+    # --- a human's hand -----------------------------------------------------------------
+
+    async def requeue(self, job_id: str) -> Job:
+        """A waiting job was answered: back in the queue, for any worker to go on with its run."""
+        job = await self.get(job_id)
+        if job.status != "waiting":
+            raise JobError(f"job {job.id} is {job.status}, not waiting")
+        await self._set(job, status="queued")
+        return await self.get(job.id)
+
+    async def cancel(self, job_id: str, reason: str = "cancelled by the user") -> Job:
+        """Cancel a job: at once if no worker runs it; a running one is stopped by its worker."""
+        job = await self.get(job_id)
+        if job.ended:
+            raise JobError(f"job {job.id} already ended ({job.status})")
+        now = time.time()
+        if job.status == "running":
+            await self._set(job, cancel_requested=True, error=reason)
+        else:
+            await self._set(job, status="cancelled", cancel_requested=True, error=reason, finished_at=now)
+        return await self.get(job.id)
+
+    async def retry(self, job_id: str) -> Job:
+        """Queue an ended job (failed, cancelled or dead) again, with its attempts reset."""
+        job = await self.get(job_id)
+        if job.status not in ("failed", "cancelled", "dead"):
+            raise JobError(f"job {job.id} is {job.status}; only a failed, cancelled or dead job is retried")
+        await self._set(
+            job, status="queued", attempts=0, error=None, cancel_requested=False, finished_at=None
+        )
+        return await self.get(job.id)
+
+    async def _set(self, job: Job, **values: object) -> None:
+        t = jobs_table
+        async with write_transaction(self._engine) as conn:
+            await conn.execute(
+                t.update().where(t.c.id == job.id, t.c.status == job.status, t.c.fence == job.fence)
+                .values(updated_at=time.time(), **values)
+            )  # fmt: skip
+
+    # --- reading ------------------------------------------------------------------------
+
+    async def get(self, job_id: str) -> Job:
+        """The job ``job_id`` (or a unique prefix of it)."""
+        rows = await by_id_or_prefix(self._engine, jobs_table, job_id)
+        if len(rows) == 1:
+            return _job(rows[0])
+        if rows:
+            raise JobError(f"{job_id!r} matches several jobs; give more of the id")
+        raise JobError(f"no job {job_id!r} in the store at {self.where}; `steward jobs list` shows them")
+
+    async def list(
+        self,
+        *,
+        status: Sequence[str] = (),
+        role: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 50,
+    ) -> builtins.list[Job]:
+        t = jobs_table
+        query = sa.select(t)
+        if status:
+            query = query.where(t.c.status.in_(list(status)))
+        if role is not None:
+            query = query.where(t.c.role == role)
+        if parent_id is not None:
+            query = query.where(t.c.parent_id == parent_id)
+        query = query.order_by(t.c.created_at.desc(), t.c.id).limit(limit)
+        async with self._engine.connect() as conn:
+            return [_job(row) for row in (await conn.execute(query)).mappings()]
+
+    async def _one(self, *where: sa.ColumnElement[bool]) -> Job | None:
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(sa.select(jobs_table).where(*where).limit(1))).mappings().first()
+        return _job(row) if row is not None else None
