@@ -452,6 +452,25 @@ def _personas_app() -> typer.Typer:
 app.add_typer(_personas_app(), name="personas")
 
 
+def _jobs_app() -> typer.Typer:
+    from steward.cli.jobs import jobs_app
+
+    return jobs_app
+
+
+app.add_typer(_jobs_app(), name="jobs")
+
+
+def _queue_commands() -> None:
+    from steward.cli.jobs import submit, worker
+
+    app.command("submit")(submit)
+    app.command("worker")(worker)
+
+
+_queue_commands()
+
+
 @app.command()
 def version() -> None:
     """Print Steward's version."""
