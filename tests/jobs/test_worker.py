@@ -117,6 +117,15 @@ def test_two_workers_finish_every_job_exactly_once(tmp_path: Path, db_url: str) 
     assert (workspace / "ran.txt").read_text() == "ran\n" * 4  # each job's call ran once
     listed = steward(env, workspace, "jobs", "list")
     assert listed.stdout.count(" done ") == 4
+    shown = steward(env, workspace, "jobs", "show", ids[0][:8])
+    assert "result: appended" in shown.stdout and f"run: {ids[0]}" in shown.stdout
+    ended = steward(env, workspace, "jobs", "cancel", ids[0])
+    assert ended.returncode != 0 and "already ended (done)" in ended.stderr
+    queued = steward(env, workspace, "submit", "--role", "appender", "later")
+    cancelled = steward(env, workspace, "jobs", "cancel", queued.stdout.strip())
+    assert " cancelled " in cancelled.stdout
+    retried = steward(env, workspace, "jobs", "retry", queued.stdout.strip())
+    assert " queued " in retried.stdout
     again = steward(env, workspace, "submit", "--role", "appender", "x", "--idempotency-key", "k1")
     same = steward(env, workspace, "submit", "--role", "appender", "y", "--idempotency-key", "k1")
     assert again.stdout == same.stdout and "names job" in same.stderr

@@ -13,6 +13,8 @@ import typer
 from steward.cli.options import EXIT_NOT_SOLVED, EXIT_OK
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from steward.jobs.store import Job, JobStore
     from steward.store.events import EventStore
 
@@ -122,64 +124,44 @@ def list_jobs(
     asyncio.run(main())
 
 
-@jobs_app.command("show")
-def show_job(
-    job_id: Annotated[str, typer.Argument(help="The job: its id or a unique prefix.")],
-    workspace: Workspace = Path(),
-) -> None:
-    """Show one job: its state, run, attempts, result or error."""
+def _one(workspace: Path, job_id: str, action: Callable[[JobStore, str], Awaitable[Job]]) -> Job:
+    """Open the store, apply ``action`` to the job, close the store; the job as it is after."""
 
-    async def main() -> None:
+    async def main() -> Job:
         store, jobs = await _with_jobs(workspace)
         try:
-            job = await jobs.get(job_id)
+            return await action(jobs, job_id)
         finally:
             await store.close()
-        typer.echo(_line(job))
-        typer.echo(f"workspace: {job.workspace}")
-        typer.echo(f"run: {job.run_id or '(not started)'}  attempts: {job.attempts} of {job.max_attempts}")
-        if job.lease_owner:
-            typer.echo(f"held by: {job.lease_owner}")
-        if job.result:
-            typer.echo(f"result: {job.result}")
-        if job.error:
-            typer.echo(f"error: {job.error}")
 
-    asyncio.run(main())
+    return asyncio.run(main())
+
+
+JobId = Annotated[str, typer.Argument(help="The job: its id or a unique prefix.")]
+
+
+@jobs_app.command("show")
+def show_job(job_id: JobId, workspace: Workspace = Path()) -> None:
+    """Show one job: its state, run, attempts, result or error."""
+    job = _one(workspace, job_id, lambda jobs, key: jobs.get(key))
+    typer.echo(_line(job))
+    typer.echo(f"workspace: {job.workspace}")
+    typer.echo(f"run: {job.run_id or '(not started)'}  attempts: {job.attempts} of {job.max_attempts}")
+    for label, value in (("held by", job.lease_owner), ("result", job.result), ("error", job.error)):
+        if value:
+            typer.echo(f"{label}: {value}")
 
 
 @jobs_app.command("cancel")
-def cancel_job(
-    job_id: Annotated[str, typer.Argument(help="The job to cancel.")], workspace: Workspace = Path()
-) -> None:
+def cancel_job(job_id: JobId, workspace: Workspace = Path()) -> None:
     """Cancel a job; a running one is stopped by its worker within a heartbeat."""
-
-    async def main() -> None:
-        store, jobs = await _with_jobs(workspace)
-        try:
-            job = await jobs.cancel(job_id)
-        finally:
-            await store.close()
-        typer.echo(_line(job))
-
-    asyncio.run(main())
+    typer.echo(_line(_one(workspace, job_id, lambda jobs, key: jobs.cancel(key))))
 
 
 @jobs_app.command("retry")
-def retry_job(
-    job_id: Annotated[str, typer.Argument(help="The job to queue again.")], workspace: Workspace = Path()
-) -> None:
+def retry_job(job_id: JobId, workspace: Workspace = Path()) -> None:
     """Queue a failed, cancelled or dead job again."""
-
-    async def main() -> None:
-        store, jobs = await _with_jobs(workspace)
-        try:
-            job = await jobs.retry(job_id)
-        finally:
-            await store.close()
-        typer.echo(_line(job))
-
-    asyncio.run(main())
+    typer.echo(_line(_one(workspace, job_id, lambda jobs, key: jobs.retry(key))))
 
 
 def worker(
