@@ -403,7 +403,8 @@ class Agent:
         store = self.store
         if store is None:
             raise ConfigError("resuming a run needs its store: Agent(store=await open_store(url))")
-        found = await recover(store, run_id, max_attempts=max_attempts, force=force)
+        persona = self.persona.name if self.persona is not None else ""
+        found = await recover(store, run_id, max_attempts=max_attempts, force=force, persona=persona)
         row, first, attempts = found.row, found.start, found.attempts
         history = None
         if row.session_id is not None:
@@ -489,7 +490,7 @@ class Agent:
         loop.core_memory = self.core_memory
         return Run(
             loop, model_name=model.name, max_steps=lim.max_steps, remember=self.remember, store=self.store,
-            prepare=self.prepare,
+            prepare=self.prepare, persona=self.persona.name if self.persona is not None else "",
         )  # fmt: skip
 
     async def run(self, goal: str, *, workspace: str | Path = ".") -> RunResult:

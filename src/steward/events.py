@@ -61,6 +61,7 @@ class RunStart(Event):
     model: str
     workspace: str
     max_steps: int
+    persona: str = ""  # the persona the run was started as ("": none); it goes on as the same
 
 
 @dataclass(slots=True)

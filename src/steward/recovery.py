@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from steward.clock import RUN_TIMEOUT, Clock
-from steward.errors import ApprovalRequired, ModelError, ReplayError, RunError, StewardError
+from steward.errors import ApprovalRequired, ConfigError, ModelError, ReplayError, RunError, StewardError
 from steward.events import (
     ApprovalGateEvent,
     ApprovalResultEvent,
@@ -104,7 +104,9 @@ class Recovered:
     start: RunStart | None  # None: killed before its start was durable (it starts over)
 
 
-async def recover(store: EventStore, run_id: str, *, max_attempts: int, force: bool) -> Recovered:
+async def recover(
+    store: EventStore, run_id: str, *, max_attempts: int, force: bool, persona: str = ""
+) -> Recovered:
     """Take over the run ``run_id`` (or a unique prefix of it) for this process.
 
     A run that already finished, or still runs in a live process, is refused. One whose
@@ -121,12 +123,28 @@ async def recover(store: EventStore, run_id: str, *, max_attempts: int, force: b
     first = recorded[0] if recorded else None
     if recorded and not isinstance(first, RunStart):
         raise StewardError(f"run {row.id} has no recorded start; there is nothing to resume")
+    if isinstance(first, RunStart) and first.persona != persona:
+        # Its tools and policy were the persona's: going on as another would change them.
+        started = (
+            f"as persona {first.persona!r} (--persona {first.persona})"
+            if first.persona
+            else "without a persona"
+        )
+        raise ConfigError(f"run {row.id} was started {started}; continue it the same way")
     log = resumable_prefix(recorded)
     if recorded and len(log) == len(recorded) and isinstance(recorded[-1], DoneEvent):
         done = recorded[-1]
         if row.status != done.status:  # the process died between the event and the row
             await store.set_status(row.id, done.status, done.end_status, output=done.message)
         raise RunError("the run already finished; start a new one", run_id=row.id, status=done.status)
+    if isinstance(first, RunStart) and first.persona != persona:
+        # Its tools and policy were the persona's: going on as another would change them.
+        started = (
+            f"as persona {first.persona!r} (--persona {first.persona})"
+            if first.persona
+            else "without a persona"
+        )
+        raise ConfigError(f"run {row.id} was started {started}; continue it the same way")
     attempts = row.attempts
     if row.status == "running":  # its process stopped without closing it: a crash
         if row.owner and not force and owner_alive(row.owner):

@@ -93,8 +93,10 @@ class Run:
         remember: Callable[[str], None] | None = None,
         store: EventStore | None = None,
         prepare: Callable[[], Awaitable[None]] | None = None,
+        persona: str = "",
     ) -> None:
         self._prepare = prepare
+        self._persona = persona
         self._loop = loop
         self._store = store
         self._log: RunLog | None = None
@@ -237,6 +239,7 @@ class Run:
                     model=self._model_name,
                     workspace=str(st.workspace),
                     max_steps=self._max_steps,
+                    persona=self._persona,
                 )
             )
         finished = False

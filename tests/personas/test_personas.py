@@ -196,3 +196,22 @@ async def test_a_missing_personas_folder_cannot_be_made_by_the_agent(tmp_path: P
     await Agent(FunctionModel(model)).run("make a persona", workspace=tmp_path)
     assert not (tmp_path / "personas" / "coder.toml").exists()
     assert not (tmp_path / "personas").exists() or not any((tmp_path / "personas").iterdir())
+
+
+def test_a_run_started_as_a_persona_goes_on_as_that_persona(tmp_path: Path) -> None:
+    script = [
+        {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Which folder?"}},
+        {"tool": "bash", "args": {"command": "echo widened > widened.txt"}},
+        {"text": "done"},
+    ]
+    (tmp_path / "personas").mkdir()
+    (tmp_path / "personas" / "script.yaml").write_text(yaml.safe_dump(script))
+    write(
+        tmp_path / "personas", "asker", 'role = "asker"\ntools = ["glob"]\nmodel = "scripted:script.yaml"\n'
+    )
+    started = run_cli(tmp_path, "run", "ask first", "--persona", "asker", "--json")
+    assert '"type":"waiting"' in started.stdout, started.stderr
+    answered = run_cli(tmp_path, "answer", "last", "src", "--json")  # no --persona: the run's own
+    assert answered.returncode == 0, answered.stderr
+    assert "not available to this agent" in answered.stdout  # bash is still not the asker's
+    assert not (tmp_path / "widened.txt").exists()

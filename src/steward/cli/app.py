@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from steward.agent import Agent
+    from steward.config import Config
     from steward.events import Event
     from steward.personas import Persona
     from steward.run import Run
@@ -227,8 +228,15 @@ def _continue(
     no_sandbox: bool = False,
     mode: str | None = None,
 ) -> None:
-    """Rebuild a recorded run from the store, apply ``action`` if any, and drive it on."""
+    """Rebuild a recorded run from the store, apply ``action`` if any, and drive it on.
+
+    A run started as a persona goes on as that persona (its tools, policy and limits).
+    """
     config = config_from_flags(workspace, model, None, mode=mode, no_sandbox=no_sandbox)
+    started_as = asyncio.run(_started_as(config, workspace, run_id, waiting=action is not None))
+    persona = _persona(started_as, workspace) if started_as else None
+    if persona is not None:
+        config = config_from_flags(workspace, model, None, mode=mode, no_sandbox=no_sandbox, persona=persona)
 
     async def go(agent: Agent) -> int:
         from steward.ownership import owner_alive
@@ -250,7 +258,25 @@ def _continue(
             typer.echo(f"steward: resuming run {run.id} at step {run.state.counters.step}", err=True)
         return await drive(run, json_lines=json_lines, quiet=quiet, first=first)
 
-    raise typer.Exit(run_async(go, config, workspace))
+    raise typer.Exit(run_async(go, config, workspace, persona=persona))
+
+
+async def _started_as(config: Config, workspace: Path, run_id: str, *, waiting: bool) -> str:
+    """The persona a recorded run was started as ("" for none, or when the run is not found:
+    the error comes, worded for the user, when the run is looked up to go on)."""
+    from steward.agent import store_url
+    from steward.errors import StewardError
+    from steward.events import RunStart
+    from steward.store.events import open_store
+
+    last = ("waiting",) if waiting else ("running", "waiting", "cancelled", "failed")
+    async with await open_store(store_url(config, workspace)) as store:
+        try:
+            row = await store.find_run(run_id, last=last)
+        except StewardError:
+            return ""
+        first = await store.first_event(row.id)
+    return first.persona if isinstance(first, RunStart) else ""
 
 
 async def _find_run(agent: Agent, run_id: str, *, waiting: bool) -> RunRow:

@@ -202,13 +202,14 @@ class EventStore:
             gone = await conn.execute(runs_table.delete().where(runs_table.c.id == run_id))
         return bool(gone.rowcount)
 
-    async def events(self, run_id: str, after_seq: int = 0) -> list[Event]:
-        """The run's events with ``seq > after_seq``, in order, as typed events."""
+    async def events(self, run_id: str, after_seq: int = 0, *, limit: int | None = None) -> list[Event]:
+        """The run's events with ``seq > after_seq``, in order, as typed events (the first ``limit``)."""
         query = (
             sa.select(events_table, runs_table.c.session_id)
             .join(runs_table, runs_table.c.id == events_table.c.run_id)
             .where(events_table.c.run_id == run_id, events_table.c.seq > after_seq)
             .order_by(events_table.c.seq)
+            .limit(limit)
         )
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
@@ -225,6 +226,11 @@ class EventStore:
             )
             for row in rows
         ]
+
+    async def first_event(self, run_id: str) -> Event | None:
+        """The run's first recorded event (its ``run_start``), without reading the whole log."""
+        found = await self.events(run_id, limit=1)
+        return found[0] if found else None
 
     async def last_seq(self, run_id: str) -> int:
         async with self._engine.connect() as conn:
