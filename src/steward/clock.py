@@ -83,9 +83,3 @@ def timeout(seconds: float) -> asyncio.Timeout:
     import asyncio
 
     return asyncio.timeout(seconds)
-
-
-async def sleep(seconds: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(seconds)

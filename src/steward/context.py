@@ -31,8 +31,6 @@ from steward.memory.transcript import Transcript
 from steward.memory.working import Step, WorkingMemory
 from steward.models.base import Message, ModelRequest, ToolResultMessage, ToolSpec, schema_chars
 
-RECALL_TOOL = "recall_output"
-
 
 def _cut(result: ToolResultMessage, keep: int) -> ToolResultMessage:
     head, tail = result.content[: keep // 2], result.content[-(keep // 2) :] if keep > 1 else ""

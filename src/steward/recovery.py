@@ -123,14 +123,6 @@ async def recover(
     first = recorded[0] if recorded else None
     if recorded and not isinstance(first, RunStart):
         raise StewardError(f"run {row.id} has no recorded start; there is nothing to resume")
-    if isinstance(first, RunStart) and first.persona != persona:
-        # Its tools and policy were the persona's: going on as another would change them.
-        started = (
-            f"as persona {first.persona!r} (--persona {first.persona})"
-            if first.persona
-            else "without a persona"
-        )
-        raise ConfigError(f"run {row.id} was started {started}; continue it the same way")
     log = resumable_prefix(recorded)
     if recorded and len(log) == len(recorded) and isinstance(recorded[-1], DoneEvent):
         done = recorded[-1]

@@ -44,7 +44,12 @@ class JobError(StewardError):
 
 
 class LeaseLost(StewardError):  # noqa: N818 - a fact the worker acts on, not a bug
-    """The worker's claim on a job is gone (expired and taken over, or the job was cancelled)."""
+    """The worker's claim on a job is gone: taken over by another worker, or (``cancelled``)
+    the job was cancelled while the claim still holds, so the worker settles it."""
+
+    def __init__(self, message: str, *, cancelled: bool = False) -> None:
+        super().__init__(message)
+        self.cancelled = cancelled
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +237,7 @@ class JobStore:
         await self._held(claim, lease_expires_at=now + lease_s, updated_at=now)
         job = await self.get(claim.job.id)
         if job.cancel_requested:
-            raise LeaseLost(f"job {job.id} was cancelled")
+            raise LeaseLost(f"job {job.id} was cancelled", cancelled=True)
         return job
 
     async def attach_run(self, claim: Claim, run_id: str) -> None:

@@ -128,7 +128,7 @@ class Worker:
             except LeaseLost as lost:
                 if job_task is not None:
                     job_task.cancel(str(lost))
-                if "cancelled" in str(lost):
+                if lost.cancelled:
                     with contextlib.suppress(LeaseLost):
                         await self.jobs.finish(claim, "cancelled", error="cancelled by the user")
                 return
