@@ -119,7 +119,7 @@ jobs = sa.Table(
     sa.Column("updated_at", sa.Double, nullable=False),
     sa.Column("started_at", sa.Double, nullable=True),
     sa.Column("finished_at", sa.Double, nullable=True),
-    sa.Index("ix_jobs_claim", "status", "role", "priority", "created_at"),
+    sa.Index("ix_jobs_claim", "status", sa.text("priority DESC"), "created_at", "id"),
     sa.Index("ix_jobs_lease", "status", "lease_expires_at"),
     sa.Index("ix_jobs_parent", "parent_id"),
     sa.Index(
