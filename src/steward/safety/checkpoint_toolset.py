@@ -9,7 +9,10 @@ change is reverted; the call then fails with a message naming what was undone.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import contextlib
+import fcntl
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,14 @@ class CheckpointToolset(WrapperToolset):
         if not ctx.writable or not changes_files(name, spec):
             return await self.wrapped.call_tool(name, arguments, ctx)
         checkpointer = self._checkpointer(ctx.workspace)
+        async with _one_at_a_time(
+            checkpointer.shadow.path.with_name(checkpointer.shadow.path.name + ".lock")
+        ):
+            return await self._checkpointed(checkpointer, name, arguments, ctx)
+
+    async def _checkpointed(
+        self, checkpointer: Checkpointer, name: str, arguments: Mapping[str, Any], ctx: ToolContext
+    ) -> ToolResult:
         try:
             before = await asyncio.to_thread(
                 checkpointer.before, ctx.run_id or "adhoc", step=ctx.step, tool=name
@@ -76,6 +87,29 @@ class CheckpointToolset(WrapperToolset):
             category="protected",
             notes=(*noted, *result.notes, ("undone", undone.message())),
         )
+
+
+@contextlib.asynccontextmanager
+async def _one_at_a_time(lock: Path) -> AsyncIterator[None]:
+    """Hold the workspace's lock, across processes, from the checkpoint to the comparison.
+
+    Two runs changing one workspace at once (two jobs of a worker, two workers) would each see
+    the other's changes, and the other's read-only placeholders, as their own call's and undo
+    them. One checkpointed call at a time per workspace makes every comparison its own call's.
+    The wait is bounded by the call's own deadline (the wrapper outside cancels it).
+    """
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        for _ in range(10**9):  # bounded by the call's deadline, which cancels the sleep
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _after(checkpointer: Checkpointer, before: Before) -> Undone:
