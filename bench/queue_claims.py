@@ -3,8 +3,8 @@
     .venv/bin/python bench/queue_claims.py [--sizes 100,1000,10000] [--postgres URL]
 
 Queues N jobs, then claims and finishes 200 of them one by one (one worker), and prints claims
-per second and the median claim latency. The end-to-end worker benchmark (``bench/jobs.py``,
-issue 13) is still to come; this one measures the queue's own mechanism.
+per second and the median claim latency: the queue's own mechanism. ``bench/jobs.py`` measures
+jobs end to end with worker processes, and claims against a raw-SQL loop.
 """
 
 from __future__ import annotations

@@ -26,15 +26,20 @@ _WHERE = {
     "Config": "steward.config",
     "ConfigError": "steward.errors",
     "Event": "steward.events",
+    "FencedOut": "steward.errors",
     "FilteredToolset": "steward.tools.base",
     "FunctionModel": "steward.models.scripted",
     "FunctionToolset": "steward.tools.base",
+    "Job": "steward.jobs.store",
+    "JobError": "steward.jobs.store",
+    "JobHandle": "steward.jobs.api",
     "Limits": "steward.config",
     "Model": "steward.models.base",
     "ModelError": "steward.errors",
     "ModelRequest": "steward.models.base",
     "ModelResponse": "steward.models.base",
     "PrefixedToolset": "steward.tools.base",
+    "Queue": "steward.jobs.api",
     "Run": "steward.run",
     "RunError": "steward.errors",
     "RunResult": "steward.run",
@@ -66,15 +71,20 @@ __all__ = [
     "Config",
     "ConfigError",
     "Event",
+    "FencedOut",
     "FilteredToolset",
     "FunctionModel",
     "FunctionToolset",
+    "Job",
+    "JobError",
+    "JobHandle",
     "Limits",
     "Model",
     "ModelError",
     "ModelRequest",
     "ModelResponse",
     "PrefixedToolset",
+    "Queue",
     "ReplayError",
     "Run",
     "RunError",
@@ -119,6 +129,7 @@ if TYPE_CHECKING:
     from steward.config import Config, Limits, load_config
     from steward.errors import (
         ConfigError,
+        FencedOut,
         ModelError,
         ReplayError,
         RunError,
@@ -128,6 +139,8 @@ if TYPE_CHECKING:
         ToolError,
     )
     from steward.events import Event, decode_event, encode_event
+    from steward.jobs.api import JobHandle, Queue
+    from steward.jobs.store import Job, JobError
     from steward.memory.working import WorkingMemory
     from steward.models.base import Model, ModelRequest, ModelResponse, Usage
     from steward.models.scripted import FunctionModel, ScriptedModel

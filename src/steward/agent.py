@@ -8,10 +8,12 @@ that run's state; a run that waits for a human is answered through ``Run.answer`
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from steward.answers import check_schema, schema_prompt
 from steward.config import Config, Limits, ProviderSettings
 from steward.context import ContextBuilder
 from steward.errors import ConfigError
@@ -386,7 +388,15 @@ class Agent:
                 self._mcp = []
         return list(self._mcp)
 
-    async def resume(self, run_id: str, *, max_attempts: int = 3, force: bool = False) -> Run:
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        max_attempts: int = 3,
+        force: bool = False,
+        fence: int | None = None,
+        output_schema: dict[str, Any] | None = None,
+    ) -> Run:
         """The run ``run_id`` (or a unique prefix of it) rebuilt from the store, ready to go on.
 
         A waiting run comes back waiting: answer or approve it. A run whose process died comes
@@ -397,6 +407,8 @@ class Agent:
 
         A run recorded as running by a live process on this machine is refused; one recorded
         by another machine is refused unless ``force`` (this machine cannot tell if it lives).
+        With a ``fence`` (a job's claim), the log takes this process's writes only while the
+        job's newest claim is that one.
         """
         from steward.recovery import recover
 
@@ -419,11 +431,17 @@ class Agent:
         goal, workspace = (
             (first.goal, first.workspace) if isinstance(first, RunStart) else (row.goal, row.workspace)
         )
-        run = self.start(goal, workspace=workspace, run_id=row.id, session_id=row.session_id, history=history)
+        # It goes on with the output schema it was started with, or without one: as recorded.
+        # (``output_schema`` is for a run that has not started yet: a job's first claim.)
+        schema = first.output_schema if isinstance(first, RunStart) else self._output_schema(output_schema)
+        run = self._start(
+            goal, workspace=workspace, run_id=row.id, session_id=row.session_id, history=history, fence=fence,
+            output_schema=schema,
+        )  # fmt: skip
         if found.log:
             await run._rebuild(found.log, found.last_seq)
         else:
-            run._log = store.log(row.id, session_id=row.session_id, last_seq=0)
+            run._log = store.log(row.id, session_id=row.session_id, last_seq=0, fence=fence)
         await store.set_status(
             row.id, run.status, run.state.end_status, output=run.state.output,
             owner=process_owner() if run.status == "running" else None, attempts=attempts,
@@ -438,10 +456,38 @@ class Agent:
         run_id: str | None = None,
         session_id: str | None = None,
         history: History | None = None,
+        fence: int | None = None,
+        output_schema: Mapping[str, Any] | None = None,
     ) -> Run:
-        """Create a run for ``goal`` (nothing happens until it is streamed or awaited)."""
+        """Create a run for ``goal`` (nothing happens until it is streamed or awaited).
+
+        ``output_schema`` (a JSON Schema; default: the persona's, if it has one) types the result:
+        the run ends solved only with an answer that is JSON matching it, and that JSON is the
+        run's output. A schema that is not valid is a ``ConfigError``.
+        """
+        return self._start(
+            goal, workspace=workspace, run_id=run_id, session_id=session_id, history=history, fence=fence,
+            output_schema=self._output_schema(output_schema),
+        )  # fmt: skip
+
+    def _output_schema(self, given: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        return given if given is not None or self.persona is None else self.persona.output_schema
+
+    def _start(
+        self,
+        goal: str,
+        *,
+        workspace: str | Path,
+        run_id: str | None,
+        session_id: str | None,
+        history: History | None,
+        fence: int | None,
+        output_schema: Mapping[str, Any] | None,
+    ) -> Run:
+        """``start`` with the output schema as given (a resumed run's is the recorded one)."""
         check_goal(goal)
         ws = check_workspace(workspace)
+        schema = check_schema(output_schema) if output_schema is not None else None
         model = self.model
         lim = self.limits
         rid = run_id or os.urandom(6).hex()
@@ -466,6 +512,8 @@ class Agent:
                 static += f"\n\n## Summary of the previous session\n{history.previous}"
             if history.summary:
                 static += f"\n\n## Earlier in this session (summarised)\n{history.summary}"
+        if schema is not None:
+            static += "\n\n" + schema_prompt(schema)
         state.transcript.add_goal(goal)
         from steward.safety.protected import protected_reason
 
@@ -485,25 +533,31 @@ class Agent:
             state=state,
             context=ContextBuilder(budget_settings(self.config, lim)),
             tool_context=ctx,
-            settings=loop_settings(self.config, lim),
+            settings=replace(loop_settings(self.config, lim), output_schema=schema),
         )
         loop.core_memory = self.core_memory
         return Run(
             loop, model_name=model.name, max_steps=lim.max_steps, remember=self.remember, store=self.store,
-            prepare=self.prepare, persona=self.persona.name if self.persona is not None else "",
+            prepare=self.prepare, persona=self.persona.name if self.persona is not None else "", fence=fence,
         )  # fmt: skip
 
-    async def run(self, goal: str, *, workspace: str | Path = ".") -> RunResult:
-        return await self.start(goal, workspace=workspace).result()
+    async def run(
+        self, goal: str, *, workspace: str | Path = ".", output_schema: Mapping[str, Any] | None = None
+    ) -> RunResult:
+        return await self.start(goal, workspace=workspace, output_schema=output_schema).result()
 
-    def run_sync(self, goal: str, *, workspace: str | Path = ".") -> RunResult:
+    def run_sync(
+        self, goal: str, *, workspace: str | Path = ".", output_schema: Mapping[str, Any] | None = None
+    ) -> RunResult:
         import asyncio  # deferred like every asyncio use: `import steward` stays fast
 
-        return asyncio.run(self.run(goal, workspace=workspace))
+        return asyncio.run(self.run(goal, workspace=workspace, output_schema=output_schema))
 
-    def run_stream(self, goal: str, *, workspace: str | Path = ".") -> RunStream:
+    def run_stream(
+        self, goal: str, *, workspace: str | Path = ".", output_schema: Mapping[str, Any] | None = None
+    ) -> RunStream:
         """The run's events as they happen; ``.run`` is the run, to answer it when it waits."""
-        return RunStream(self.start(goal, workspace=workspace))
+        return RunStream(self.start(goal, workspace=workspace, output_schema=output_schema))
 
 
 def _recaller(memory: WorkingMemory) -> Callable[[str], str | None]:

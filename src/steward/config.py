@@ -9,13 +9,18 @@ environment (``STEWARD_MODEL``) < command-line flags. A wrong key or value is a
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
+import re
+import shlex
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
 from steward.errors import ConfigError
 from steward.secret_paths import DEFAULT_SECRET_FILES
@@ -247,6 +252,37 @@ class McpServerConfig:
     writable: list[str] = field(default_factory=list, metadata={"doc": "With sandbox: paths it may write."})
 
 
+NotifyEvent = Literal["done", "failed", "cancelled", "dead", "waiting"]
+NOTIFY_EVENTS: tuple[NotifyEvent, ...] = get_args(NotifyEvent)
+
+
+@dataclass(slots=True)
+class NotifySettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    command: list[str] = field(
+        default_factory=list,
+        metadata={
+            "doc": 'A program and its arguments, e.g. ["notify-send", "steward"] (no shell): run with '
+            "the job as JSON on stdin and STEWARD_JOB_ID, STEWARD_JOB_STATUS, STEWARD_JOB_EVENT set."
+        },
+    )
+    url: str | None = _f(None, "An http:// or https:// URL the job is POSTed to as JSON.")
+    on: list[NotifyEvent] = field(
+        default_factory=lambda: list(NOTIFY_EVENTS),
+        metadata={"doc": "Events that notify: the job ended done, failed, cancelled or dead; waiting."},
+    )
+    timeout_s: float = _f(
+        10.0, "Longest a notification may take (the command, or the POST with its retries).", gt=0, le=300
+    )
+    headers: dict[str, str] = field(
+        default_factory=dict, metadata={"doc": 'Extra HTTP headers, e.g. {Authorization = "Bearer ..."}.'}
+    )
+    secret: str | None = _f(
+        None, "Signs each POST: X-Steward-Signature: sha256=<hex HMAC-SHA256 of the body with this key>."
+    )
+
+
 PROVIDERS = ("anthropic", "ollama", "openai")
 
 
@@ -273,6 +309,9 @@ class Config:
     checkpoints: CheckpointSettings = field(
         default_factory=CheckpointSettings, metadata={"doc": "Workspace checkpoints and rewind."}
     )
+    notify: NotifySettings = field(
+        default_factory=NotifySettings, metadata={"doc": "Who is told when a job ends or waits."}
+    )
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -287,7 +326,13 @@ _SECTIONS: dict[str, type[Any]] = {
     "rules": RulesSettings,
     "mcp_servers": McpServerConfig,
     "checkpoints": CheckpointSettings,
+    "notify": NotifySettings,
 }
+
+# Lists that are one value, not a set of rules: a later layer's replaces an earlier one's (a
+# command line glued to another command line is neither).
+_WHOLE_LISTS = frozenset({"notify.command", "notify.on"})
+_ARGV_LISTS = frozenset({"notify.command"})  # a program and its arguments
 
 
 def user_config_path() -> Path:
@@ -326,12 +371,12 @@ def _exists(path: Path, *, optional: bool) -> bool:
         raise ConfigError(f"{path}: cannot be checked ({exc.strerror}). Fix its permissions.") from None
 
 
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def _merge(base: dict[str, Any], over: Mapping[str, Any], where: str = "") -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        elif isinstance(value, list) and isinstance(out.get(key), list):
+            out[key] = _merge(out[key], value, f"{where}{key}.")
+        elif isinstance(value, list) and isinstance(out.get(key), list) and where + key not in _WHOLE_LISTS:
             # Lists add up across layers: rules from the user file, the project and the
             # command line all apply.
             out[key] = [*out[key], *(v for v in value if v not in out[key])]
@@ -369,13 +414,62 @@ def _problem(err: Mapping[str, Any]) -> str:
     """One pydantic error as the user should read it: the key, what is wrong, what is allowed."""
     loc = [str(p) for p in err["loc"]]
     key = ".".join(loc)
+    got = err.get("input")
     if err["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
         return f"unknown key '{key}' (allowed here: {_allowed(loc)})"
     if err["type"] == "bool_type":
-        got = err.get("input")
         quoted = " (without quotes)" if isinstance(got, str) else ""
         return f"'{key}' must be true or false{quoted}, got {got!r}"
-    return f"'{key}': {err['msg']} (got {err.get('input')!r})"
+    if err["type"] == "list_type" and isinstance(got, str):
+        return f"'{key}' must be a list of strings, not one string: write {loc[-1]} = {_as_list(key, got)}"
+    if err["type"] == "literal_error":
+        # The key of the setting, not of the list item: 'notify.on', not 'notify.on.0'.
+        key = ".".join(str(p) for p in err["loc"] if not isinstance(p, int))
+        return f"'{key}' cannot be {got!r}; allowed: {err.get('ctx', {}).get('expected', err['msg'])}"
+    return f"'{key}': {err['msg']} (got {got!r})"
+
+
+def _as_list(key: str, text: str) -> str:
+    """``text`` written as the TOML list it should have been (a JSON list of strings is one)."""
+    items = [text]
+    if key in _ARGV_LISTS:
+        with contextlib.suppress(ValueError):  # unbalanced quotes: show it as one item
+            items = shlex.split(text)
+    return json.dumps(items)
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def _is_http_url(url: str) -> bool:
+    parts = urlsplit(url)
+    try:
+        port_ok = parts.port is None or parts.port > 0  # .port raises on a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and port_ok
+
+
+def _check_notify(notify: NotifySettings, source: str) -> None:
+    """What the types cannot say about [notify]: a URL to POST to, a program, sendable headers."""
+    if notify.url is not None and not _is_http_url(notify.url):
+        raise ConfigError(
+            f"{source}: 'notify.url' must be an http:// or https:// URL with a host, "
+            f'e.g. "https://hooks.example.com/steward" (got {notify.url!r})'
+        )
+    if notify.command and not notify.command[0].strip():
+        raise ConfigError(
+            f"{source}: 'notify.command' must start with a program, e.g. "
+            f'["notify-send", "steward"] (got {notify.command!r})'
+        )
+    for name, value in notify.headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise ConfigError(f"{source}: 'notify.headers' has {name!r}, which is not a header name")
+        if not value.isascii() or any(c in value for c in "\r\n\0"):
+            raise ConfigError(
+                f"{source}: 'notify.headers.{name}' holds a line break, a NUL or a non-ASCII character, "
+                "which a header value cannot"
+            )
 
 
 @functools.cache
@@ -412,6 +506,7 @@ def _validate(data: Mapping[str, Any], source: str) -> Config:
         problems = [_problem(err) for err in exc.errors(include_url=False)]
         raise ConfigError(f"{source}: " + "; ".join(problems)) from None
     _check_bounds(config, "", source)
+    _check_notify(config.notify, source)
     return config
 
 

@@ -69,6 +69,7 @@ class ApprovalRequired(StewardError):  # noqa: N818 - control flow: the run paus
         suggestion: str | None,
         description: str = "",
         deadline: float | None = None,
+        waits_for: str = "",
     ) -> None:
         super().__init__(f"{tool} needs approval: {reason}")
         self.tool = tool
@@ -80,6 +81,8 @@ class ApprovalRequired(StewardError):  # noqa: N818 - control flow: the run paus
         self.description = description
         #: When the approval expires (epoch seconds); None: the run's approval timeout from now.
         self.deadline = deadline
+        #: A job the call waits for instead of a person (``delegate``): the run goes on when it ends.
+        self.waits_for = waits_for
 
 
 class RunError(StewardError):
@@ -97,3 +100,8 @@ class ReplayError(RunError):
 
 class StoreError(StewardError):
     """The store could not record or read something; what was recorded before is kept."""
+
+
+class FencedOut(StoreError):  # noqa: N818 - a fact the worker acts on, like LeaseLost
+    """A worker's claim on a job's run is no longer the newest: another worker took the job over
+    (this one was paused or cut off past its lease). Nothing more of this worker reaches the log."""

@@ -62,6 +62,8 @@ class RunStart(Event):
     workspace: str
     max_steps: int
     persona: str = ""  # the persona the run was started as ("": none); it goes on as the same
+    #: The JSON Schema its answer must match (``steward.answers``); None: any text. Resumed with it.
+    output_schema: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -168,7 +170,7 @@ class ErrorEvent(Event):
 @dataclass(slots=True)
 class WaitingEvent(Event):
     type: ClassVar[str] = "waiting"
-    kind: str  # "question" (later also "approval")
+    kind: str  # "question", "approval", or "job" (a delegated job has not ended yet)
     id: str
     question: str
 
@@ -187,6 +189,7 @@ class ApprovalGateEvent(Event):
     suggestion: str | None = None  # the rule "approve always" would remember
     call_hash: str = ""  # binds the approval to these exact arguments
     description: str = ""  # what the tool says it does (an MCP server's own description)
+    waits_for: str = ""  # a job the call waits for (``delegate``): it goes on when that job ends
 
 
 @dataclass(slots=True)

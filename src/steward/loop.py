@@ -195,9 +195,8 @@ class Loop:
         whoever consumes the events.
         """
         s = self.settings
-        stream = RetryingModel(self.model, retries=s.model_retries, backoff_s=s.model_retry_backoff_s).stream(
-            request
-        )
+        retrying = RetryingModel(self.model, retries=s.model_retries, backoff_s=s.model_retry_backoff_s)
+        stream = retrying.stream(request)
         try:
             while (piece := await within(self.clock, lambda: anext(stream, None))) is not None:
                 yield self._shown(piece)
@@ -231,7 +230,8 @@ class Loop:
         st = self.state
         if not calls:
             if text.strip():
-                yield rs.Finish("solved", text.strip())
+                for item in self._answer("solved", text.strip()):
+                    yield item
                 return
             st.empty_replies += 1
             if st.empty_replies >= self.settings.max_empty_replies:
@@ -252,12 +252,17 @@ class Loop:
                     outcome = item
             if not isinstance(outcome, rs.Continue):
                 for skipped in calls[n + 1 :]:
-                    self.state.reply(
-                        skipped, "Not run: an earlier call in the same reply ended or paused the run."
-                    )
+                    st.reply(skipped, "Not run: an earlier call in the same reply ended or paused the run.")
                 break
         async for item in self._after_step(outcome):
             yield item
+
+    def _answer(
+        self, status: EndStatus, text: str, call: ToolCall | None = None, thinking: str = ""
+    ) -> list[ev.Event | rs.Outcome]:
+        """A final answer ends the run, unless the run's output schema sends it back to be fixed."""
+        events, outcome = rs.final_answer(self.state, self.settings, status, text, call, thinking)
+        return [*map(self.emit, events), outcome]
 
     async def _after_step(self, outcome: rs.Outcome) -> Items:
         st, c = self.state, self.state.counters
@@ -302,15 +307,11 @@ class Loop:
             case "act":
                 assert step.action is not None
                 if step.action.tool_name == AGENT_STEP:
-                    self.state.reply(
-                        call, "action.tool_name cannot be agent_step; name the tool to run.", error=True
-                    )
+                    st.reply(call, "action.tool_name cannot be agent_step; name the tool to run.", error=True)
                     yield rs.CONTINUE
                     return
-                action = step.action
-                async for item in self._act(
-                    call, action.tool_name, action.tool_input, step.thinking, step.summary
-                ):
+                a = step.action
+                async for item in self._act(call, a.tool_name, a.tool_input, step.thinking, step.summary):
                     yield item
             case "feedback":
                 mem.add_step(Step(n, "feedback", step.thinking, step.feedback_message))
@@ -318,9 +319,8 @@ class Loop:
                 yield rs.Pause(rs.Pending(f"q-{st.run_id}-{n}", "question", step.feedback_message, call.id))
             case "end":
                 assert step.end_status is not None
-                mem.add_step(Step(n, "end", step.thinking, step.end_message))
-                self.state.reply(call, compact_json({"acknowledged": True, "end_status": step.end_status}))
-                yield rs.Finish(step.end_status, step.end_message)
+                for item in self._answer(step.end_status, step.end_message, call, step.thinking):
+                    yield item
             case "plan" | "reason" | "verify" | "reflect":
                 failed_attempt = step.phase == "plan" and attempt_failed(mem)
                 ack, events = record_phase(mem, step, n)

@@ -9,13 +9,19 @@ from __future__ import annotations
 import os
 
 
-def process_owner() -> str:
-    """Who runs a run, as recorded in the store: ``host:pid:start`` (start tells reused pids apart)."""
+def host_id() -> str:
+    """This machine's name in the store: ``STEWARD_HOST_ID`` if set (containers that share a
+    host name, several workers' hosts on one database), else the host name."""
     import socket
 
+    return os.environ.get("STEWARD_HOST_ID", "").strip() or socket.gethostname()
+
+
+def process_owner() -> str:
+    """Who runs a run, as recorded in the store: ``host:pid:start`` (start tells reused pids apart)."""
     from steward._proc import process_start
 
-    return f"{socket.gethostname()}:{os.getpid()}:{process_start(os.getpid()) or ''}"
+    return f"{host_id()}:{os.getpid()}:{process_start(os.getpid()) or ''}"
 
 
 def owner_alive(owner: str) -> bool:
@@ -24,12 +30,10 @@ def owner_alive(owner: str) -> bool:
     Only processes on this host can be checked; one elsewhere is taken to be alive. A zombie,
     or another process that got the same pid later, is not the owner.
     """
-    import socket
-
     from steward._proc import pid_alive
 
     host, _, rest = owner.partition(":")
-    if host != socket.gethostname():
+    if host != host_id():
         return True
     pid_text, _, start = rest.partition(":")
     try:

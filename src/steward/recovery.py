@@ -283,6 +283,9 @@ class RecordedToolset(WrapperToolset):
             match stopped:
                 case ToolUse():  # it began, then the process stopped: never run it again silently
                     return ToolResult(INTERRUPTED, is_error=True, category="interrupted", duration_ms=0.0)
+                case ApprovalResultEvent(decision="approved") if replay.gate and replay.gate.waits_for:
+                    # The delegated job ended; asking for its result again changes nothing.
+                    return await self.wrapped.call_tool(name, arguments, ctx)
                 case ApprovalResultEvent(decision="approved") if replay.gate is not None:
                     raise ApprovalRequired(
                         tool=name, arguments=dict(arguments), call_hash=replay.gate.call_hash,
@@ -309,6 +312,7 @@ class RecordedToolset(WrapperToolset):
                     tool=recorded.tool, arguments=recorded.input, call_hash=recorded.call_hash,
                     reason=recorded.reason, suggestion=recorded.suggestion,
                     description=recorded.description, deadline=recorded.deadline,
+                    waits_for=recorded.waits_for,
                 )  # fmt: skip
             case _:
                 assert recorded is not None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -94,9 +94,11 @@ class Run:
         store: EventStore | None = None,
         prepare: Callable[[], Awaitable[None]] | None = None,
         persona: str = "",
+        fence: int | None = None,
     ) -> None:
         self._prepare = prepare
         self._persona = persona
+        self._fence = fence  # the job claim this run's log takes writes from (None: any writer)
         self._loop = loop
         self._store = store
         self._log: RunLog | None = None
@@ -128,12 +130,12 @@ class Run:
         """Whether the run is recorded, so it can be resumed or answered from another process."""
         return self._store is not None
 
-    def stream(self) -> AsyncIterator[Event]:
+    def stream(self) -> AsyncGenerator[Event, None]:
         """Run until done, failed or waiting, yielding every event."""
         events, self._suspended = self._suspended or self._events(), None
         return self._recorded(events)
 
-    async def _recorded(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    async def _recorded(self, events: AsyncIterator[Event]) -> AsyncGenerator[Event, None]:
         """Record each new event of the log in the store (when there is one) as it is shown.
 
         Events are queued to the store's writer as they come; the stream waits for them to be
@@ -153,7 +155,7 @@ class Run:
                 st.run_id, goal=st.goal, session_id=st.session_id, workspace=str(st.workspace),
                 model=self._model_name, owner=process_owner(),
             )  # fmt: skip
-            self._log = store.log(st.run_id, session_id=st.session_id, last_seq=0)
+            self._log = store.log(st.run_id, session_id=st.session_id, last_seq=0, fence=self._fence)
         log = self._log
         if st.status == "running":  # going on (again): this process owns the run now
             log.status("running", owner=process_owner())
@@ -199,7 +201,9 @@ class Run:
         loop.model, loop.toolset, loop.clock = replay.attach(loop.model, loop.toolset, loop.clock)
         loop.stamp = replay.stamp
         if self._store is not None:
-            self._log = self._store.log(self.id, session_id=self.state.session_id, last_seq=last_seq)
+            self._log = self._store.log(
+                self.id, session_id=self.state.session_id, last_seq=last_seq, fence=self._fence
+            )
         stream = self._events()
         # Bounded by the log: each pass consumes at least one recorded event or ends.
         for _ in range(len(events) + 2):
@@ -233,6 +237,7 @@ class Run:
             raise RuntimeError(f"run {st.run_id} is {st.status}; start a new run")
         if not self._started:
             self._started = True
+            schema = self._loop.settings.output_schema
             yield self._loop.emit(
                 RunStart(
                     goal=st.goal,
@@ -240,6 +245,7 @@ class Run:
                     workspace=str(st.workspace),
                     max_steps=self._max_steps,
                     persona=self._persona,
+                    output_schema=dict(schema) if schema is not None else None,
                 )
             )
         finished = False

@@ -8,12 +8,14 @@ changes this state; events record how it changed.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from steward import signals as sig
-from steward.errors import ApprovalRequired
+from steward.answers import check_answer
+from steward.errors import ApprovalRequired, ConfigError
 from steward.events import (
     AnswerEvent,
     ApprovalGateEvent,
@@ -76,14 +78,15 @@ class Approval:
     thinking: str
     summary: str
     description: str = ""
+    waits_for: str = ""  # a job the call waits for (a delegation), not a person
 
 
 @dataclass(slots=True, frozen=True)
 class Pending:
-    """Something only a human can answer; the run waits for it (a question or an approval)."""
+    """What the run waits for: a human's answer or approval, or (``job``) a job it delegated to."""
 
     id: str
-    kind: Literal["question", "approval"]
+    kind: Literal["question", "approval", "job"]
     question: str
     call_id: str
     approval: Approval | None = None
@@ -130,6 +133,10 @@ class LoopSettings:
     summarize_failed_attempts: bool = True
     run_timeout_s: float = 0.0
     """Seconds the run may spend running (time waiting for a human not counted); 0: no limit."""
+    output_schema: Mapping[str, Any] | None = None
+    """The JSON Schema a solved run's answer must match (``steward.answers``); None: any text."""
+    max_invalid_answers: int = 3
+    """Answers in a row that do not match ``output_schema`` before the run fails."""
 
 
 @dataclass(slots=True)
@@ -155,6 +162,8 @@ class RunState:
     resume: Resume | None = None
     #: Seconds spent running in this process so far, up to the last pause (the loop's clock).
     run_time_s: float = 0.0
+    #: Final answers rejected by the output schema since a tool last ran.
+    invalid_answers: int = 0
 
     # --- what a step leaves behind (the loop decides; these record) ---
 
@@ -176,6 +185,7 @@ class RunState:
     ) -> ToolResultEvent:  # fmt: skip
         """Record a finished call everywhere it belongs; its ``tool_result`` event."""
         n = self.counters.step
+        self.invalid_answers = 0  # work done since: the next answers count afresh
         category = (result.category or sig.categorize_error(result.content)) if result.is_error else None
         status: Literal["success", "failed"] = "failed" if result.is_error else "success"
         self.memory.add_step(
@@ -220,6 +230,55 @@ class RunState:
         return new
 
 
+def final_answer(
+    st: RunState, settings: LoopSettings, status: EndStatus, text: str, call: ToolCall | None = None,
+    thinking: str = "",
+) -> tuple[list[Event], Outcome]:  # fmt: skip
+    """How a final answer ends the run (``call``: the agent_step end; None: a plain text reply).
+
+    With an output schema a solved run's answer must be JSON matching it, and that JSON is the
+    output; an answer that does not match goes back to the model to fix, and after
+    ``max_invalid_answers`` in a row the run fails.
+    """
+    answer = text
+    if settings.output_schema is not None and status == "solved":
+        try:
+            value, problem = check_answer(text, settings.output_schema)
+        except ConfigError as exc:
+            return [], Fail("config_error", str(exc))
+        if value is None:
+            return _rejected(st, settings, problem or "", call)
+        answer = value
+    if call is not None:
+        st.memory.add_step(Step(st.counters.step, "end", thinking, text))
+        st.reply(call, compact_json({"acknowledged": True, "end_status": status}))
+    return [], Finish(status, answer)
+
+
+def _rejected(
+    st: RunState, settings: LoopSettings, problem: str, call: ToolCall | None
+) -> tuple[list[Event], Outcome]:
+    st.invalid_answers += 1
+    again = "call agent_step end again with it as end_message" if call else "reply with only that JSON"
+    message = (
+        f"Your final answer does not match the required output schema: {problem}. The answer must be "
+        f"JSON (alone, or in one ```json block) matching the JSON Schema in your instructions: fix it and "
+        f"{again}."
+    )
+    if call is not None:
+        st.reply(call, message, error=True)
+    else:
+        st.transcript.add_user(message)
+    if st.invalid_answers >= settings.max_invalid_answers:
+        return [], Fail(
+            "invalid_answer",
+            f"The final answer did not match the output schema {st.invalid_answers} times in a row "
+            f"(the last: {problem}). Check that the schema can be met, and say in the goal what the "
+            "answer must hold.",
+        )
+    return [ErrorEvent(code="invalid_answer", message=message, recoverable=True)], CONTINUE
+
+
 def pending_approval(
     request: ApprovalRequired, call: ToolCall, thinking: str, summary: str, settings: LoopSettings, seq: int
 ) -> Pending:
@@ -238,7 +297,10 @@ def pending_approval(
         call=call,
         thinking=thinking,
         summary=summary,
+        waits_for=request.waits_for,
     )
+    if request.waits_for:
+        return Pending(f"j-{request.waits_for}-{seq}", "job", request.reason, call.id, approval)
     question = f"Allow {request.tool} {compact_json(request.arguments)}? ({request.reason})"
     return Pending(f"a-{request.call_hash[:12]}-{seq}", "approval", question, call.id, approval)
 
@@ -254,6 +316,7 @@ def gate_event(pending_id: str, a: Approval) -> ApprovalGateEvent:
         suggestion=a.suggestion,
         call_hash=a.call_hash,
         description=a.description,
+        waits_for=a.waits_for,
     )
 
 

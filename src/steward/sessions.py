@@ -5,8 +5,9 @@ live in ``steward.memory``; this is the part that starts runs, so it sits beside
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from steward.memory.session import History, answer_of, session_history, session_store, turns_text
 
@@ -57,10 +58,14 @@ class Session:
             before_run=before_run,
         )
 
-    async def start(self, goal: str, *, workspace: str | Path = ".") -> Run:
+    async def start(
+        self, goal: str, *, workspace: str | Path = ".", output_schema: Mapping[str, Any] | None = None
+    ) -> Run:
         history = await self.history()
         await self._sessions.touch(self.id)
-        return self.agent.start(goal, workspace=workspace, session_id=self.id, history=history)
+        return self.agent.start(
+            goal, workspace=workspace, session_id=self.id, history=history, output_schema=output_schema
+        )
 
     async def close(self) -> str:
         """Summarise the session (by the model), store the summary and close it; return it."""

@@ -215,3 +215,47 @@ def test_a_run_started_as_a_persona_goes_on_as_that_persona(tmp_path: Path) -> N
     assert answered.returncode == 0, answered.stderr
     assert "not available to this agent" in answered.stdout  # bash is still not the asker's
     assert not (tmp_path / "widened.txt").exists()
+
+
+def test_an_output_schema_is_a_table_or_a_json_file_next_to_the_persona(tmp_path: Path) -> None:
+    personas = tmp_path / "personas"
+    inline = write(personas, "a", '[output_schema]\ntype = "object"\nrequired = ["count"]\n')
+    assert read_persona(inline).output_schema == {"type": "object", "required": ["count"]}
+    (personas / "answer.schema.json").write_text('{"type": "array"}')
+    from_file = write(personas, "b", 'output_schema = "answer.schema.json"\n')
+    assert read_persona(from_file).output_schema == {"type": "array"}
+    assert read_persona(write(personas, "c", 'role = "x"\n')).output_schema is None
+
+
+def test_a_bad_output_schema_names_the_file_the_key_and_what_is_allowed(tmp_path: Path) -> None:
+    personas = tmp_path / "personas"
+    cases = {
+        "n": ("output_schema = 3\n", r"'output_schema' must be a table .* or the path of a \.json file"),
+        "m": ('output_schema = "gone.json"\n', r"'output_schema': .*gone\.json: no such file"),
+        "i": ('[output_schema]\ntype = "objekt"\n', r"'output_schema': not a valid JSON Schema"),
+        "d": ("[output_schema]\ndefault = 1979-05-27\n", r"'output_schema': a JSON Schema holds only JSON"),
+    }
+    for name, (text, expected) in cases.items():
+        path = write(personas, name, text)
+        with pytest.raises(ConfigError, match=expected) as caught:
+            read_persona(path)
+        assert str(path) in str(caught.value), caught.value
+    (personas / "broken.json").write_text("{")
+    with pytest.raises(ConfigError, match=r"broken\.json: not valid JSON"):
+        read_persona(write(personas, "b", 'output_schema = "broken.json"\n'))
+
+
+def test_a_persona_s_output_schema_types_its_runs_and_is_shown(tmp_path: Path) -> None:
+    script = [{"text": "three"}, {"text": '```json\n{"count": 3}\n```'}]
+    (tmp_path / "personas").mkdir()
+    (tmp_path / "personas" / "script.yaml").write_text(yaml.safe_dump(script))
+    write(
+        tmp_path / "personas",
+        "counter",
+        'model = "scripted:script.yaml"\n[output_schema]\ntype = "object"\nrequired = ["count"]\n',
+    )
+    shown = run_cli(tmp_path, "personas", "show", "counter")
+    assert 'output_schema: {"type": "object", "required": ["count"]}' in shown.stdout, shown.stderr
+    ran = run_cli(tmp_path, "run", "count", "--persona", "counter", "--quiet")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == '{"count": 3}'

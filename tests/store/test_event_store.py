@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,7 +72,7 @@ async def test_concurrent_opens_of_a_new_database_all_succeed(store_url: str) ->
 
 async def test_events_round_trip_exactly(store: EventStore) -> None:
     await store.create_run("r1", goal="fix the bug", session_id="s1")
-    envelope = {"run_id": "r1", "session_id": "s1"}
+    envelope: dict[str, Any] = {"run_id": "r1", "session_id": "s1"}
     events: list[Event] = [
         RunStart(
             seq=1,
@@ -80,6 +81,7 @@ async def test_events_round_trip_exactly(store: EventStore) -> None:
             model="m",
             workspace="/w",
             max_steps=5,
+            output_schema={"type": "object", "required": ["count"]},
             **envelope,
         ),
         PlanEvent(

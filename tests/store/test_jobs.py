@@ -121,7 +121,6 @@ async def test_a_waiting_job_frees_its_worker_and_an_answer_puts_it_back(store: 
     await jobs.submit("coder", "ask me", workspace="/w")
     claim = await jobs.claim("w1")
     assert claim is not None
-    await jobs.attach_run(claim, "run-1")
     await jobs.wait(claim)
     assert (await jobs.get(claim.job.id)).status == "waiting"
     assert await jobs.claim("w2") is None  # nothing to do until someone answers
@@ -129,7 +128,7 @@ async def test_a_waiting_job_frees_its_worker_and_an_answer_puts_it_back(store: 
         await jobs.heartbeat(claim)
     await jobs.requeue(claim.job.id)
     again = await jobs.claim("w2")
-    assert again is not None and not again.takeover and again.job.run_id == "run-1"
+    assert again is not None and not again.takeover and again.job.run_id == claim.job.id
     assert again.fence == claim.fence + 1 and again.job.attempts == 0  # a wait is not a crash
 
 
@@ -154,3 +153,45 @@ async def test_cancel_and_retry(store: EventStore) -> None:
         await jobs.get("nope")
     with pytest.raises(JobError, match="goal is empty"):
         await jobs.submit("coder", "  ", workspace="/w")
+
+
+async def test_a_worker_whose_job_was_taken_over_can_record_nothing_more_for_its_run(
+    store: EventStore,
+) -> None:
+    """The fence holds in the store itself: whatever the old worker still has queued or adds later
+    is refused, in the same transaction that would have written it, and the new worker's log goes on."""
+    from steward.errors import FencedOut
+    from steward.events import SignalEvent
+
+    def event(seq: int, text: str) -> SignalEvent:
+        made = SignalEvent(code="note", level="info", message=text)
+        made.seq, made.run_id, made.ts = seq, job.id, float(seq)
+        return made
+
+    jobs = jobs_of(store)
+    job, _ = await jobs.submit("coder", "fenced", workspace="/w")
+    first = await jobs.claim("w1", lease_s=0.05)
+    assert first is not None
+    row = await store.get_run(job.id)  # the claim made the run's row, under its fence
+    assert row is not None and row.fence == first.fence and row.status == "queued"
+    old = store.log(job.id, session_id=None, last_seq=0, fence=first.fence)
+    old.add(event(1, "by the first worker"))
+    await old.flush()
+    await asyncio.sleep(0.1)
+    second = await jobs.claim("w2")  # the first worker was paused past its lease
+    assert second is not None and second.takeover and second.fence == first.fence + 1
+    old.add(event(2, "by the first worker, after the takeover"))
+    with pytest.raises(FencedOut, match="taken over by another worker"):
+        await old.flush()
+    with pytest.raises(FencedOut):
+        old.add(event(3, "and again"))
+    new = store.log(job.id, session_id=None, last_seq=1, fence=second.fence)
+    new.add(event(2, "by the second worker"))
+    await new.flush()
+    assert [(e.seq, getattr(e, "message", "")) for e in await store.events(job.id)] == [
+        (1, "by the first worker"),
+        (2, "by the second worker"),
+    ]
+    unfenced = store.log(job.id, session_id=None, last_seq=2)  # a run no job drives: any writer
+    unfenced.add(event(3, "plain"))
+    await unfenced.flush()

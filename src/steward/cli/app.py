@@ -10,7 +10,7 @@ import asyncio
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -101,6 +101,13 @@ def run(
     deny: DenyOpt = None,
     read_only: ReadOnly = False,
     persona: PersonaOpt = None,
+    schema_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--schema",
+            help="A JSON Schema file: the answer must be JSON matching it (default: the persona's, if any).",
+        ),
+    ] = None,
 ) -> None:
     """Run an agent on GOAL in the workspace and show its progress live."""
     from steward.run import check_goal, check_workspace
@@ -108,6 +115,8 @@ def run(
     if resume_id is not None:
         if goal:
             raise fail("give either a GOAL or --resume RUN, not both")
+        if schema_file is not None:
+            raise fail("--schema is for a new run: a resumed run keeps the schema it was started with")
         _continue(
             resume_id, None, workspace=workspace, model=model, json_lines=json_lines, quiet=quiet,
             force=False, no_sandbox=no_sandbox, mode=mode,
@@ -115,6 +124,7 @@ def run(
     if not goal:
         raise fail('give a GOAL, e.g. steward run "fix the failing test", or --resume RUN')
     chosen = _persona(persona, workspace)
+    schema = _schema(schema_file)
     config = config_from_flags(
         workspace, model, max_steps, mode=mode, no_sandbox=no_sandbox, allow=allow, ask=ask, deny=deny,
         read_only=read_only, persona=chosen,
@@ -130,17 +140,30 @@ def run(
 
     async def go(agent: Agent) -> int:
         if session is None:
-            started = agent.start(goal, workspace=workspace)
+            started = agent.start(goal, workspace=workspace, output_schema=schema)
         else:
             from steward.sessions import Session
 
             opened = await Session.open(agent, None if session == "new" else session)
-            started = await opened.start(goal, workspace=workspace)
+            started = await opened.start(goal, workspace=workspace, output_schema=schema)
             if not json_lines and not quiet:
                 typer.echo(f"steward: session {opened.id}", err=True)
         return await drive(started, json_lines=json_lines, quiet=quiet)
 
     raise typer.Exit(run_async(go, config, workspace, prepare=prepare, persona=chosen))
+
+
+def _schema(path: Path | None) -> dict[str, Any] | None:
+    """The JSON Schema of ``--schema``, read and checked before anything runs."""
+    if path is None:
+        return None
+    from steward.answers import load_schema_file
+    from steward.errors import ConfigError
+
+    try:
+        return load_schema_file(path)
+    except ConfigError as exc:
+        raise fail(f"--schema {exc}") from None
 
 
 def _persona(name: str | None, workspace: Path) -> Persona | None:
@@ -233,6 +256,8 @@ def _continue(
     A run started as a persona goes on as that persona (its tools, policy and limits).
     """
     config = config_from_flags(workspace, model, None, mode=mode, no_sandbox=no_sandbox)
+    if asyncio.run(_reply_to_job(config, workspace, run_id, action)):
+        return
     started_as = asyncio.run(_started_as(config, workspace, run_id, waiting=action is not None))
     persona = _persona(started_as, workspace) if started_as else None
     if persona is not None:
@@ -259,6 +284,47 @@ def _continue(
         return await drive(run, json_lines=json_lines, quiet=quiet, first=first)
 
     raise typer.Exit(run_async(go, config, workspace, persona=persona))
+
+
+async def _reply_to_job(config: Config, workspace: Path, run_id: str, action: tuple[str, str] | None) -> bool:
+    """When the run is a job's, reply to it through the queue (a worker goes on with it); whether
+    it was a job's. A job's run is never continued here: its worker holds it, or will."""
+    from steward.agent import store_url
+    from steward.errors import StewardError
+    from steward.jobs.replies import Answer, Decision, Reply, reply
+    from steward.jobs.store import JobStore
+    from steward.store.events import open_store
+
+    async with await open_store(store_url(config, workspace)) as store:
+        jobs = JobStore(store.engine, where=store.where)
+        try:
+            row = await store.find_run(run_id, last=("waiting",) if action else ("running", "waiting"))
+            job = await jobs.get(row.id)
+        except StewardError:
+            return False  # not a job's run (or no such run: the error comes when it is looked up)
+        if action is None:
+            if job.ended:
+                return False  # an ended job's run may be continued by hand like any run
+            raise fail(
+                f"run {row.id} is job {job.id} ({job.status}); a worker goes on with it. "
+                f"`steward jobs show {job.id}` says where it stands"
+            )
+        kind, value = action
+        given: Reply = (
+            Answer(value)
+            if kind == "answer"
+            else Decision(kind == "approve", reason=value if kind == "deny" else "")
+        )
+        try:
+            queued = await reply(store, jobs, job.id, given)
+        except StewardError as exc:
+            raise fail(str(exc)) from None
+    if kind == "approve" and value == "always":
+        typer.echo(
+            "steward: a job's approval is for this call only; add an allow rule to steward.toml", err=True
+        )
+    typer.echo(f"steward: job {queued.id} is {queued.status} again; a worker goes on with it")
+    return True
 
 
 async def _started_as(config: Config, workspace: Path, run_id: str, *, waiting: bool) -> str:

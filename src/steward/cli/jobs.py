@@ -15,6 +15,7 @@ from steward.cli.options import EXIT_NOT_SOLVED, EXIT_OK
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from steward.jobs.api import JobHandle
     from steward.jobs.store import Job, JobStore
     from steward.store.events import EventStore
 
@@ -60,47 +61,75 @@ def submit(
         typer.Option("--idempotency-key", help="A second submit with this key returns the first job."),
     ] = None,
     user: Annotated[str | None, typer.Option("--user", help="At most one active job per user.")] = None,
+    max_attempts: Annotated[
+        int, typer.Option("--max-attempts", min=1, help="Workers it may lose before it is marked dead.")
+    ] = 3,
     wait: Annotated[
         bool, typer.Option("--wait", help="Wait until the job ends (or waits) and print it.")
     ] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Show the job's events as they happen, then its end.")
+    ] = False,
+    json_lines: Annotated[bool, typer.Option("--json", help="With --follow: events as JSON lines.")] = False,
+    schema: Annotated[
+        Path | None,
+        typer.Option("--schema", help="A JSON Schema file the job's answer must validate against."),
+    ] = None,
 ) -> None:
     """Queue a job for a worker of its role; prints the job's id."""
-    from steward.personas import find_persona
-    from steward.run import check_goal, check_workspace
+    from steward.answers import load_schema_file
+    from steward.run import check_workspace
 
-    check_goal(goal)
     ws = check_workspace(workspace)
-    find_persona(role, ws)  # an unknown role or a bad persona file is an error now, not a dead job later
+    output_schema = load_schema_file(schema) if schema is not None else None
 
     async def main() -> int:
-        store, jobs = await _with_jobs(ws)
-        try:
-            job, new = await jobs.submit(
-                role,
-                goal,
-                workspace=str(ws),
-                priority=priority,
-                idempotency_key=idempotency_key,
-                user_key=user,
-            )
-            typer.echo(job.id)
-            if not new:
+        from steward.jobs.api import Queue
+
+        async with await Queue.open(_store_url(ws)) as queue:
+            before = await queue.jobs.by_key(idempotency_key) if idempotency_key else None
+            handle = await queue.submit(
+                role, goal, workspace=ws, priority=priority, idempotency_key=idempotency_key, user=user,
+                max_attempts=max_attempts, output_schema=output_schema,
+            )  # fmt: skip
+            typer.echo(handle.id)
+            if before is not None:
                 typer.echo(
-                    f"steward: the key {idempotency_key!r} names job {job.id} ({job.status})", err=True
+                    f"steward: the key {idempotency_key!r} names job {before.id} ({before.status})", err=True
                 )
-            if not wait:
-                return EXIT_OK
-            for _ in range(10**9):  # until it ends or waits (Ctrl-C stops waiting, not the job)
-                job = await jobs.get(job.id)
-                if job.ended or job.status == "waiting":
-                    break
-                await asyncio.sleep(0.2)
-            typer.echo(f"{job.status}: {job.result or job.error or ''}".rstrip(": "))
-            return EXIT_OK if job.status == "done" else EXIT_NOT_SOLVED
-        finally:
-            await store.close()
+            if follow:
+                return await _follow(handle, json_lines=json_lines)
+            if wait:
+                return _outcome(await handle.wait())
+            return EXIT_OK
 
     raise typer.Exit(asyncio.run(main()))
+
+
+async def _follow(handle: JobHandle, *, json_lines: bool) -> int:
+    """Print the job's events as its workers write them, until it ends or waits for a person."""
+    from steward.cli.render import TerminalRenderer
+    from steward.events import encode_event
+
+    renderer = TerminalRenderer(quiet=False)
+    try:
+        async for event in handle.events():
+            if json_lines:
+                typer.echo(encode_event(event))
+            else:
+                renderer.show(event)
+    finally:
+        renderer.close()
+    return _outcome(await handle.get())
+
+
+def _outcome(job: Job) -> int:
+    typer.echo(f"job {job.id} {job.status}: {job.result or job.error or ''}".rstrip(": "))
+    if job.status == "waiting":
+        typer.echo(
+            f"steward: it waits; `steward answer {job.id} ...` or `steward approve {job.id}`", err=True
+        )
+    return EXIT_OK if job.status == "done" else EXIT_NOT_SOLVED
 
 
 @jobs_app.command("list")
@@ -152,10 +181,36 @@ def show_job(job_id: JobId, workspace: Workspace = Path()) -> None:
             typer.echo(f"{label}: {value}")
 
 
+@jobs_app.command("follow")
+def follow_job(
+    job_id: JobId,
+    workspace: Workspace = Path(),
+    json_lines: Annotated[bool, typer.Option("--json", help="Events as JSON lines.")] = False,
+) -> None:
+    """Show a job's events from its start and as they happen, until it ends or waits."""
+
+    async def main() -> int:
+        from steward.jobs.api import Queue
+
+        async with await Queue.open(_store_url(workspace)) as queue:
+            job = await queue.jobs.get(job_id)
+            return await _follow(queue.job(job.id), json_lines=json_lines)
+
+    raise typer.Exit(asyncio.run(main()))
+
+
 @jobs_app.command("cancel")
 def cancel_job(job_id: JobId, workspace: Workspace = Path()) -> None:
     """Cancel a job; a running one is stopped by its worker within a heartbeat."""
-    typer.echo(_line(_one(workspace, job_id, lambda jobs, key: jobs.cancel(key))))
+    job = _one(workspace, job_id, lambda jobs, key: jobs.cancel(key))
+    if job.status == "cancelled":  # ended here (a running job is ended, and told of, by its worker)
+        from steward.jobs.worker import notifier_for
+
+        notifier = notifier_for(job)
+        if notifier is not None:
+            for problem in asyncio.run(notifier.notify(job, "cancelled")):
+                typer.echo(f"steward: notify: {problem}", err=True)
+    typer.echo(_line(job))
 
 
 @jobs_app.command("retry")
@@ -175,7 +230,12 @@ def worker(
         float, typer.Option("--lease", min=1.0, help="Seconds a claim holds without a heartbeat.")
     ] = 30.0,
 ) -> None:
-    """Run jobs from the queue until stopped (SIGTERM or Ctrl-C: its jobs go back to the queue)."""
+    """Run jobs from the queue until stopped.
+
+    SIGTERM or Ctrl-C: stop claiming, let running jobs finish their step, and give them back to
+    the queue (a second signal stops them at once; another worker goes on with them). Set
+    STEWARD_HOST_ID to name the machine when host names are not unique (containers).
+    """
     from steward.jobs.worker import Worker, WorkerSettings
     from steward.store.events import open_store
 
@@ -184,17 +244,29 @@ def worker(
     )
 
     async def main() -> None:
-        stop = asyncio.Event()
+        stop, now = asyncio.Event(), asyncio.Event()
+
+        def stopping() -> None:  # the first signal drains, the second stops at once
+            if stop.is_set():
+                now.set()
+                return
+            stop.set()
+            typer.echo(
+                "steward: stopping: running jobs finish their step, then go back to the queue "
+                "(signal again to stop at once)",
+                err=True,
+            )
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stopping)
         store = await open_store(_store_url(workspace))
         try:
             typer.echo(
                 f"steward: worker {settings.worker_id} taking {', '.join(settings.roles) or 'any'} jobs",
                 err=True,
             )
-            await Worker(store, settings).run(stop)
+            await Worker(store, settings).run(stop, now)
         finally:
             await store.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -48,3 +49,5 @@ def show_command(
         if values:
             shown = ", ".join(f"{key} = {value!r}" for key, value in values.items())
             typer.echo(f"[{section}] {shown}")
+    if persona.output_schema is not None:
+        typer.echo(f"output_schema: {json.dumps(persona.output_schema)}")

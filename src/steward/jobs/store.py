@@ -16,12 +16,14 @@ nothing once another worker holds a newer one (``LeaseLost``).
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import contextlib
 import json
 import secrets
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -31,12 +33,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from steward.errors import StewardError
 from steward.store.engine import by_id_or_prefix, write_transaction
 from steward.store.schema import jobs as jobs_table
+from steward.store.schema import runs as runs_table
 
 JobStatus = Literal["queued", "running", "waiting", "done", "failed", "cancelled", "dead"]
 ACTIVE: tuple[JobStatus, ...] = ("queued", "running", "waiting")
 ENDED: tuple[JobStatus, ...] = ("done", "failed", "cancelled", "dead")
 
 _ID_BYTES = 6
+EXPIRED_CHECK_S = 1.0  # while there is queued work, expired leases are looked for this often
 _QUEUE_ORDER = (jobs_table.c.priority.desc(), jobs_table.c.created_at, jobs_table.c.id)
 
 
@@ -93,6 +97,51 @@ class Claim:
     takeover: bool  # an earlier worker's lease had expired: its run goes on from its log
 
 
+CHANNEL = "steward_jobs"
+"""PostgreSQL channel on which the queue says what changed: ``queued:ROLE`` or ``cancel:JOB``."""
+
+
+async def _tell(conn: AsyncConnection, payload: str) -> None:
+    """Wake listening workers when the transaction commits (PostgreSQL); SQLite workers poll."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(sa.select(sa.func.pg_notify(CHANNEL, payload)))
+
+
+class Wakeups:
+    """What a listening worker heard: new work (``work``), and jobs cancelled while they run."""
+
+    def __init__(self) -> None:
+        self.work = asyncio.Event()
+        self.cancels: dict[str, asyncio.Event] = {}  # job id -> set when it is cancelled
+
+    def heard(self, payload: str) -> None:
+        kind, _, what = payload.partition(":")
+        if kind == "queued":
+            self.work.set()
+        elif kind == "cancel" and (event := self.cancels.get(what)) is not None:
+            event.set()
+
+
+async def _fence_run(conn: AsyncConnection, job: Job, fence: int, now: float) -> None:
+    """From this claim on, the job's run (its id is the job's) takes writes from this claim only.
+
+    In the claim's own transaction: the moment another worker holds the job, whatever the
+    earlier worker still tries to record (it was paused, or cut off) is refused by the store
+    (``FencedOut``), so it can neither add to the run's log nor run another recorded call. A
+    new job's run row is made here, so the fence holds from the first event on.
+    """
+    r = runs_table
+    # A job's first claim (fence 1) finds no run row; any later claim finds one to take over.
+    held = await conn.execute(r.update().where(r.c.id == job.id).values(fence=fence)) if fence > 1 else None
+    if held is None or held.rowcount == 0:
+        await conn.execute(
+            r.insert().values(
+                id=job.id, goal=job.goal, status="queued", workspace=job.workspace, fence=fence,
+                created_at=now, updated_at=now,
+            )
+        )  # fmt: skip
+
+
 def _job(row: sa.RowMapping) -> Job:
     values = dict(row)
     schema = values.pop("output_schema")
@@ -107,6 +156,7 @@ class JobStore:
     def __init__(self, engine: AsyncEngine, *, where: str = "") -> None:
         self._engine = engine
         self.where = where
+        self._expired_due = 0.0  # when this worker next looks for expired leases first
 
     # --- submitting ---------------------------------------------------------------------
 
@@ -130,7 +180,7 @@ class JobStore:
         """
         if not goal.strip():
             raise JobError('the goal is empty; say what the agent should do, e.g. "fix the tests"')
-        if idempotency_key is not None and (found := await self._by_key(idempotency_key)) is not None:
+        if idempotency_key is not None and (found := await self.by_key(idempotency_key)) is not None:
             return found, False
         now = time.time()
         job_id = secrets.token_hex(_ID_BYTES)
@@ -144,8 +194,9 @@ class JobStore:
         try:
             async with write_transaction(self._engine) as conn:
                 await conn.execute(jobs_table.insert().values(**values))
+                await _tell(conn, f"queued:{role}")
         except sa_exc.IntegrityError:
-            if idempotency_key is not None and (found := await self._by_key(idempotency_key)) is not None:
+            if idempotency_key is not None and (found := await self.by_key(idempotency_key)) is not None:
                 return found, False  # submitted at the same moment by someone else: theirs
             if user_key is not None and (active := await self.active_for(user_key)) is not None:
                 raise JobError(
@@ -155,7 +206,7 @@ class JobStore:
             raise
         return await self.get(job_id), True
 
-    async def _by_key(self, key: str) -> Job | None:
+    async def by_key(self, key: str) -> Job | None:
         return await self._one(jobs_table.c.idempotency_key == key)
 
     async def active_for(self, user_key: str) -> Job | None:
@@ -163,55 +214,85 @@ class JobStore:
 
     # --- claiming and holding -------------------------------------------------------------
 
-    async def claim(self, worker: str, *, roles: Sequence[str] = (), lease_s: float = 30.0) -> Claim | None:
+    async def claim(
+        self,
+        worker: str,
+        *,
+        roles: Sequence[str] = (),
+        lease_s: float = 30.0,
+        buried: builtins.list[Job] | None = None,
+    ) -> Claim | None:
         """The best job for ``worker`` (highest priority, then oldest), now held under a lease.
 
-        Queued jobs of ``roles`` (any role when empty) come first, then jobs whose lease
-        expired. A job that has lost ``max_attempts`` workers is marked ``dead`` instead of
-        being claimed again. None when there is nothing to do.
+        Jobs whose lease expired come first (their run is half done; they are looked for at
+        most every ``EXPIRED_CHECK_S`` while there is queued work, and whenever there is none),
+        then queued jobs of ``roles`` (any role when empty). A job that has lost
+        ``max_attempts`` workers is marked ``dead`` instead of being claimed again (and added to
+        ``buried``, for the caller to tell whoever waits for it). None when there is nothing to do.
         """
         now = time.time()
+        checked = now >= self._expired_due
+        if checked:
+            self._expired_due = now + EXPIRED_CHECK_S
+            if (taken := await self._take_over(worker, roles, lease_s, now, buried)) is not None:
+                return taken
+        t = jobs_table
+        best = sa.select(t.c.id).where(t.c.status == "queued")
+        if roles:
+            best = best.where(t.c.role.in_(list(roles)))
+        # One statement: pick the best queued job and mark it ours. PostgreSQL skips rows another
+        # worker is claiming; SQLite holds the write lock already (BEGIN IMMEDIATE).
+        best = best.order_by(*_QUEUE_ORDER).limit(1).with_for_update(skip_locked=True)
+        mark = (
+            t.update()
+            .where(t.c.id == best.scalar_subquery(), t.c.status == "queued")
+            .values(
+                status="running", lease_owner=worker, lease_expires_at=now + lease_s, fence=t.c.fence + 1,
+                run_id=t.c.id, updated_at=now, started_at=sa.func.coalesce(t.c.started_at, now),
+            )
+            .returning(*t.c)
+        )  # fmt: skip
+        async with write_transaction(self._engine) as conn:
+            row = (await conn.execute(mark)).mappings().first()
+            if row is not None:
+                job = _job(row)
+                await _fence_run(conn, job, job.fence, now)
+                return Claim(job, job.fence, takeover=False)
+        if not checked:  # nothing queued: a job whose worker died is the only work left
+            self._expired_due = now + EXPIRED_CHECK_S
+            return await self._take_over(worker, roles, lease_s, now, buried)
+        return None
+
+    async def _take_over(
+        self, worker: str, roles: Sequence[str], lease_s: float, now: float, buried: builtins.list[Job] | None
+    ) -> Claim | None:
+        """Claim the job whose lease expired longest ago, or None; dead ones are buried."""
+        t = jobs_table
+        expired = sa.select(t).where(t.c.status == "running", t.c.lease_expires_at < now)
+        if roles:
+            expired = expired.where(t.c.role.in_(list(roles)))
+        expired = expired.order_by(t.c.lease_expires_at).limit(1).with_for_update(skip_locked=True)
         for _ in range(8):  # bounded: each pass claims, or buries one dead job and looks again
             async with write_transaction(self._engine) as conn:
-                row = await self._pick(conn, roles, now)
+                row = (await conn.execute(expired)).mappings().first()
                 if row is None:
                     return None
                 job = _job(row)
-                takeover = job.status == "running"
-                attempts = job.attempts + (1 if takeover else 0)
-                if takeover and attempts >= job.max_attempts:
+                attempts = job.attempts + 1
+                if attempts >= job.max_attempts:
                     await self._bury(conn, job, attempts, now)
+                    if buried is not None:
+                        buried.append(job)
                     continue
-                fence = job.fence + 1
+                changed = dict(
+                    status="running", lease_owner=worker, lease_expires_at=now + lease_s, fence=job.fence + 1,
+                    attempts=attempts, updated_at=now,
+                )  # fmt: skip
                 await conn.execute(
-                    jobs_table.update()
-                    .where(jobs_table.c.id == job.id, jobs_table.c.fence == job.fence)
-                    .values(
-                        status="running",
-                        lease_owner=worker,
-                        lease_expires_at=now + lease_s,
-                        fence=fence,
-                        attempts=attempts,
-                        updated_at=now,
-                        started_at=job.started_at or now,
-                    )
+                    t.update().where(t.c.id == job.id, t.c.fence == job.fence).values(**changed)
                 )
-            return Claim(await self.get(job.id), fence, takeover)
-        return None
-
-    async def _pick(self, conn: AsyncConnection, roles: Sequence[str], now: float) -> sa.RowMapping | None:
-        """The next job to claim: one whose lease expired first (its run is half done), else the
-        best queued one. Two indexed lookups, not one OR: the cost must not grow with the queue."""
-        t = jobs_table
-        expired = sa.select(t).where(t.c.status == "running", t.c.lease_expires_at < now)
-        queued = sa.select(t).where(t.c.status == "queued")
-        if roles:
-            expired, queued = (q.where(t.c.role.in_(list(roles))) for q in (expired, queued))
-        for query in (expired.order_by(t.c.lease_expires_at), queued.order_by(*_QUEUE_ORDER)):
-            # PostgreSQL skips rows another worker is claiming; SQLite holds the write lock already.
-            row = (await conn.execute(query.limit(1).with_for_update(skip_locked=True))).mappings().first()
-            if row is not None:
-                return row
+                await _fence_run(conn, job, job.fence + 1, now)
+            return Claim(replace(job, **changed), job.fence + 1, takeover=True)  # type: ignore[arg-type]
         return None
 
     async def _bury(self, conn: AsyncConnection, job: Job, attempts: int, now: float) -> None:
@@ -237,15 +318,10 @@ class JobStore:
         """Renew the lease; ``LeaseLost`` when another worker holds the job now, or it was
         cancelled (the job then says ``cancel_requested``)."""
         now = time.time()
-        await self._held(claim, lease_expires_at=now + lease_s, updated_at=now)
-        job = await self.get(claim.job.id)
+        job = await self._held(claim, lease_expires_at=now + lease_s, updated_at=now)
         if job.cancel_requested:
             raise LeaseLost(f"job {job.id} was cancelled", cancelled=True)
         return job
-
-    async def attach_run(self, claim: Claim, run_id: str) -> None:
-        """Record the run the job drives (once: a taken-over job goes on with the same run)."""
-        await self._held(claim, run_id=run_id, updated_at=time.time())
 
     async def wait(self, claim: Claim) -> None:
         """The job's run waits for a human: the job gives up its worker until it is answered."""
@@ -258,32 +334,35 @@ class JobStore:
         await self._held(
             claim, status="queued", lease_owner=None, lease_expires_at=None, updated_at=time.time()
         )
+        await self._wake(claim.job.role)
 
     async def finish(
         self, claim: Claim, status: Literal["done", "failed", "cancelled"], *, result: str | None = None,
         error: str | None = None,
     ) -> Job:  # fmt: skip
         now = time.time()
-        await self._held(
+        return await self._held(
             claim, status=status, result=result, error=error, lease_owner=None, lease_expires_at=None,
             updated_at=now, finished_at=now,
         )  # fmt: skip
-        return await self.get(claim.job.id)
 
-    async def _held(self, claim: Claim, **values: object) -> None:
-        """Change the job only while ``claim`` is the newest claim on it and it still runs."""
+    async def _held(self, claim: Claim, **values: object) -> Job:
+        """Change the job only while ``claim`` is the newest claim on it and it still runs; the
+        job as it is now."""
         t = jobs_table
         async with write_transaction(self._engine) as conn:
             done = await conn.execute(
                 t.update().where(t.c.id == claim.job.id, t.c.fence == claim.fence, t.c.status == "running")
-                .values(**values)
+                .values(**values).returning(*t.c)
             )  # fmt: skip
-        if done.rowcount != 1:
-            job = await self.get(claim.job.id)
-            raise LeaseLost(
-                f"job {job.id} is no longer held by this worker (it is {job.status}, claim {job.fence}, "
-                f"this worker's was {claim.fence})"
-            )
+            row = done.mappings().first()
+        if row is not None:
+            return _job(row)
+        job = await self.get(claim.job.id)
+        raise LeaseLost(
+            f"job {job.id} is no longer held by this worker (it is {job.status}, claim {job.fence}, "
+            f"this worker's was {claim.fence})"
+        )
 
     # --- a human's hand -----------------------------------------------------------------
 
@@ -293,19 +372,62 @@ class JobStore:
         if job.status != "waiting":
             raise JobError(f"job {job.id} is {job.status}, not waiting")
         await self._set(job, status="queued")
+        await self._wake(job.role)
         return await self.get(job.id)
 
-    async def cancel(self, job_id: str, reason: str = "cancelled by the user") -> Job:
-        """Cancel a job: at once if no worker runs it; a running one is stopped by its worker."""
+    async def cancel(self, job_id: str, reason: str = "cancelled by the user", *, _depth: int = 0) -> Job:
+        """Cancel a job and the jobs it delegated to: at once if no worker runs it; a running one
+        is stopped by its worker (at once on PostgreSQL, within a second or two on SQLite)."""
         job = await self.get(job_id)
         if job.ended:
             raise JobError(f"job {job.id} already ended ({job.status})")
         now = time.time()
         if job.status == "running":
             await self._set(job, cancel_requested=True, error=reason)
+            async with write_transaction(self._engine) as conn:
+                await _tell(conn, f"cancel:{job.id}")
         else:
             await self._set(job, status="cancelled", cancel_requested=True, error=reason, finished_at=now)
+        if _depth < 8:  # delegation is bounded far below this; the bound only keeps the walk finite
+            for child in await self.list(parent_id=job.id, status=ACTIVE, limit=100):
+                with contextlib.suppress(JobError):
+                    await self.cancel(child.id, f"its parent job {job.id} was cancelled", _depth=_depth + 1)
         return await self.get(job.id)
+
+    async def cancel_requested(self, job_id: str) -> bool:
+        async with self._engine.connect() as conn:
+            found = await conn.execute(
+                sa.select(jobs_table.c.cancel_requested).where(jobs_table.c.id == job_id)
+            )
+            return bool(found.scalar_one_or_none())
+
+    async def _wake(self, role: str) -> None:
+        if self._engine.dialect.name == "postgresql":
+            async with write_transaction(self._engine) as conn:
+                await _tell(conn, f"queued:{role}")
+
+    @contextlib.asynccontextmanager
+    async def listen(self) -> AsyncIterator[Wakeups]:
+        """Hear the queue's news as it commits (PostgreSQL ``LISTEN``); elsewhere, or when the
+        listening connection cannot be made, nothing is heard and workers find work by polling."""
+        wakeups = Wakeups()
+        if self._engine.dialect.name != "postgresql":
+            yield wakeups
+            return
+        import asyncpg
+
+        url = self._engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        try:
+            conn = await asyncpg.connect(url, timeout=10)
+            await conn.add_listener(CHANNEL, lambda _c, _pid, _ch, payload: wakeups.heard(str(payload)))
+        except (TimeoutError, OSError, asyncpg.PostgresError):
+            yield wakeups  # polling still finds every job, only later
+            return
+        try:
+            yield wakeups
+        finally:
+            with contextlib.suppress(Exception):
+                await conn.close(timeout=2)
 
     async def retry(self, job_id: str) -> Job:
         """Queue an ended job (failed, cancelled or dead) again, with its attempts reset."""
@@ -315,6 +437,7 @@ class JobStore:
         await self._set(
             job, status="queued", attempts=0, error=None, cancel_requested=False, finished_at=None
         )
+        await self._wake(job.role)
         return await self.get(job.id)
 
     async def _set(self, job: Job, **values: object) -> None:

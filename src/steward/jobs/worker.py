@@ -1,12 +1,20 @@
 """``steward worker``: claims jobs of its roles and drives each job's run to its end or its next wait.
 
-A job drives exactly one recorded run, whose id is the job's id. A worker that claims a new job
-starts that run; one that takes a job over (its earlier worker's lease expired) or picks up a job
-that was answered resumes the run from its log, so a call that was running when a worker died is
-reported to the model as interrupted, never run again. While a run goes on, the worker renews the
-job's lease; when the lease is lost (another worker took the job over, or it was cancelled) the
-run is stopped at once, with every process it started. A run that waits for a human gives its
-worker slot back (``JobStore.wait``).
+A job drives exactly one recorded run, whose id is the job's id. The claim makes the run's row
+(or takes it over) under the claim's fence, and the worker goes on with the run from its log:
+from the start for a new job; past the wait for an answered one; and for a job taken over from
+a worker that died, with the call that was running then reported to the model as
+interrupted, never run again. Whatever the worker records for the run is refused by the
+store once another worker holds a newer claim (``FencedOut``), so a worker that was paused
+past its lease and comes back adds nothing and runs nothing more for that job.
+
+While a run goes on, the worker renews the job's lease; when the lease is lost or the job is
+cancelled the run is stopped at once, with every process it started. A run that waits for a
+human, or for a job it delegated to, gives its worker slot back (``JobStore.wait``).
+
+Stopping: the first stop request ends claiming and lets each run reach its next step (a safe
+point: no call is cut short), for at most ``drain_s``; a second one stops them at once. Either
+way the jobs go back to the queue and another worker goes on with them.
 """
 
 from __future__ import annotations
@@ -14,15 +22,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from steward.jobs.store import Claim, JobStore, LeaseLost
+from steward.errors import FencedOut, RunError
+from steward.events import StepStart
+from steward.jobs.replies import Decision, reply
+from steward.jobs.store import Claim, Job, JobError, JobStore, LeaseLost, Wakeups
 from steward.ownership import process_owner
 
 if TYPE_CHECKING:
+    from steward.agent import Agent
+    from steward.jobs.notify import Notifier
+    from steward.run import Run
     from steward.store.events import EventStore
+
+_ANY_ATTEMPTS = 10**9  # the queue counts a job's lost workers (``max_attempts``), not the run
 
 
 @dataclass(slots=True, frozen=True)
@@ -31,7 +48,10 @@ class WorkerSettings:
     concurrency: int = 1
     lease_s: float = 30.0
     heartbeat_s: float = 10.0
-    poll_s: float = 1.0  # how often an idle worker looks for work (with jitter)
+    poll_s: float = 0.5  # how often an idle worker looks for work (with jitter) when nothing tells it
+    listen_poll_s: float = 5.0  # the same while PostgreSQL tells it of new work (a fallback only)
+    cancel_check_s: float = 1.0  # how often a running job's cancellation is looked for (SQLite)
+    drain_s: float = 30.0  # how long a stopping worker lets its runs reach their next step
     worker_id: str = field(default_factory=process_owner)
 
 
@@ -42,24 +62,57 @@ class Worker:
         self.store, self.settings = store, settings
         self.jobs = JobStore(store.engine, where=store.where)
         self._running: dict[asyncio.Task[None], Claim] = {}
+        self._draining = False
+        self._wakeups = Wakeups()
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, now: asyncio.Event | None = None) -> None:
+        """Claim and run jobs until ``stop``; then drain (``now`` cuts the drain short)."""
         s = self.settings
-        while not stop.is_set():
-            while len(self._running) < s.concurrency and not stop.is_set():
-                claim = await self.jobs.claim(s.worker_id, roles=s.roles, lease_s=s.lease_s)
-                if claim is None:
-                    break
-                task = asyncio.create_task(self._job(claim))
-                self._running[task] = claim
-            idle = s.poll_s * (0.5 + random.random())  # noqa: S311 - jitter, not a secret
-            waits: set[asyncio.Future[Any]] = {asyncio.ensure_future(stop.wait()), *self._running}
-            done, _ = await asyncio.wait(waits, timeout=idle, return_when=asyncio.FIRST_COMPLETED)
-            for task in [t for t in done if t in self._running]:
-                del self._running[task]
-            for future in waits - done:
-                if future not in self._running:
-                    future.cancel()
+        async with self.jobs.listen() as wakeups:
+            self._wakeups = wakeups
+            listening = self.store.dialect == "postgresql"
+            while not stop.is_set():
+                wakeups.work.clear()
+                while len(self._running) < s.concurrency and not stop.is_set():
+                    buried: list[Job] = []
+                    claim = await self.jobs.claim(
+                        s.worker_id, roles=s.roles, lease_s=s.lease_s, buried=buried
+                    )
+                    for job in buried:
+                        await self._after_end(await self.jobs.get(job.id), notifier_for(job))
+                    if claim is None:
+                        break
+                    task = asyncio.create_task(self._job(claim))
+                    self._running[task] = claim
+                idle = (s.listen_poll_s if listening else s.poll_s) * (0.5 + random.random())  # noqa: S311
+                await self._idle(idle, stop.wait(), wakeups.work.wait())
+            await self._drain(now)
+
+    async def _idle(self, seconds: float, *signals: Any) -> None:
+        """Wait for a stop, new work, a job to end, or ``seconds``."""
+        futures: set[asyncio.Future[Any]] = {asyncio.ensure_future(s) for s in signals}
+        done, _ = await asyncio.wait(
+            {*futures, *self._running}, timeout=seconds, return_when="FIRST_COMPLETED"
+        )
+        for task in [t for t in done if t in self._running]:
+            del self._running[task]
+        for future in futures:
+            future.cancel()
+
+    async def _drain(self, now: asyncio.Event | None) -> None:
+        """Let running jobs reach their next step (at most ``drain_s``), then give them back."""
+        self._draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.drain_s
+        cut: asyncio.Future[Any] = asyncio.ensure_future(
+            now.wait() if now is not None else asyncio.sleep(1e9)
+        )
+        for _ in range(len(self._running) + 1):  # bounded: each pass sees one more job end, or stops
+            left = {t for t in self._running if not t.done()}
+            if not left or cut.done() or loop.time() >= deadline:
+                break
+            await asyncio.wait({*left, cut}, timeout=deadline - loop.time(), return_when="FIRST_COMPLETED")
+        cut.cancel()
         await self._release_all()
 
     async def _release_all(self) -> None:
@@ -73,64 +126,176 @@ class Worker:
                 await self.jobs.release(claim)
         self._running.clear()
 
-    async def _job(self, claim: Claim) -> None:
-        from steward.agent import Agent
-        from steward.config import load_config
-        from steward.personas import find_persona
+    # --- one job --------------------------------------------------------------------------
 
+    async def _job(self, claim: Claim) -> None:
         job = claim.job
-        workspace = Path(job.workspace)
         try:
-            persona = find_persona(job.role, workspace)
-            config = load_config(workspace, persona=persona.layer(), persona_source=str(persona.source))
-            agent = await Agent.open(config, workspace=workspace, store=self.store, persona=persona)
+            agent, notifier = await self._open(job)
         except Exception as exc:  # a job that cannot even start fails, with the reason
-            await self.jobs.finish(claim, "failed", error=f"{type(exc).__name__}: {exc}")
+            with contextlib.suppress(LeaseLost):
+                ended = await self.jobs.finish(claim, "failed", error=f"{type(exc).__name__}: {exc}")
+                await self._after_end(ended, None)
             return
-        beat = asyncio.create_task(self._heartbeats(claim, asyncio.current_task()))
+        cancelled = self._wakeups.cancels.setdefault(job.id, asyncio.Event())
+        beat = asyncio.create_task(self._heartbeats(claim, asyncio.current_task(), cancelled))
         try:
-            if job.run_id is None:
-                run = agent.start(job.goal, workspace=workspace, run_id=job.id)
-                await self.jobs.attach_run(claim, run.id)
+            try:
+                run = await agent.resume(
+                    job.id,
+                    force=True,
+                    fence=claim.fence,
+                    max_attempts=_ANY_ATTEMPTS,
+                    output_schema=job.output_schema,
+                )
+            except RunError as exc:  # its run ended before its last worker could say so
+                if exc.status not in ("done", "failed"):
+                    raise
+                await self._settle_ended_run(claim, notifier)
+                return
+            if await self._drive(run):
+                await self._settle(claim, run, notifier)
             else:
-                # Taken over, or answered: the run goes on from its log (force: the queue, not
-                # the process table, decides that its earlier worker is gone).
-                run = await agent.resume(job.run_id, force=True)
-            async for _event in run.stream():
-                pass
-            await self._settle(claim, run.status, run.state.end_status, run.state.output)
-        except LeaseLost:
+                await self.jobs.release(claim)  # stopping: another worker goes on from this step
+        except (LeaseLost, FencedOut):
             pass  # another worker holds it now, or it was cancelled and is settled there
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
+            self._wakeups.cancels.pop(job.id, None)
             await agent.aclose()
 
-    async def _settle(self, claim: Claim, status: str, end_status: str | None, output: str) -> None:
-        match status:
+    async def _open(self, job: Job) -> tuple[Agent, Notifier]:
+        from steward.agent import Agent
+        from steward.config import load_config
+        from steward.jobs.delegation import DelegateToolset, ancestors, inherited_layer, narrowed
+        from steward.jobs.notify import Notifier
+        from steward.personas import find_persona
+
+        workspace = Path(job.workspace)
+        persona = find_persona(job.role, workspace)
+        layer = persona.layer()
+        if job.parent_id is not None:  # a delegated job gets no more than the jobs above it had
+            above = [find_persona(j.role, workspace) for j in await ancestors(self.jobs, job, 16)]
+            configs = [load_config(workspace, persona=p.layer()) for p in above]
+            layer = inherited_layer(persona, list(zip(above, configs, strict=True)))
+            persona = narrowed(persona, above)
+        config = load_config(workspace, persona=layer, persona_source=str(persona.source))
+        delegate = DelegateToolset(self.jobs)
+        agent = await Agent.open(
+            config, workspace=workspace, store=self.store, persona=persona, toolsets=[delegate]
+        )
+        return agent, Notifier.from_config(config)
+
+    async def _drive(self, run: Run) -> bool:
+        """Run until it ends or waits (True), or until a stopping worker reaches a safe point."""
+        async with contextlib.aclosing(run.stream()) as events:
+            async for event in events:
+                if self._draining and isinstance(event, StepStart):
+                    return False  # between steps: nothing is cut short
+        return True
+
+    async def _settle(self, claim: Claim, run: Run, notifier: Notifier) -> None:
+        st = run.state
+        match run.status:
             case "waiting":
                 await self.jobs.wait(claim)
-            case "done":
-                await self.jobs.finish(claim, "done", result=output)
+                pending = run.pending
+                if pending is not None and pending.kind == "job" and pending.approval is not None:
+                    await self._wake_if_ended(claim.job.id, pending.approval.waits_for)
+                else:
+                    waiting = await self.jobs.get(claim.job.id)
+                    _report(waiting, await notifier.notify(waiting, "waiting"))
+                return
+            case "done" if st.end_status == "solved":
+                ended = await self.jobs.finish(claim, "done", result=st.output)
+            case "done":  # partial or stuck: the run ended without doing what was asked
+                why = f"{st.end_status}: {st.output}"
+                ended = await self.jobs.finish(claim, "failed", result=st.output, error=why)
             case "cancelled":
-                await self.jobs.finish(claim, "cancelled", error=output)
+                ended = await self.jobs.finish(claim, "cancelled", error=st.output)
             case _:
-                await self.jobs.finish(claim, "failed", error=output)
+                ended = await self.jobs.finish(claim, "failed", error=st.output)
+        await self._after_end(ended, notifier)
 
-    async def _heartbeats(self, claim: Claim, job_task: asyncio.Task[None] | None) -> None:
-        """Renew the lease; when it is lost, stop the job's run (its processes with it)."""
+    async def _settle_ended_run(self, claim: Claim, notifier: Notifier) -> None:
+        row = await self.store.get_run(claim.job.id)
+        solved = row is not None and row.status == "done" and row.end_status == "solved"
+        output = row.output if row is not None else ""
+        if solved:
+            ended = await self.jobs.finish(claim, "done", result=output)
+        else:
+            ended = await self.jobs.finish(claim, "failed", error=output or "its run ended without an answer")
+        await self._after_end(ended, notifier)
+
+    async def _after_end(self, job: Job, notifier: Notifier | None) -> None:
+        """Tell the hook, and the job that delegated to this one if it waits for it."""
+        if notifier is not None:
+            _report(job, await notifier.notify(job, job.status))
+        if job.parent_id is not None:
+            await self._wake_if_ended(job.parent_id, job.id)
+
+    async def _wake_if_ended(self, parent_id: str, child_id: str) -> None:
+        """Put ``parent_id`` back in the queue if it waits for ``child_id`` and that has ended.
+
+        Both the child's worker (when the child ends) and the parent's (when the parent starts
+        to wait) call this, so whichever comes second sees the other's write; the reply is
+        recorded once whoever comes first.
+        """
+        child = await self.jobs.get(child_id)
+        parent = await self.jobs.get(parent_id)
+        if not child.ended or parent.status != "waiting":
+            return
+        with contextlib.suppress(JobError):
+            why = f"job {child.id} ended {child.status}"
+            await reply(self.store, self.jobs, parent.id, Decision(True, reason=why, by="job", job=child.id))
+
+    async def _heartbeats(
+        self, claim: Claim, job_task: asyncio.Task[None] | None, cancelled: asyncio.Event
+    ) -> None:
+        """Renew the lease; when it is lost or the job is cancelled, stop the job's run (its
+        processes with it). A cancellation is heard at once on PostgreSQL and looked for every
+        ``cancel_check_s`` otherwise."""
         s = self.settings
-        while True:
-            await asyncio.sleep(s.heartbeat_s)
+        loop = asyncio.get_running_loop()
+        renew_at = loop.time() + s.heartbeat_s
+        for _ in range(10**9):  # until the job ends, the lease is lost, or the task is cancelled
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(cancelled.wait(), timeout=min(s.cancel_check_s, s.heartbeat_s))
             try:
-                job = await self.jobs.heartbeat(claim, lease_s=s.lease_s)
+                if loop.time() >= renew_at or cancelled.is_set():
+                    renew_at = loop.time() + s.heartbeat_s
+                    job = await self.jobs.heartbeat(claim, lease_s=s.lease_s)
+                    if job.ended:
+                        return
+                elif await self.jobs.cancel_requested(claim.job.id):
+                    await self.jobs.heartbeat(claim, lease_s=s.lease_s)  # raises: cancelled
             except LeaseLost as lost:
                 if job_task is not None:
                     job_task.cancel(str(lost))
                 if lost.cancelled:
+                    if job_task is not None:  # the run records its cancellation first
+                        with contextlib.suppress(asyncio.CancelledError, Exception):
+                            await asyncio.wait({job_task}, timeout=s.lease_s / 2)
                     with contextlib.suppress(LeaseLost):
-                        await self.jobs.finish(claim, "cancelled", error="cancelled by the user")
+                        ended = await self.jobs.finish(claim, "cancelled", error="cancelled by the user")
+                        await self._after_end(ended, None)
                 return
-            if job.ended:
-                return
+
+
+def notifier_for(job: Job) -> Notifier | None:
+    """The hook configured for ``job``'s workspace (None when its configuration cannot be read)."""
+    from steward.config import load_config
+    from steward.jobs.notify import Notifier
+
+    try:
+        return Notifier.from_config(load_config(Path(job.workspace)))
+    except Exception:  # a job's broken configuration must not stop the worker
+        return None
+
+
+def _report(job: Job, problems: list[str]) -> None:
+    """A hook that could not be told is the operator's to know, never the job's failure."""
+    for problem in problems:
+        sys.stderr.write(f"steward: worker: job {job.id}: {problem}\n")

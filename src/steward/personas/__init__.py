@@ -13,6 +13,8 @@ A persona file ``personas/NAME.toml`` (in the workspace, else in the user's conf
     deny = ["bash(git push*)"]
     [limits]                          # optional: like steward.toml's [limits]
     max_steps = 80
+    [output_schema]                   # optional: the JSON Schema its answers must match
+    type = "object"                   # (or output_schema = "answer.schema.json", next to the file)
 
 Its words become the static prompt; its tool allowlist is a wrapper toolset (a tool it does not
 list is neither offered nor run); its model, policy and limits are one more configuration layer,
@@ -42,7 +44,7 @@ ALWAYS_ALLOWED = frozenset({"recall_output"})
 """Tools every persona keeps: the way back to an output elided from its own context."""
 
 _TEXT_KEYS = ("role", "goal", "backstory", "instructions")
-_KEYS = ("name", *_TEXT_KEYS, "tools", "model", "policy", "limits")
+_KEYS = ("name", *_TEXT_KEYS, "tools", "model", "policy", "limits", "output_schema")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -61,6 +63,10 @@ class Persona:
     limits: Mapping[str, Any] = field(default_factory=dict)
     #: Where it was read from (None: made in Python).
     source: Path | None = None
+    #: The JSON Schema its runs' answers must match by default (``steward.answers``); None: any text.
+    output_schema: Mapping[str, Any] | None = None
+    #: More allowlists a tool must also pass: those of the jobs that delegated to this one.
+    within: tuple[tuple[str, ...], ...] = ()
 
     def prompt(self) -> str:
         """The persona's words, as they go into the static prompt."""
@@ -77,9 +83,10 @@ class Persona:
 
     def allows(self, tool: str) -> bool:
         """Whether the persona may see and call ``tool``."""
-        if self.tools is None or tool in ALWAYS_ALLOWED:
+        if tool in ALWAYS_ALLOWED:
             return True
-        return any(fnmatch.fnmatchcase(tool, pattern) for pattern in self.tools)
+        lists = (*self.within, self.tools) if self.tools is not None else self.within
+        return all(any(fnmatch.fnmatchcase(tool, pattern) for pattern in patterns) for patterns in lists)
 
     def layer(self) -> dict[str, Any]:
         """The persona's part of the configuration: its model, policy and limits."""
@@ -180,6 +187,30 @@ def persona_from_data(data: Mapping[str, Any], *, name: str, source: Path | None
         policy=dict(sections["policy"]),
         limits=dict(sections["limits"]),
         source=source,
+        output_schema=_output_schema(data.get("output_schema"), where, source),
+    )
+
+
+def _output_schema(value: Any, where: str, source: Path | None) -> dict[str, Any] | None:
+    """``output_schema``: the JSON Schema inline (a table), or a JSON file next to the persona file."""
+    from steward.answers import check_schema, load_schema_file
+
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return check_schema(value, f"{where}: 'output_schema'")
+    if isinstance(value, str) and value.endswith(".json"):
+        path = Path(value)
+        if not path.is_absolute() and source is not None:
+            path = source.parent / path
+        try:
+            return load_schema_file(path)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: 'output_schema': {exc}") from None
+    raise ConfigError(
+        f"{where}: 'output_schema' must be a table holding the JSON Schema, e.g. [output_schema] "
+        f'type = "object", or the path of a .json file next to the persona, e.g. "answer.schema.json" '
+        f"(got {value!r})"
     )
 
 

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from steward.errors import StewardError, StoreError
+from steward.errors import FencedOut, StewardError, StoreError
 from steward.events import Event, decode_event
 from steward.store.engine import (
     by_id_or_prefix,
@@ -54,6 +54,7 @@ class RunRow:
     output: str = ""
     owner: str | None = None
     attempts: int = 0
+    fence: int = 0
 
 
 async def open_store(url: str) -> EventStore:
@@ -143,9 +144,14 @@ class EventStore:
         except (OSError, sa_exc.DBAPIError) as exc:
             raise write_error(self.where, exc, f"could not create run {run_id}") from None
 
-    def log(self, run_id: str, *, session_id: str | None, last_seq: int) -> RunLog:
-        """A buffered writer for one run's log, continuing after ``last_seq``."""
-        return RunLog(self._writer, run_id, session_id, last_seq)
+    def log(self, run_id: str, *, session_id: str | None, last_seq: int, fence: int | None = None) -> RunLog:
+        """A buffered writer for one run's log, continuing after ``last_seq``.
+
+        With a ``fence`` (the claim of the job that drives the run), each batch is written only
+        while the run's row still carries that fence, in the same transaction: once another
+        worker claims the job, nothing more of this writer reaches the log (``FencedOut``).
+        """
+        return RunLog(self._writer, run_id, session_id, last_seq, fence)
 
     async def append(self, run_id: str, events: Sequence[Event]) -> None:
         """Append events whose ``seq`` continue the run's log exactly (no gap, no duplicate)."""
@@ -295,8 +301,11 @@ class EventStore:
 class RunLog:
     """One run's side of the writer: checks each event continues the log, then queues it."""
 
-    def __init__(self, writer: _Writer, run_id: str, session_id: str | None, last_seq: int) -> None:
+    def __init__(
+        self, writer: _Writer, run_id: str, session_id: str | None, last_seq: int, fence: int | None = None
+    ) -> None:
         self._writer = writer
+        self.fence = fence
         self.run_id = run_id
         self.session_id = session_id
         self.last_seq = last_seq
@@ -405,14 +414,17 @@ class _Writer:
         while self._queue:
             batch, self._queue = self._queue, []
             try:
-                await self._write_with_retries(batch)
+                fenced = await self._write_with_retries(batch)
             except Exception as exc:  # whatever it was, the waiters must hear of it, not hang
                 error = exc if isinstance(exc, StoreError) else write_error(self._where, exc, "failed")
                 for op in batch:
                     op.log.error = error
             else:
                 for op in batch:
-                    op.log.durable_seq = max(op.log.durable_seq, op.seq)
+                    if op.log in fenced:
+                        op.log.error = op.log.error or _fenced_out(op.log)
+                    else:
+                        op.log.durable_seq = max(op.log.durable_seq, op.seq)
             self._written += len(batch)
             still = []
             for target, waiter in self._waiters:
@@ -423,27 +435,37 @@ class _Writer:
                     still.append((target, waiter))
             self._waiters = still
 
-    async def _write_with_retries(self, batch: list[_Op]) -> None:
+    async def _write_with_retries(self, batch: list[_Op]) -> set[RunLog]:
+        """Write the batch; return the logs whose writes were refused (fenced out)."""
         for attempt in range(1, _RETRIES + 1):
             try:
                 if self._sync_engine is not None:
                     if self._thread is None:
                         self._thread = ThreadPoolExecutor(1, thread_name_prefix="steward-store")
-                    await asyncio.get_running_loop().run_in_executor(self._thread, self._write_sync, batch)
-                else:
-                    async with write_transaction(self._engine) as conn:
-                        for statement, rows in _statements(batch):
-                            await conn.execute(statement, rows)
+                    loop = asyncio.get_running_loop()
+                    return await loop.run_in_executor(self._thread, self._write_sync, batch)
+                async with write_transaction(self._engine) as conn:
+                    fenced = set()
+                    for log in _fenced_logs(batch):
+                        guard = (
+                            runs_table.update()
+                            .where(runs_table.c.id == log.run_id, runs_table.c.fence == log.fence)
+                            .values(updated_at=time.time())
+                        )
+                        if (await conn.execute(guard)).rowcount != 1:
+                            fenced.add(log)
+                    for statement, rows in _statements([op for op in batch if op.log not in fenced]):
+                        await conn.execute(statement, rows)
+                    return fenced
             except (OSError, sqlite3.Error, sa_exc.DBAPIError) as exc:
                 if attempt == _RETRIES or not _transient(exc):
                     log = batch[0].log
                     what = f"could not record run {log.run_id} past seq {log.durable_seq}"
                     raise write_error(self._where, exc, what) from None
                 await asyncio.sleep(0.2 * attempt)
-            else:
-                return
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _write_sync(self, batch: list[_Op]) -> None:
+    def _write_sync(self, batch: list[_Op]) -> set[RunLog]:
         # The hot path of every step: plain DB-API calls on the engine's pooled connection
         # (its pragmas set on connect) cost a fraction of building Core statements per batch.
         assert self._sync_engine is not None
@@ -453,7 +475,12 @@ class _Writer:
             cursor = raw.cursor()
             cursor.execute("BEGIN IMMEDIATE")
             try:
-                for sql, params in _plain_statements(batch):
+                fenced = set()
+                for log in _fenced_logs(batch):
+                    cursor.execute(_GUARD, (time.time(), log.run_id, log.fence))
+                    if cursor.rowcount != 1:
+                        fenced.add(log)
+                for sql, params in _plain_statements([op for op in batch if op.log not in fenced]):
                     cursor.executemany(sql, params)
                 cursor.execute("COMMIT")
             except BaseException:
@@ -462,6 +489,7 @@ class _Writer:
                 raise
             finally:
                 cursor.close()
+        return fenced
 
 
 def _statements(batch: list[_Op]) -> list[tuple[sa.Executable, Any]]:
@@ -482,6 +510,7 @@ def _statements(batch: list[_Op]) -> list[tuple[sa.Executable, Any]]:
     return [(statement, params) if params is not None else (statement, {}) for statement, params in out]
 
 
+_GUARD = "UPDATE runs SET updated_at = ? WHERE id = ? AND fence = ?"
 _INSERT = "INSERT INTO events (run_id, seq, ts, type, data) VALUES (?, ?, ?, ?, ?)"
 _UPDATE = (
     "UPDATE runs SET status = ?, end_status = ?, owner = ?, output = COALESCE(?, output), updated_at = ? "
@@ -507,6 +536,18 @@ def _plain_statements(batch: list[_Op]) -> list[tuple[str, list[tuple[object, ..
     if rows:
         out.append((_INSERT, rows))
     return out
+
+
+def _fenced_logs(batch: list[_Op]) -> list[RunLog]:
+    """The logs of the batch written under a fence, each once, in order."""
+    return list(dict.fromkeys(op.log for op in batch if op.log.fence is not None))
+
+
+def _fenced_out(log: RunLog) -> FencedOut:
+    return FencedOut(
+        f"run {log.run_id} was taken over by another worker (this worker's claim {log.fence} is no "
+        f"longer the newest); nothing more of this worker was recorded past seq {log.durable_seq}"
+    )
 
 
 def _transient(exc: BaseException) -> bool:

@@ -1,0 +1,146 @@
+"""The job queue for Python programs: submit a job, wait for it, follow its events, reply to it.
+
+async with await Queue.open("postgresql://host/steward") as queue:
+    job = await queue.submit("coder", "fix the failing test", workspace="/srv/repo")
+    async for event in job.events():      # live, whichever worker runs it
+        print(event.type)
+    done = await job.wait()               # the Job row: status, result, error
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from steward.jobs.replies import Answer, Decision, reply
+from steward.jobs.store import Job, JobError, JobStore
+
+if TYPE_CHECKING:
+    from steward.events import Event
+    from steward.store.events import EventStore
+
+_POLL_S = 0.2  # how often a follower looks for new events (a read of the log's tail)
+
+
+class Queue:
+    """The job queue of one store."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self.jobs = JobStore(store.engine, where=store.where)
+        self._owned = False
+
+    @classmethod
+    async def open(cls, url: str) -> Queue:
+        """The queue in the store at ``url`` (closed by ``aclose`` or ``async with``)."""
+        from steward.store.events import open_store
+
+        queue = cls(await open_store(url))
+        queue._owned = True
+        return queue
+
+    async def aclose(self) -> None:
+        if self._owned:
+            await self.store.close()
+
+    async def __aenter__(self) -> Queue:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def submit(
+        self,
+        role: str,
+        goal: str,
+        *,
+        workspace: str | Path = ".",
+        priority: int = 0,
+        idempotency_key: str | None = None,
+        user: str | None = None,
+        max_attempts: int = 3,
+        output_schema: dict[str, Any] | None = None,
+    ) -> JobHandle:
+        """Queue a job for a worker of ``role``. An unknown role, a bad persona file or a
+        workspace that is not there is an error now (``ConfigError``), not a dead job later."""
+        from steward.personas import find_persona
+        from steward.run import check_goal, check_workspace
+
+        check_goal(goal)
+        ws = check_workspace(workspace)
+        find_persona(role, ws)
+        job, _ = await self.jobs.submit(
+            role, goal, workspace=str(ws), priority=priority, idempotency_key=idempotency_key,
+            user_key=user, max_attempts=max_attempts, output_schema=output_schema,
+        )  # fmt: skip
+        return JobHandle(self, job.id)
+
+    def job(self, job_id: str) -> JobHandle:
+        return JobHandle(self, job_id)
+
+    async def list(self, *, status: Sequence[str] = (), limit: int = 50) -> list[Job]:
+        return await self.jobs.list(status=status, limit=limit)
+
+
+class JobHandle:
+    """One job of a queue; each method reads or changes its row in the store."""
+
+    def __init__(self, queue: Queue, job_id: str) -> None:
+        self.queue = queue
+        self.id = job_id
+
+    async def get(self) -> Job:
+        return await self.queue.jobs.get(self.id)
+
+    async def wait(self, *, timeout: float | None = None, until_waiting: bool = True) -> Job:  # noqa: ASYNC109
+        """The job once it ended (or, with ``until_waiting``, waits for a person).
+        ``TimeoutError`` after ``timeout`` seconds; the job goes on regardless."""
+        async with asyncio.timeout(timeout):
+            for _ in range(10**9):  # bounded by the timeout, or by the job's end
+                job = await self.get()
+                if job.ended or (until_waiting and job.status == "waiting"):
+                    return job
+                await asyncio.sleep(_POLL_S)
+        raise AssertionError("unreachable")
+
+    async def events(self, *, after_seq: int = 0, follow: bool = True) -> AsyncIterator[Event]:
+        """The events of the job's run from ``after_seq`` on, as they are written, whichever
+        worker writes them. With ``follow`` it goes on until the job ends or waits for a person."""
+        store = self.queue.store
+        seq = after_seq
+        for _ in range(10**9):  # bounded by the job's end
+            job = await self.get()  # read first: events written before an end are all seen below
+            for event in await store.events(self.id, after_seq=seq):
+                seq = event.seq
+                yield event
+            if not follow or job.ended or (job.status == "waiting" and await _waits_for_person(job, self)):
+                return
+            await asyncio.sleep(_POLL_S)
+
+    async def cancel(self) -> Job:
+        return await self.queue.jobs.cancel(self.id)
+
+    async def answer(self, text: str) -> Job:
+        if not text.strip():
+            raise JobError("the answer is empty; say what the agent should know")
+        return await reply(self.queue.store, self.queue.jobs, self.id, Answer(text))
+
+    async def approve(self) -> Job:
+        return await reply(self.queue.store, self.queue.jobs, self.id, Decision(True))
+
+    async def deny(self, reason: str = "") -> Job:
+        return await reply(self.queue.store, self.queue.jobs, self.id, Decision(False, reason=reason))
+
+
+async def _waits_for_person(job: Job, handle: JobHandle) -> bool:
+    """Whether a waiting job waits for a person (not for a job it delegated to)."""
+    from steward.events import WaitingEvent
+
+    last = await handle.queue.store.last_seq(job.id)
+    tail = await handle.queue.store.events(job.id, after_seq=max(0, last - 1))
+    return not (tail and isinstance(tail[-1], WaitingEvent) and tail[-1].kind == "job")
