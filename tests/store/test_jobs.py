@@ -172,8 +172,7 @@ async def test_a_worker_whose_job_was_taken_over_can_record_nothing_more_for_its
     job, _ = await jobs.submit("coder", "fenced", workspace="/w")
     first = await jobs.claim("w1", lease_s=0.05)
     assert first is not None
-    row = await store.get_run(job.id)  # the claim made the run's row, under its fence
-    assert row is not None and row.fence == first.fence and row.status == "queued"
+    await store.create_run(job.id, goal=job.goal, workspace="/w", status="queued")  # as the worker does
     old = store.log(job.id, session_id=None, last_seq=0, fence=first.fence)
     old.add(event(1, "by the first worker"))
     await old.flush()

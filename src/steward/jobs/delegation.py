@@ -104,6 +104,8 @@ class DelegateToolset(Toolset):
             parent = await jobs.get(ctx.run_id)
         except StewardError:
             raise _Refused("delegate works only in a job run by a worker (steward submit)") from None
+        if parent.id != ctx.run_id:  # found by a prefix of its id (even ""): this run is not that job
+            raise _Refused("delegate works only in a job run by a worker (steward submit)")
         digest = hashlib.sha256(f"{role}\0{goal}".encode()).hexdigest()[:16]
         key = f"delegate:{parent.id}:{ctx.step}:{digest}"
         found = await jobs.by_key(key)

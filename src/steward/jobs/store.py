@@ -11,7 +11,9 @@ Claims are exclusive: one transaction picks the best job and marks it (PostgreSQ
 lease expired (its worker died, its machine went away) is claimed again by anyone, and
 counts one attempt. Every claim increments the job's ``fence``: whatever a worker does for a
 job afterwards (heartbeat, wait, release, finish) names the fence it claimed with, and does
-nothing once another worker holds a newer one (``LeaseLost``).
+nothing once another worker holds a newer one (``LeaseLost``). The job's run log checks the
+same fence on every write (``EventStore.log(fence=...)``), so a worker that lost its claim
+adds nothing to the run either (``FencedOut``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import functools
 import json
 import secrets
 import time
@@ -33,7 +36,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from steward.errors import StewardError
 from steward.store.engine import by_id_or_prefix, write_transaction
 from steward.store.schema import jobs as jobs_table
-from steward.store.schema import runs as runs_table
 
 JobStatus = Literal["queued", "running", "waiting", "done", "failed", "cancelled", "dead"]
 ACTIVE: tuple[JobStatus, ...] = ("queued", "running", "waiting")
@@ -122,24 +124,35 @@ class Wakeups:
             event.set()
 
 
-async def _fence_run(conn: AsyncConnection, job: Job, fence: int, now: float) -> None:
-    """From this claim on, the job's run (its id is the job's) takes writes from this claim only.
+@functools.lru_cache(maxsize=64)
+def _claim_statement(roles: tuple[str, ...]) -> sa.Update:
+    """Pick the best queued job and mark it ours, in one statement (made once per set of roles:
+    building it is a good part of a claim's cost). PostgreSQL skips rows another worker is
+    claiming; SQLite holds the write lock already (``BEGIN IMMEDIATE``)."""
+    t = jobs_table
+    best = sa.select(t.c.id).where(t.c.status == "queued")
+    if roles:
+        best = best.where(t.c.role.in_(list(roles)))
+    best = best.order_by(*_QUEUE_ORDER).limit(1).with_for_update(skip_locked=True)
+    now = sa.bindparam("now", type_=sa.Double)
+    return (
+        t.update()
+        .where(t.c.id == best.scalar_subquery(), t.c.status == "queued")
+        .values(
+            status="running", lease_owner=sa.bindparam("worker", type_=sa.Text),
+            lease_expires_at=sa.bindparam("expires", type_=sa.Double), fence=t.c.fence + 1, run_id=t.c.id,
+            updated_at=now, started_at=sa.func.coalesce(t.c.started_at, now),
+        )
+        .returning(*t.c)
+    )  # fmt: skip
 
-    In the claim's own transaction: the moment another worker holds the job, whatever the
-    earlier worker still tries to record (it was paused, or cut off) is refused by the store
-    (``FencedOut``), so it can neither add to the run's log nor run another recorded call. A
-    new job's run row is made here, so the fence holds from the first event on.
-    """
-    r = runs_table
-    # A job's first claim (fence 1) finds no run row; any later claim finds one to take over.
-    held = await conn.execute(r.update().where(r.c.id == job.id).values(fence=fence)) if fence > 1 else None
-    if held is None or held.rowcount == 0:
-        await conn.execute(
-            r.insert().values(
-                id=job.id, goal=job.goal, status="queued", workspace=job.workspace, fence=fence,
-                created_at=now, updated_at=now,
-            )
-        )  # fmt: skip
+
+@functools.lru_cache(maxsize=16)
+def _held_statement(keys: tuple[str, ...]) -> sa.Update:
+    """Set ``keys`` of a job while a claim holds it (made once per set of keys)."""
+    t = jobs_table
+    held = (t.c.id == sa.bindparam("w_id"), t.c.fence == sa.bindparam("w_fence"), t.c.status == "running")
+    return t.update().where(*held).values({key: sa.bindparam(f"v_{key}") for key in keys}).returning(*t.c)
 
 
 def _job(row: sa.RowMapping) -> Job:
@@ -236,27 +249,12 @@ class JobStore:
             self._expired_due = now + EXPIRED_CHECK_S
             if (taken := await self._take_over(worker, roles, lease_s, now, buried)) is not None:
                 return taken
-        t = jobs_table
-        best = sa.select(t.c.id).where(t.c.status == "queued")
-        if roles:
-            best = best.where(t.c.role.in_(list(roles)))
-        # One statement: pick the best queued job and mark it ours. PostgreSQL skips rows another
-        # worker is claiming; SQLite holds the write lock already (BEGIN IMMEDIATE).
-        best = best.order_by(*_QUEUE_ORDER).limit(1).with_for_update(skip_locked=True)
-        mark = (
-            t.update()
-            .where(t.c.id == best.scalar_subquery(), t.c.status == "queued")
-            .values(
-                status="running", lease_owner=worker, lease_expires_at=now + lease_s, fence=t.c.fence + 1,
-                run_id=t.c.id, updated_at=now, started_at=sa.func.coalesce(t.c.started_at, now),
-            )
-            .returning(*t.c)
-        )  # fmt: skip
+        mark = _claim_statement(tuple(roles))
+        values = {"worker": worker, "expires": now + lease_s, "now": now}
         async with write_transaction(self._engine) as conn:
-            row = (await conn.execute(mark)).mappings().first()
+            row = (await conn.execute(mark, values)).mappings().first()
             if row is not None:
                 job = _job(row)
-                await _fence_run(conn, job, job.fence, now)
                 return Claim(job, job.fence, takeover=False)
         if not checked:  # nothing queued: a job whose worker died is the only work left
             self._expired_due = now + EXPIRED_CHECK_S
@@ -291,7 +289,6 @@ class JobStore:
                 await conn.execute(
                     t.update().where(t.c.id == job.id, t.c.fence == job.fence).values(**changed)
                 )
-                await _fence_run(conn, job, job.fence + 1, now)
             return Claim(replace(job, **changed), job.fence + 1, takeover=True)  # type: ignore[arg-type]
         return None
 
@@ -349,13 +346,13 @@ class JobStore:
     async def _held(self, claim: Claim, **values: object) -> Job:
         """Change the job only while ``claim`` is the newest claim on it and it still runs; the
         job as it is now."""
-        t = jobs_table
+        keys = tuple(sorted(values))
+        params = {f"v_{key}": value for key, value in values.items()} | {
+            "w_id": claim.job.id,
+            "w_fence": claim.fence,
+        }
         async with write_transaction(self._engine) as conn:
-            done = await conn.execute(
-                t.update().where(t.c.id == claim.job.id, t.c.fence == claim.fence, t.c.status == "running")
-                .values(**values).returning(*t.c)
-            )  # fmt: skip
-            row = done.mappings().first()
+            row = (await conn.execute(_held_statement(keys), params)).mappings().first()
         if row is not None:
             return _job(row)
         job = await self.get(claim.job.id)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from steward.errors import FencedOut, RunError
+from steward.errors import FencedOut, RunError, StewardError
 from steward.events import StepStart
 from steward.jobs.replies import Decision, reply
 from steward.jobs.store import Claim, Job, JobError, JobStore, LeaseLost, Wakeups
@@ -140,6 +140,7 @@ class Worker:
         cancelled = self._wakeups.cancels.setdefault(job.id, asyncio.Event())
         beat = asyncio.create_task(self._heartbeats(claim, asyncio.current_task(), cancelled))
         try:
+            await self._ensure_run(job)
             try:
                 run = await agent.resume(
                     job.id,
@@ -165,6 +166,13 @@ class Worker:
                 await beat
             self._wakeups.cancels.pop(job.id, None)
             await agent.aclose()
+
+    async def _ensure_run(self, job: Job) -> None:
+        """The job's run row: its first claim's worker makes it, later ones find it (resuming
+        a run starts from its row, even a run with no event yet)."""
+        if await self.store.get_run(job.id) is None:
+            with contextlib.suppress(StewardError):  # made a moment ago by an earlier holder
+                await self.store.create_run(job.id, goal=job.goal, workspace=job.workspace, status="queued")
 
     async def _open(self, job: Job) -> tuple[Agent, Notifier]:
         from steward.agent import Agent

@@ -35,6 +35,7 @@ from steward.store.engine import (
     write_transaction,
 )
 from steward.store.schema import events as events_table
+from steward.store.schema import jobs as jobs_table
 from steward.store.schema import migrate
 from steward.store.schema import runs as runs_table
 from steward.store.state_dir import make_dir
@@ -54,7 +55,6 @@ class RunRow:
     output: str = ""
     owner: str | None = None
     attempts: int = 0
-    fence: int = 0
 
 
 async def open_store(url: str) -> EventStore:
@@ -125,13 +125,14 @@ class EventStore:
         workspace: str = "",
         model: str = "",
         owner: str | None = None,
+        status: str = "running",
     ) -> None:
         now = time.time()
         row = {
             "id": run_id,
             "session_id": session_id,
             "goal": goal,
-            "status": "running",
+            "status": status,
             "workspace": workspace,
             "model": model,
             "owner": owner,
@@ -147,9 +148,11 @@ class EventStore:
     def log(self, run_id: str, *, session_id: str | None, last_seq: int, fence: int | None = None) -> RunLog:
         """A buffered writer for one run's log, continuing after ``last_seq``.
 
-        With a ``fence`` (the claim of the job that drives the run), each batch is written only
-        while the run's row still carries that fence, in the same transaction: once another
-        worker claims the job, nothing more of this writer reaches the log (``FencedOut``).
+        With a ``fence`` (the claim of the job that drives the run; a job's run has the job's
+        id), each batch is written only while the job's row still carries that fence, checked in
+        the same transaction: once another worker claims the job, nothing more of this writer
+        reaches the log (``FencedOut``). On PostgreSQL the check holds the job's row (``FOR
+        SHARE``) until the batch commits, so a claim waits for the batch, or the batch sees the claim.
         """
         return RunLog(self._writer, run_id, session_id, last_seq, fence)
 
@@ -447,12 +450,10 @@ class _Writer:
                 async with write_transaction(self._engine) as conn:
                     fenced = set()
                     for log in _fenced_logs(batch):
-                        guard = (
-                            runs_table.update()
-                            .where(runs_table.c.id == log.run_id, runs_table.c.fence == log.fence)
-                            .values(updated_at=time.time())
+                        held = sa.select(jobs_table.c.id).where(
+                            jobs_table.c.id == log.run_id, jobs_table.c.fence == log.fence
                         )
-                        if (await conn.execute(guard)).rowcount != 1:
+                        if (await conn.execute(held.with_for_update(read=True))).first() is None:
                             fenced.add(log)
                     for statement, rows in _statements([op for op in batch if op.log not in fenced]):
                         await conn.execute(statement, rows)
@@ -476,9 +477,9 @@ class _Writer:
             cursor.execute("BEGIN IMMEDIATE")
             try:
                 fenced = set()
-                for log in _fenced_logs(batch):
-                    cursor.execute(_GUARD, (time.time(), log.run_id, log.fence))
-                    if cursor.rowcount != 1:
+                for log in _fenced_logs(batch):  # the write lock is held: no claim comes between
+                    cursor.execute(_HELD, (log.run_id, log.fence))
+                    if cursor.fetchone() is None:
                         fenced.add(log)
                 for sql, params in _plain_statements([op for op in batch if op.log not in fenced]):
                     cursor.executemany(sql, params)
@@ -510,7 +511,7 @@ def _statements(batch: list[_Op]) -> list[tuple[sa.Executable, Any]]:
     return [(statement, params) if params is not None else (statement, {}) for statement, params in out]
 
 
-_GUARD = "UPDATE runs SET updated_at = ? WHERE id = ? AND fence = ?"
+_HELD = "SELECT 1 FROM jobs WHERE id = ? AND fence = ?"
 _INSERT = "INSERT INTO events (run_id, seq, ts, type, data) VALUES (?, ?, ?, ?, ?)"
 _UPDATE = (
     "UPDATE runs SET status = ?, end_status = ?, owner = ?, output = COALESCE(?, output), updated_at = ? "

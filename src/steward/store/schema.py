@@ -41,8 +41,6 @@ runs = sa.Table(
     sa.Column("output", sa.Text, nullable=False, server_default=""),
     sa.Column("owner", sa.Text, nullable=True),
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
-    # The claim of the job that drives the run: its log takes writes only from that claim's worker.
-    sa.Column("fence", sa.Integer, nullable=False, server_default="0"),
 )
 
 events = sa.Table(
@@ -170,15 +168,10 @@ def _v3_jobs(conn: Connection) -> None:
     jobs.create(conn)
 
 
-def _v4_run_fence(conn: Connection) -> None:
-    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN fence INTEGER NOT NULL DEFAULT 0"))
-
-
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_runs_and_events,
     _v2_resume_sessions_memory,
     _v3_jobs,
-    _v4_run_fence,
 )
 LATEST_VERSION = len(MIGRATIONS)
 
