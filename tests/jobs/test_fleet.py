@@ -248,3 +248,49 @@ def test_the_hook_is_told_when_a_job_waits_and_when_it_ends(fleet: Fleet) -> Non
         ("done", job_id, "done"),
     ]
     assert told[1]["job"]["result"] == "went on"
+
+
+def test_random_kills_of_workers_on_two_machines_lose_no_job_and_run_no_call_twice(fleet: Fleet) -> None:
+    """N workers on two "machines" (host ids), M jobs, workers SIGKILLed at random mid-call and
+    replaced: every job ends done exactly once, and no call of any job ran twice."""
+    import random
+    import shutil
+
+    script = [
+        {"tool": "bash", "args": {"command": "echo a >> ran.txt; sleep 0.4"}},
+        {"tool": "bash", "args": {"command": "echo b >> ran.txt; sleep 0.4"}},
+        {"text": "finished"},
+    ]
+    fleet.persona("worker", script)
+    workspaces = []
+    for n in range(8):  # one workspace per job: each job's calls are counted in its own file
+        ws = fleet.workspace.parent / f"ws{n}"
+        shutil.copytree(fleet.workspace / "personas", ws / "personas")
+        workspaces.append(ws)
+    ids = [
+        fleet.submit("worker", f"job {n}", "-w", str(ws), "--max-attempts", "20")
+        for n, ws in enumerate(workspaces)
+    ]
+    chance = random.Random(13)
+    hosts = ["machine-a", "machine-b"]
+    live = [fleet.worker("--lease", "1.5", host=hosts[n % 2]) for n in range(3)]
+    kills = 0
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline and not all(j.ended for j in fleet.jobs()):
+        time.sleep(chance.uniform(0.6, 1.4))
+        victim = live.pop(chance.randrange(len(live)))
+        victim.kill()
+        victim.communicate()
+        kills += 1
+        live.append(fleet.worker("--lease", "1.5", host=chance.choice(hosts)))
+    jobs = fleet.ended(8, timeout=90)
+    assert kills >= 5
+    assert sorted(j.id for j in jobs) == sorted(ids)  # none lost, none made twice
+    assert all(j.status == "done" and j.result == "finished" for j in jobs), jobs
+    assert any(j.attempts > 0 for j in jobs)  # some were taken over
+    for ws in workspaces:
+        lines = (ws / "ran.txt").read_text().split()
+        assert lines in (["a", "b"], ["a"], ["b"], []), (ws, lines)  # each call ran at most once
+    for job in jobs:
+        results = [r.call_id for r in tool_results(fleet, job.id)]
+        assert len(results) == len(set(results))  # one result per call
