@@ -297,14 +297,15 @@ class Run:
         return pending
 
     def approve_stream(
-        self, approval_id: str | None = None, *, remember: bool = False
+        self, approval_id: str | None = None, *, remember: bool = False, by: str = "user"
     ) -> AsyncIterator[Event]:
         """Approve the pending call (once, or ``remember`` its rule) and go on, yielding events.
 
-        Past the approval's deadline its default action applies instead.
+        Past the approval's deadline its default action applies instead. ``by``: who approved
+        (``job``: the job a delegation waited for ended).
         """
         pending = self._check_pending(approval_id)
-        result = self._emit(rs.resolve_approval(self.state, True))
+        result = self._emit(rs.resolve_approval(self.state, True, by=by))
         suggestion = pending.approval.suggestion if pending.approval else None
         if remember and suggestion and self._remember and result.decision == "approved":
             self._remember(suggestion)

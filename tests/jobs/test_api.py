@@ -122,7 +122,7 @@ async def test_replies_to_a_job_that_does_not_wait_are_refused_and_a_queued_job_
 
 async def test_submit_refuses_bad_input_before_anything_is_queued(fleet: Fleet, queue: Queue) -> None:
     fleet.persona("quick", [{"text": "ok"}], tools="[]")
-    with pytest.raises(ConfigError, match="no persona 'nobody'.*quick"):
+    with pytest.raises(ConfigError, match=r"no persona 'nobody'.*quick"):
         await queue.submit("nobody", "x", workspace=fleet.workspace)
     with pytest.raises(ConfigError):
         await queue.submit("quick", "x", workspace=fleet.workspace / "no" / "such" / "dir")

@@ -90,7 +90,9 @@ async def test_the_same_call_finds_its_child_again_and_another_step_starts_anoth
     tool = DelegateToolset(jobs)
     first = await waits_for(tool, HELLO, context(parent, workspace, step=3))
     again = await waits_for(tool, dict(HELLO), context(parent, workspace, step=3))  # the rebuilt run
-    padded = await waits_for(tool, {"role": " helper ", "goal": "say hello"}, context(parent, workspace, step=3))
+    padded = await waits_for(
+        tool, {"role": " helper ", "goal": "say hello"}, context(parent, workspace, step=3)
+    )
     assert again == first and padded == first
     assert [j.id for j in await jobs.list(parent_id=parent.id)] == [first]
     later = await waits_for(tool, HELLO, context(parent, workspace, step=4))

@@ -294,3 +294,30 @@ def test_random_kills_of_workers_on_two_machines_lose_no_job_and_run_no_call_twi
     for job in jobs:
         results = [r.call_id for r in tool_results(fleet, job.id)]
         assert len(results) == len(set(results))  # one result per call
+
+
+def test_an_approval_is_given_from_the_command_line_or_expires_by_its_deadline(fleet: Fleet) -> None:
+    script = [{"tool": "bash", "args": {"command": "echo approved >> ran.txt"}}, {"text": "over"}]
+    fleet.persona("careful", script, extra='[policy]\nask = ["bash"]\napproval_timeout_s = 8\n')
+    first = fleet.submit("careful", "ask and be approved")
+    fleet.worker("--lease", "5")
+    fleet.wait_until(lambda jobs: jobs[0].status == "waiting", what="the approval")
+    refused = fleet.steward("answer", first, "yes")
+    assert refused.returncode != 0 and "approve/deny" in refused.stderr
+    approved = fleet.steward("approve", first)
+    assert approved.returncode == 0, approved.stderr
+    fleet.ended(1)
+    assert fleet.job(first).status == "done", fleet.job(first)
+    assert (fleet.workspace / "ran.txt").read_text() == "approved\n", events_of(fleet, first)
+
+    second = fleet.submit("careful", "ask and be forgotten")
+    fleet.wait_until(lambda jobs: fleet.job(second).status == "waiting", what="the second approval")
+    fleet.ended(2, timeout=30)  # nobody answers: at the deadline its default (deny) applies
+    assert fleet.job(second).status == "done"
+    assert (fleet.workspace / "ran.txt").read_text() == "approved\n"  # the expired call did not run
+    decisions = [
+        getattr(e, "decision", "")
+        for e in events_of(fleet, second)
+        if type(e).__name__ == "ApprovalResultEvent"
+    ]
+    assert decisions == ["expired"]

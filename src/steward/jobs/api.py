@@ -103,7 +103,8 @@ class JobHandle:
         async with asyncio.timeout(timeout):
             for _ in range(10**9):  # bounded by the timeout, or by the job's end
                 job = await self.get()
-                if job.ended or (until_waiting and job.status == "waiting"):
+                waits = until_waiting and job.status == "waiting" and await _waits_for_person(job, self)
+                if job.ended or waits:
                     return job
                 await asyncio.sleep(_POLL_S)
         raise AssertionError("unreachable")
@@ -138,9 +139,10 @@ class JobHandle:
 
 
 async def _waits_for_person(job: Job, handle: JobHandle) -> bool:
-    """Whether a waiting job waits for a person (not for a job it delegated to)."""
+    """Whether a waiting job waits for a person: its log ends with a wait for one (not for a job
+    it delegated to; a log that went on past the wait was answered, and its job runs again)."""
     from steward.events import WaitingEvent
 
     last = await handle.queue.store.last_seq(job.id)
     tail = await handle.queue.store.events(job.id, after_seq=max(0, last - 1))
-    return not (tail and isinstance(tail[-1], WaitingEvent) and tail[-1].kind == "job")
+    return bool(tail) and isinstance(tail[-1], WaitingEvent) and tail[-1].kind != "job"

@@ -80,6 +80,8 @@ class Job:
     lease_expires_at: float | None
     fence: int
     cancel_requested: bool
+    #: The reply kept for the wait the job's run is in (``steward.jobs.replies``), or None.
+    reply: dict[str, Any] | None
     created_at: float
     updated_at: float
     started_at: float | None
@@ -159,6 +161,8 @@ def _job(row: sa.RowMapping) -> Job:
     values = dict(row)
     schema = values.pop("output_schema")
     values["output_schema"] = json.loads(schema) if schema else None
+    kept = values.pop("reply")
+    values["reply"] = json.loads(kept) if kept else None
     values["cancel_requested"] = bool(values["cancel_requested"])
     return Job(**values)
 
@@ -320,16 +324,38 @@ class JobStore:
             raise LeaseLost(f"job {job.id} was cancelled", cancelled=True)
         return job
 
-    async def wait(self, claim: Claim) -> None:
-        """The job's run waits for a human: the job gives up its worker until it is answered."""
+    async def wait(self, claim: Claim, *, until: float | None = None) -> None:
+        """The job's run waits for a human: the job gives up its worker until it is answered.
+
+        ``until``: when what it waits for expires (an approval's deadline), kept in the lease
+        column, which a waiting job does not otherwise use; ``expired_waits`` finds it then.
+        """
         await self._held(
-            claim, status="waiting", lease_owner=None, lease_expires_at=None, updated_at=time.time()
+            claim,
+            status="waiting",
+            lease_owner=None,
+            lease_expires_at=until,
+            reply=None,
+            updated_at=time.time(),
         )
+
+    async def expired_waits(self, now: float, *, limit: int = 20) -> builtins.list[Job]:
+        """Waiting jobs whose approval's deadline has passed (the default applies to them)."""
+        t = jobs_table
+        query = sa.select(t).where(t.c.status == "waiting", t.c.lease_expires_at < now)
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(query.order_by(t.c.lease_expires_at).limit(limit))
+            return [_job(row) for row in rows.mappings()]
 
     async def release(self, claim: Claim) -> None:
         """Give the job back to the queue (the worker stops; another goes on with its run)."""
         await self._held(
-            claim, status="queued", lease_owner=None, lease_expires_at=None, updated_at=time.time()
+            claim,
+            status="queued",
+            lease_owner=None,
+            lease_expires_at=None,
+            reply=None,
+            updated_at=time.time(),
         )
         await self._wake(claim.job.role)
 
@@ -340,7 +366,7 @@ class JobStore:
         now = time.time()
         return await self._held(
             claim, status=status, result=result, error=error, lease_owner=None, lease_expires_at=None,
-            updated_at=now, finished_at=now,
+            reply=None, updated_at=now, finished_at=now,
         )  # fmt: skip
 
     async def _held(self, claim: Claim, **values: object) -> Job:
@@ -363,14 +389,26 @@ class JobStore:
 
     # --- a human's hand -----------------------------------------------------------------
 
-    async def requeue(self, job_id: str) -> Job:
-        """A waiting job was answered: back in the queue, for any worker to go on with its run."""
+    async def requeue(self, job_id: str, *, reply: dict[str, Any] | None = None) -> Job:
+        """A waiting job was answered: back in the queue with the ``reply`` (see
+        ``steward.jobs.replies``), for any worker to go on with its run. Once: a second reply to
+        the same wait finds the job queued already."""
         job = await self.get(job_id)
         if job.status != "waiting":
             raise JobError(f"job {job.id} is {job.status}, not waiting")
-        await self._set(job, status="queued")
-        await self._wake(job.role)
-        return await self.get(job.id)
+        t = jobs_table
+        kept = json.dumps(reply) if reply is not None else None
+        async with write_transaction(self._engine) as conn:
+            done = await conn.execute(
+                t.update().where(t.c.id == job.id, t.c.status == "waiting")
+                .values(status="queued", reply=kept, lease_expires_at=None, updated_at=time.time())
+                .returning(*t.c)
+            )  # fmt: skip
+            row = done.mappings().first()
+            if row is None:
+                raise JobError(f"job {job.id} was answered by someone else just now; nothing changed")
+            await _tell(conn, f"queued:{job.role}")
+        return _job(row)  # as queued (a worker may hold it already)
 
     async def cancel(self, job_id: str, reason: str = "cancelled by the user", *, _depth: int = 0) -> Job:
         """Cancel a job and the jobs it delegated to: at once if no worker runs it; a running one

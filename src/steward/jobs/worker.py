@@ -23,18 +23,22 @@ import asyncio
 import contextlib
 import random
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from steward.errors import FencedOut, RunError, StewardError
 from steward.events import StepStart
-from steward.jobs.replies import Decision, reply
+from steward.jobs.replies import Decision, replied, reply
 from steward.jobs.store import Claim, Job, JobError, JobStore, LeaseLost, Wakeups
 from steward.ownership import process_owner
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from steward.agent import Agent
+    from steward.events import Event
     from steward.jobs.notify import Notifier
     from steward.run import Run
     from steward.store.events import EventStore
@@ -52,6 +56,7 @@ class WorkerSettings:
     listen_poll_s: float = 5.0  # the same while PostgreSQL tells it of new work (a fallback only)
     cancel_check_s: float = 1.0  # how often a running job's cancellation is looked for (SQLite)
     drain_s: float = 30.0  # how long a stopping worker lets its runs reach their next step
+    expiry_check_s: float = 5.0  # how often waiting jobs are looked at for approvals past their deadline
     worker_id: str = field(default_factory=process_owner)
 
 
@@ -64,6 +69,7 @@ class Worker:
         self._running: dict[asyncio.Task[None], Claim] = {}
         self._draining = False
         self._wakeups = Wakeups()
+        self._expiry_due = 0.0
 
     async def run(self, stop: asyncio.Event, now: asyncio.Event | None = None) -> None:
         """Claim and run jobs until ``stop``; then drain (``now`` cuts the drain short)."""
@@ -84,9 +90,21 @@ class Worker:
                         break
                     task = asyncio.create_task(self._job(claim))
                     self._running[task] = claim
+                await self._expire_waits()
                 idle = (s.listen_poll_s if listening else s.poll_s) * (0.5 + random.random())  # noqa: S311
                 await self._idle(idle, stop.wait(), wakeups.work.wait())
             await self._drain(now)
+
+    async def _expire_waits(self) -> None:
+        """Approvals nobody answered by their deadline: their default applies (recorded in the
+        run, as a reply would be) and the job goes back to the queue. Any worker does it."""
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._expiry_due:
+            return
+        self._expiry_due = loop.time() + self.settings.expiry_check_s
+        for job in await self.jobs.expired_waits(time.time()):
+            with contextlib.suppress(JobError):  # answered, or expired by another worker, meanwhile
+                await reply(self.store, self.jobs, job.id, Decision(False, by="timeout"))
 
     async def _idle(self, seconds: float, *signals: Any) -> None:
         """Wait for a stop, new work, a job to end, or ``seconds``."""
@@ -154,7 +172,7 @@ class Worker:
                     raise
                 await self._settle_ended_run(claim, notifier)
                 return
-            if await self._drive(run):
+            if await self._drive(run, replied(run, job.reply)):
                 await self._settle(claim, run, notifier)
             else:
                 await self.jobs.release(claim)  # stopping: another worker goes on from this step
@@ -196,9 +214,11 @@ class Worker:
         )
         return agent, Notifier.from_config(config)
 
-    async def _drive(self, run: Run) -> bool:
-        """Run until it ends or waits (True), or until a stopping worker reaches a safe point."""
-        async with contextlib.aclosing(run.stream()) as events:
+    async def _drive(self, run: Run, first: AsyncIterator[Event] | None) -> bool:
+        """Run until it ends or waits (True), or until a stopping worker reaches a safe point.
+        ``first``: the stream that starts with the reply kept for the job's wait."""
+        stream = first if first is not None else run.stream()
+        async with contextlib.aclosing(stream) as events:  # type: ignore[type-var]
             async for event in events:
                 if self._draining and isinstance(event, StepStart):
                     return False  # between steps: nothing is cut short
@@ -208,8 +228,9 @@ class Worker:
         st = run.state
         match run.status:
             case "waiting":
-                await self.jobs.wait(claim)
                 pending = run.pending
+                approval = pending.approval if pending is not None and pending.kind == "approval" else None
+                await self.jobs.wait(claim, until=approval.deadline if approval is not None else None)
                 if pending is not None and pending.kind == "job" and pending.approval is not None:
                     await self._wake_if_ended(claim.job.id, pending.approval.waits_for)
                 else:

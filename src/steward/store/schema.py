@@ -115,6 +115,9 @@ jobs = sa.Table(
     sa.Column("lease_expires_at", sa.Double, nullable=True),
     sa.Column("fence", sa.Integer, nullable=False, server_default="0"),  # +1 per claim
     sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
+    # A person's reply (or a deadline's, or a child job's end) to what the waiting run asked, as
+    # JSON naming the wait: the worker that takes the job next gives it to the run.
+    sa.Column("reply", sa.Text, nullable=True),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("updated_at", sa.Double, nullable=False),
     sa.Column("started_at", sa.Double, nullable=True),
@@ -165,13 +168,20 @@ def _v2_resume_sessions_memory(conn: Connection) -> None:
 
 
 def _v3_jobs(conn: Connection) -> None:
-    jobs.create(conn)
+    jobs.create(conn)  # as the code declares it now: a new database gets the later columns here
+
+
+def _v4_job_replies(conn: Connection) -> None:
+    # A database made at version 3 lacks the column; one made later has it from _v3_jobs.
+    if "reply" not in {c["name"] for c in sa.inspect(conn).get_columns("jobs")}:
+        conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN reply TEXT"))
 
 
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_runs_and_events,
     _v2_resume_sessions_memory,
     _v3_jobs,
+    _v4_job_replies,
 )
 LATEST_VERSION = len(MIGRATIONS)
 
