@@ -249,7 +249,10 @@ def test_ancestors_deny_and_ask_rules_are_added(workspace: Path, quiet_config: N
     policy = layer["policy"]
     assert sorted(policy["deny"]) == ["bash(git push*)", "bash(rm *)", "bash(sudo *)"]
     assert policy["ask"] == ["edit_file(src/**)"]
-    assert policy["allow"] == ["bash(git *)"]  # the child's own; deny and ask win over it
+    assert policy["allow"] == []  # the child's own allow rule: not every ancestor has it, so it goes
+    both = Persona(name="lead", policy={"allow": ["bash(git *)"]})
+    kept = inherited_layer(helper, [(both, load_config(workspace, persona=both.layer(), environ={}))])
+    assert kept["policy"]["allow"] == ["bash(git *)"]  # every ancestor allows it too: it stays
     config = load_config(workspace, persona=layer, environ={})
     assert {"bash(git push*)", "bash(rm *)", "bash(sudo *)"} <= set(config.policy.deny)
     assert "edit_file(src/**)" in config.policy.ask

@@ -321,3 +321,22 @@ def test_an_approval_is_given_from_the_command_line_or_expires_by_its_deadline(f
         if type(e).__name__ == "ApprovalResultEvent"
     ]
     assert decisions == ["expired"]
+
+
+def test_a_child_cancelled_from_the_command_line_wakes_its_waiting_parent(fleet: Fleet) -> None:
+    fleet.persona(
+        "lead",
+        [{"tool": "delegate", "args": {"role": "helper", "goal": "never runs"}}, {"text": "lead done"}],
+        tools='["delegate"]',
+    )
+    fleet.persona("helper", [{"text": "unused"}], tools="[]")
+    lead = fleet.submit("lead", "delegate, then go on")
+    fleet.worker("--lease", "5", "--role", "lead")  # nobody takes the helper's job
+    jobs = fleet.wait_until(lambda jobs: any(j.parent_id == lead for j in jobs), what="the child")
+    child = next(j for j in jobs if j.parent_id == lead)
+    fleet.wait_until(lambda jobs: fleet.job(lead).status == "waiting", what="the parent's wait")
+    assert fleet.steward("jobs", "cancel", child.id).returncode == 0
+    fleet.wait_until(lambda jobs: fleet.job(lead).ended, timeout=30, what="the parent's end")
+    assert fleet.job(lead).status == "done"
+    (told,) = [r for r in tool_results(fleet, lead) if child.id in r.output]
+    assert told.status == "failed" and "cancelled" in told.output

@@ -157,11 +157,19 @@ def inherited_layer(child: Persona, above: Sequence[tuple[Persona, Any]]) -> dic
     """The child persona's configuration layer, no wider than what its ancestors had.
 
     ``above`` pairs each ancestor's persona with its effective configuration (``Config``).
-    Their deny and ask rules are added to the child's (deny and ask win over allow); a
+    Their deny and ask rules are added to the child's (deny and ask win over allow), the
+    child's allow rules are kept only where every ancestor's persona has them too, and a
     structured mode, a write switch that is off, and denying at an approval's deadline carry down.
     """
     layer = child.layer()
     policy: dict[str, Any] = dict(layer.get("policy", {}))
+    # The child's own allow rules would lift what makes its ancestors ask (network use, a
+    # secret file): only a rule every ancestor's persona allows too is kept.
+    allowed = [
+        rule for rule in policy.get("allow", []) if all(rule in p.policy.get("allow", []) for p, _ in above)
+    ]
+    if "allow" in policy:
+        policy["allow"] = allowed
     for persona, config in above:
         for action in ("deny", "ask"):
             policy[action] = [*policy.get(action, []), *persona.policy.get(action, [])]

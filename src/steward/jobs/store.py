@@ -25,7 +25,7 @@ import functools
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -157,7 +157,7 @@ def _held_statement(keys: tuple[str, ...]) -> sa.Update:
     return t.update().where(*held).values({key: sa.bindparam(f"v_{key}") for key in keys}).returning(*t.c)
 
 
-def _job(row: sa.RowMapping) -> Job:
+def _job(row: sa.RowMapping | Mapping[str, Any]) -> Job:
     values = dict(row)
     schema = values.pop("output_schema")
     values["output_schema"] = json.loads(schema) if schema else None
@@ -324,13 +324,14 @@ class JobStore:
             raise LeaseLost(f"job {job.id} was cancelled", cancelled=True)
         return job
 
-    async def wait(self, claim: Claim, *, until: float | None = None) -> None:
+    async def wait(self, claim: Claim, *, until: float | None = None) -> Job:
         """The job's run waits for a human: the job gives up its worker until it is answered.
 
         ``until``: when what it waits for expires (an approval's deadline), kept in the lease
         column, which a waiting job does not otherwise use; ``expired_waits`` finds it then.
+        A job cancelled just before ends here instead; the job as it is now.
         """
-        await self._held(
+        job = await self._held(
             claim,
             status="waiting",
             lease_owner=None,
@@ -338,6 +339,63 @@ class JobStore:
             reply=None,
             updated_at=time.time(),
         )
+        return await self._cancelled_if_asked(job)
+
+    async def release(self, claim: Claim) -> Job:
+        """Give the job back to the queue (the worker stops; another goes on with its run)."""
+        job = await self._held(
+            claim,
+            status="queued",
+            lease_owner=None,
+            lease_expires_at=None,
+            reply=None,
+            updated_at=time.time(),
+        )
+        if job.cancel_requested:
+            return await self._cancelled_if_asked(job)
+        await self._wake(claim.job.role)
+        return job
+
+    async def _cancelled_if_asked(self, job: Job) -> Job:
+        if not job.cancel_requested:
+            return job
+        ended = await self._stop_idle(job.id, job.error or "cancelled by the user")
+        return ended or await self.get(job.id)
+
+    async def _stop_idle(self, job_id: str, reason: str) -> Job | None:
+        """Cancel the job if no worker holds it (queued or waiting): the job, or None."""
+        t, now = jobs_table, time.time()
+        async with write_transaction(self._engine) as conn:
+            done = await conn.execute(
+                t.update().where(t.c.id == job_id, t.c.status.in_(("queued", "waiting")))
+                .values(status="cancelled", cancel_requested=True, error=reason, lease_expires_at=None,
+                        reply=None, updated_at=now, finished_at=now)
+                .returning(*t.c)
+            )  # fmt: skip
+            row = done.mappings().first()
+        return _job(row) if row is not None else None
+
+    async def parents_of_ended(self, *, limit: int = 20) -> builtins.list[tuple[Job, Job]]:
+        """Waiting jobs with a child that has ended, with that child (newest first)."""
+        parent, child = jobs_table.alias("parent"), jobs_table.alias("child")
+        query = (
+            sa.select(parent, child)
+            .join(child, child.c.parent_id == parent.c.id)
+            .where(parent.c.status == "waiting", child.c.status.in_(ENDED))
+            .order_by(child.c.finished_at.desc())
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        width = len(jobs_table.c)
+        names = [c.name for c in jobs_table.c]
+        return [
+            (
+                _job(dict(zip(names, row[:width], strict=True))),
+                _job(dict(zip(names, row[width:], strict=True))),
+            )
+            for row in rows
+        ]
 
     async def expired_waits(self, now: float, *, limit: int = 20) -> builtins.list[Job]:
         """Waiting jobs whose approval's deadline has passed (the default applies to them)."""
@@ -346,18 +404,6 @@ class JobStore:
         async with self._engine.connect() as conn:
             rows = await conn.execute(query.order_by(t.c.lease_expires_at).limit(limit))
             return [_job(row) for row in rows.mappings()]
-
-    async def release(self, claim: Claim) -> None:
-        """Give the job back to the queue (the worker stops; another goes on with its run)."""
-        await self._held(
-            claim,
-            status="queued",
-            lease_owner=None,
-            lease_expires_at=None,
-            reply=None,
-            updated_at=time.time(),
-        )
-        await self._wake(claim.job.role)
 
     async def finish(
         self, claim: Claim, status: Literal["done", "failed", "cancelled"], *, result: str | None = None,
@@ -411,23 +457,33 @@ class JobStore:
         return _job(row)  # as queued (a worker may hold it already)
 
     async def cancel(self, job_id: str, reason: str = "cancelled by the user", *, _depth: int = 0) -> Job:
-        """Cancel a job and the jobs it delegated to: at once if no worker runs it; a running one
-        is stopped by its worker (at once on PostgreSQL, within a second or two on SQLite)."""
+        """Cancel a job and the jobs it delegated to: at once if no worker holds it; a running one
+        is stopped by its worker (at once on PostgreSQL, within a second or two on SQLite).
+        Each change is one conditional statement, so a claim in between cannot make it miss."""
         job = await self.get(job_id)
-        if job.ended:
-            raise JobError(f"job {job.id} already ended ({job.status})")
-        now = time.time()
-        if job.status == "running":
-            await self._set(job, cancel_requested=True, error=reason)
+        t = jobs_table
+        for _ in range(4):  # bounded: each pass finds the job idle, running, or ended
+            if job.ended:
+                raise JobError(f"job {job.id} already ended ({job.status})")
+            stopped = await self._stop_idle(job.id, reason)
+            if stopped is not None:
+                job = stopped
+                break
             async with write_transaction(self._engine) as conn:
-                await _tell(conn, f"cancel:{job.id}")
-        else:
-            await self._set(job, status="cancelled", cancel_requested=True, error=reason, finished_at=now)
+                asked = await conn.execute(
+                    t.update().where(t.c.id == job.id, t.c.status == "running")
+                    .values(cancel_requested=True, error=reason, updated_at=time.time())
+                )  # fmt: skip
+                if asked.rowcount == 1:
+                    await _tell(conn, f"cancel:{job.id}")
+            job = await self.get(job.id)
+            if asked.rowcount == 1:
+                break
         if _depth < 8:  # delegation is bounded far below this; the bound only keeps the walk finite
             for child in await self.list(parent_id=job.id, status=ACTIVE, limit=100):
                 with contextlib.suppress(JobError):
                     await self.cancel(child.id, f"its parent job {job.id} was cancelled", _depth=_depth + 1)
-        return await self.get(job.id)
+        return job
 
     async def cancel_requested(self, job_id: str) -> bool:
         async with self._engine.connect() as conn:

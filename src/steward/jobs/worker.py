@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from steward.errors import FencedOut, RunError, StewardError
+from steward.errors import ConfigError, FencedOut, ReplayError, RunError, StewardError
 from steward.events import StepStart
 from steward.jobs.replies import Decision, replied, reply
 from steward.jobs.store import Claim, Job, JobError, JobStore, LeaseLost, Wakeups
@@ -79,25 +79,34 @@ class Worker:
             listening = self.store.dialect == "postgresql"
             while not stop.is_set():
                 wakeups.work.clear()
-                while len(self._running) < s.concurrency and not stop.is_set():
-                    buried: list[Job] = []
-                    claim = await self.jobs.claim(
-                        s.worker_id, roles=s.roles, lease_s=s.lease_s, buried=buried
+                try:
+                    await self._claim_what_fits(stop)
+                    await self._sweep()
+                except Exception as exc:  # the store is down or busy: the worker waits and tries again
+                    sys.stderr.write(
+                        f"steward: worker: the queue could not be read: {type(exc).__name__}: {exc}\n"
                     )
-                    for job in buried:
-                        await self._after_end(await self.jobs.get(job.id), notifier_for(job))
-                    if claim is None:
-                        break
-                    task = asyncio.create_task(self._job(claim))
-                    self._running[task] = claim
-                await self._expire_waits()
                 idle = (s.listen_poll_s if listening else s.poll_s) * (0.5 + random.random())  # noqa: S311
                 await self._idle(idle, stop.wait(), wakeups.work.wait())
             await self._drain(now)
 
-    async def _expire_waits(self) -> None:
-        """Approvals nobody answered by their deadline: their default applies (recorded in the
-        run, as a reply would be) and the job goes back to the queue. Any worker does it."""
+    async def _claim_what_fits(self, stop: asyncio.Event) -> None:
+        s = self.settings
+        while len(self._running) < s.concurrency and not stop.is_set():
+            buried: list[Job] = []
+            claim = await self.jobs.claim(s.worker_id, roles=s.roles, lease_s=s.lease_s, buried=buried)
+            for job in buried:
+                await self._after_end(await self.jobs.get(job.id), notifier_for(job))
+            if claim is None:
+                return
+            task = asyncio.create_task(self._job(claim))
+            self._running[task] = claim
+
+    async def _sweep(self) -> None:
+        """Every ``expiry_check_s``, any worker: approvals nobody answered by their deadline get
+        their default (recorded in the run as a reply would be; the job goes back to the queue),
+        and jobs waiting for a child that ended are woken (their wake-up can be missed: a child
+        cancelled from the command line, a worker that died between the two)."""
         loop = asyncio.get_running_loop()
         if loop.time() < self._expiry_due:
             return
@@ -105,6 +114,8 @@ class Worker:
         for job in await self.jobs.expired_waits(time.time()):
             with contextlib.suppress(JobError):  # answered, or expired by another worker, meanwhile
                 await reply(self.store, self.jobs, job.id, Decision(False, by="timeout"))
+        for parent, child in await self.jobs.parents_of_ended():
+            await self._wake_if_ended(parent.id, child.id)
 
     async def _idle(self, seconds: float, *signals: Any) -> None:
         """Wait for a stop, new work, a job to end, or ``seconds``."""
@@ -155,35 +166,61 @@ class Worker:
                 ended = await self.jobs.finish(claim, "failed", error=f"{type(exc).__name__}: {exc}")
                 await self._after_end(ended, None)
             return
+        if job.cancel_requested:  # cancelled while its earlier worker held it: it goes no further
+            with contextlib.suppress(LeaseLost):
+                await self._after_end(await self.jobs.finish(claim, "cancelled", error=job.error), notifier)
+            await agent.aclose()
+            return
         cancelled = self._wakeups.cancels.setdefault(job.id, asyncio.Event())
         beat = asyncio.create_task(self._heartbeats(claim, asyncio.current_task(), cancelled))
-        try:
-            await self._ensure_run(job)
-            try:
-                run = await agent.resume(
-                    job.id,
-                    force=True,
-                    fence=claim.fence,
-                    max_attempts=_ANY_ATTEMPTS,
-                    output_schema=job.output_schema,
-                )
-            except RunError as exc:  # its run ended before its last worker could say so
-                if exc.status not in ("done", "failed"):
-                    raise
-                await self._settle_ended_run(claim, notifier)
-                return
-            if await self._drive(run, replied(run, job.reply)):
-                await self._settle(claim, run, notifier)
-            else:
-                await self.jobs.release(claim)  # stopping: another worker goes on from this step
-        except (LeaseLost, FencedOut):
-            pass  # another worker holds it now, or it was cancelled and is settled there
-        finally:
+        outcome: Run | str | None = None  # the run to settle, "release", or None (nothing to do)
+
+        async def stop_beating() -> None:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
+
+        try:
+            outcome = await self._go_on(claim, agent, notifier)
+            # Settling happens without the heartbeat: once the job is no longer running, a
+            # renewal would read as a lost lease and cut the settling (a notification, the
+            # parent's wake-up) short.
+            await stop_beating()
+            if isinstance(outcome, str):
+                await self.jobs.release(claim)  # stopping: another worker goes on from this step
+            elif outcome is not None:
+                await self._settle(claim, outcome, notifier)
+        except (LeaseLost, FencedOut):
+            pass  # another worker holds it now, or it was cancelled and is settled there
+        except (ConfigError, RunError) as exc:  # it would fail the same way on any worker
+            _report(job, [f"failed: {type(exc).__name__}: {exc}"])
+            with contextlib.suppress(LeaseLost, StewardError):
+                await self._after_end(await self.jobs.finish(claim, "failed", error=str(exc)), notifier)
+        except Exception as exc:  # a store that failed, or a bug: another worker tries again
+            _report(job, [f"given back after {type(exc).__name__}: {exc}"])
+            with contextlib.suppress(Exception):
+                await self.jobs.release(claim)
+        finally:
+            await stop_beating()
             self._wakeups.cancels.pop(job.id, None)
             await agent.aclose()
+
+    async def _go_on(self, claim: Claim, agent: Agent, notifier: Notifier) -> Run | str | None:
+        """Go on with the job's run: the run when it ended or waits, "release" when this worker
+        stops first, None when its run had ended already (the job is settled here)."""
+        job = claim.job
+        await self._ensure_run(job)
+        try:
+            run = await agent.resume(
+                job.id, force=True, fence=claim.fence, max_attempts=_ANY_ATTEMPTS,
+                output_schema=job.output_schema,
+            )  # fmt: skip
+        except RunError as exc:  # its run ended before its last worker could say so
+            if exc.status not in ("done", "failed") or isinstance(exc, ReplayError):
+                raise
+            await self._settle_ended_run(claim, notifier)
+            return None
+        return run if await self._drive(run, replied(run, job.reply)) else "release"
 
     async def _ensure_run(self, job: Job) -> None:
         """The job's run row: its first claim's worker makes it, later ones find it (resuming
@@ -230,11 +267,14 @@ class Worker:
             case "waiting":
                 pending = run.pending
                 approval = pending.approval if pending is not None and pending.kind == "approval" else None
-                await self.jobs.wait(claim, until=approval.deadline if approval is not None else None)
-                if pending is not None and pending.kind == "job" and pending.approval is not None:
+                waiting = await self.jobs.wait(
+                    claim, until=approval.deadline if approval is not None else None
+                )
+                if waiting.ended:  # cancelled just before it began to wait
+                    await self._after_end(waiting, notifier)
+                elif pending is not None and pending.kind == "job" and pending.approval is not None:
                     await self._wake_if_ended(claim.job.id, pending.approval.waits_for)
                 else:
-                    waiting = await self.jobs.get(claim.job.id)
                     _report(waiting, await notifier.notify(waiting, "waiting"))
                 return
             case "done" if st.end_status == "solved":
@@ -289,6 +329,7 @@ class Worker:
         s = self.settings
         loop = asyncio.get_running_loop()
         renew_at = loop.time() + s.heartbeat_s
+        renewed = loop.time()  # the last time the store confirmed the lease
         for _ in range(10**9):  # until the job ends, the lease is lost, or the task is cancelled
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(cancelled.wait(), timeout=min(s.cancel_check_s, s.heartbeat_s))
@@ -296,21 +337,36 @@ class Worker:
                 if loop.time() >= renew_at or cancelled.is_set():
                     renew_at = loop.time() + s.heartbeat_s
                     job = await self.jobs.heartbeat(claim, lease_s=s.lease_s)
+                    renewed = loop.time()
                     if job.ended:
                         return
                 elif await self.jobs.cancel_requested(claim.job.id):
                     await self.jobs.heartbeat(claim, lease_s=s.lease_s)  # raises: cancelled
             except LeaseLost as lost:
-                if job_task is not None:
-                    job_task.cancel(str(lost))
-                if lost.cancelled:
-                    if job_task is not None:  # the run records its cancellation first
-                        with contextlib.suppress(asyncio.CancelledError, Exception):
-                            await asyncio.wait({job_task}, timeout=s.lease_s / 2)
-                    with contextlib.suppress(LeaseLost):
-                        ended = await self.jobs.finish(claim, "cancelled", error="cancelled by the user")
-                        await self._after_end(ended, None)
+                await self._lost(claim, job_task, lost)
                 return
+            except Exception as exc:  # the store is unreachable or busy: try again until the lease is up
+                if loop.time() - renewed < s.lease_s:
+                    renew_at = min(renew_at, loop.time() + s.cancel_check_s)
+                    continue
+                # The lease has run out unrenewed: another worker may hold the job now.
+                _report(claim.job, [f"stopped: the lease could not be renewed ({type(exc).__name__}: {exc})"])
+                if job_task is not None:
+                    job_task.cancel("the lease could not be renewed")
+                return
+
+    async def _lost(self, claim: Claim, job_task: asyncio.Task[None] | None, lost: LeaseLost) -> None:
+        """Stop the job's run; a cancelled job is settled here once its run recorded the stop."""
+        if job_task is not None:
+            job_task.cancel(str(lost))
+        if not lost.cancelled:
+            return
+        if job_task is not None:  # the run records its cancellation first
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait({job_task}, timeout=self.settings.lease_s / 2)
+        with contextlib.suppress(LeaseLost):
+            ended = await self.jobs.finish(claim, "cancelled", error="cancelled by the user")
+            await self._after_end(ended, notifier_for(claim.job))
 
 
 def notifier_for(job: Job) -> Notifier | None:
