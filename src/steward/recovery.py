@@ -282,6 +282,9 @@ class RecordedToolset(WrapperToolset):
             stopped, replay.ended_on = replay.ended_on, None
             match stopped:
                 case ToolUse():  # it began, then the process stopped: never run it again silently
+                    spec = await self.wrapped.spec_of(name, ctx)
+                    if spec is not None and spec.idempotent:  # unless running it again changes nothing
+                        return await self.wrapped.call_tool(name, arguments, ctx)
                     return ToolResult(INTERRUPTED, is_error=True, category="interrupted", duration_ms=0.0)
                 case ApprovalResultEvent(decision="approved") if replay.gate and replay.gate.waits_for:
                     # The delegated job ended; asking for its result again changes nothing.

@@ -76,6 +76,9 @@ def test_delegation_runs_a_child_job_and_returns_its_answer_without_wider_permis
     assert delegated.status == "completed"
     # The helper may use bash, but the lead may not: its child may not either.
     assert not (fleet.workspace / "escaped").exists()
+    shown = fleet.steward("jobs", "show", lead)
+    assert f"child: {child.id}" in shown.stdout and "done" in shown.stdout
+    assert f"parent: {lead}" in fleet.steward("jobs", "show", child.id).stdout
     refused = tool_results(fleet, child.id)[0]
     assert refused.status == "failed" and "bash" in refused.output
 

@@ -287,3 +287,53 @@ async def test_a_rebuilt_run_reports_the_notes_of_its_calls_again(store: EventSt
         ("warning", "deploy: denied by the rule deny deploy(prod) (config)")
     ]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+async def test_an_idempotent_tool_cut_short_runs_again_instead_of_being_reported(
+    store: EventStore, tmp_path: Path
+) -> None:
+    """A tool whose spec says running it twice changes nothing (``delegate``) is called again
+    when the run goes on after a stop, rather than reported to the model as interrupted."""
+    import asyncio
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+    from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolSpec
+    from steward.models.scripted import FunctionModel
+    from steward.tools.base import ToolContext, ToolResult, Toolset
+
+    started = asyncio.Event()
+    calls: list[str] = []
+
+    class Lookup(Toolset):
+        async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+            return [ToolSpec("lookup", "Look it up.", {"type": "object", "properties": {}}, idempotent=True)]
+
+        async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+            calls.append(name)
+            if len(calls) == 1:
+                started.set()
+                await asyncio.sleep(30)
+            return ToolResult("found it")
+
+    def reply(request: ModelRequest) -> AssistantMessage:
+        n = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
+        return (
+            AssistantMessage(tool_calls=(ToolCall("c1", "lookup", {}),))
+            if n == 0
+            else AssistantMessage(text="ok")
+        )
+
+    def make() -> Agent:
+        return Agent(FunctionModel(reply), toolsets=[Lookup()], builtin_tools=False, store=store)
+
+    run = make().start("look", workspace=tmp_path)
+    task = asyncio.create_task(run.result())
+    await asyncio.wait_for(started.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    result = await (await make().resume(run.id)).result()
+    assert result.solved and calls == ["lookup", "lookup"]
+    (done,) = [e for e in await store.events(run.id) if isinstance(e, ToolResultEvent)]
+    assert done.output == "found it" and done.error_category is None

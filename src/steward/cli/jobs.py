@@ -172,13 +172,26 @@ JobId = Annotated[str, typer.Argument(help="The job: its id or a unique prefix."
 @jobs_app.command("show")
 def show_job(job_id: JobId, workspace: Workspace = Path()) -> None:
     """Show one job: its state, run, attempts, result or error."""
-    job = _one(workspace, job_id, lambda jobs, key: jobs.get(key))
+
+    async def main() -> tuple[Job, list[Job]]:
+        store, jobs = await _with_jobs(workspace)
+        try:
+            job = await jobs.get(job_id)
+            return job, await jobs.list(parent_id=job.id, limit=100)
+        finally:
+            await store.close()
+
+    job, children = asyncio.run(main())
     typer.echo(_line(job))
     typer.echo(f"workspace: {job.workspace}")
     typer.echo(f"run: {job.run_id or '(not started)'}  attempts: {job.attempts} of {job.max_attempts}")
-    for label, value in (("held by", job.lease_owner), ("result", job.result), ("error", job.error)):
+    for label, value in (
+        ("held by", job.lease_owner), ("parent", job.parent_id), ("result", job.result), ("error", job.error)
+    ):  # fmt: skip
         if value:
             typer.echo(f"{label}: {value}")
+    for child in children:
+        typer.echo(f"child: {_line(child)}")
 
 
 @jobs_app.command("follow")

@@ -63,6 +63,7 @@ _SPEC = ToolSpec(
         "required": ["role", "goal"],
         "additionalProperties": False,
     },
+    idempotent=True,  # a second call at the same step with the same words finds the same child
 )
 
 

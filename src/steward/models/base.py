@@ -110,6 +110,9 @@ class ToolSpec:
     #: A digest of what the tool says it does (description and schema); an approval holds
     #: only while it stays the same. "" for tools that cannot change under us.
     fingerprint: str = field(default="", compare=False)
+    #: Running it twice with the same arguments does what running it once did (``delegate``
+    #: finds the job it made): a call cut short by a crash is run again, not reported interrupted.
+    idempotent: bool = field(default=False, compare=False)
     #: The tool says it changes nothing (an MCP tool's ``readOnlyHint``): no workspace
     #: checkpoint is recorded before it runs.
     read_only: bool = field(default=False, compare=False)
