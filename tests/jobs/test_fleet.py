@@ -213,6 +213,8 @@ def test_submit_refuses_bad_input_at_once(fleet: Fleet) -> None:
     second = fleet.steward("submit", "--role", "quick", "two", "--user", "ana")
     assert second.returncode != 0 and first in second.stderr and "Traceback" not in second.stderr
     assert fleet.jobs() and all(j.status == "queued" for j in fleet.jobs())
+    bogus = fleet.steward("jobs", "list", "--status", "bogus")
+    assert bogus.returncode != 0 and "not a job state" in bogus.stderr and "queued" in bogus.stderr
 
 
 def test_follow_streams_the_job_s_events_as_a_worker_writes_them(fleet: Fleet) -> None:

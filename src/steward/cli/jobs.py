@@ -112,23 +112,26 @@ async def _follow(handle: JobHandle, *, json_lines: bool) -> int:
     from steward.events import encode_event
 
     renderer = TerminalRenderer(quiet=False)
+    waits_on = ""
     try:
         async for event in handle.events():
+            waits_on = getattr(event, "kind", waits_on) if event.type == "waiting" else waits_on
             if json_lines:
                 typer.echo(encode_event(event))
             else:
                 renderer.show(event)
     finally:
         renderer.close()
-    return _outcome(await handle.get())
+    return _outcome(await handle.get(), waits_on)
 
 
-def _outcome(job: Job) -> int:
+def _outcome(job: Job, waits_on: str = "") -> int:
+    """Print how the job stands; its exit code. ``waits_on``: the kind of its wait, if known."""
     typer.echo(f"job {job.id} {job.status}: {job.result or job.error or ''}".rstrip(": "))
     if job.status == "waiting":
-        typer.echo(
-            f"steward: it waits; `steward answer {job.id} ...` or `steward approve {job.id}`", err=True
-        )
+        answer, decide = f'`steward answer {job.id} "ANSWER"`', f"`steward approve|deny {job.id}`"
+        hint = {"question": answer, "approval": decide}.get(waits_on, f"{answer}, or {decide}")
+        typer.echo(f"steward: it waits for you: {hint}", err=True)
     return EXIT_OK if job.status == "done" else EXIT_NOT_SOLVED
 
 
@@ -138,12 +141,20 @@ def list_jobs(
     status: Annotated[list[str] | None, typer.Option("--status", help="Only jobs in this state.")] = None,
 ) -> None:
     """List jobs, newest first."""
+    from steward.cli.options import fail
+    from steward.jobs.store import ACTIVE, ENDED
+
+    known = (*ACTIVE, *ENDED)
+    for wrong in [s for s in status or () if s not in known]:
+        raise fail(f"--status {wrong!r} is not a job state; use one of {', '.join(known)}")
 
     async def main() -> None:
         store, jobs = await _with_jobs(workspace)
         try:
             found = await jobs.list(status=status or ())
-            if not found:
+            if not found and status:
+                typer.echo(f"no {' or '.join(status)} jobs in this store")
+            elif not found:
                 typer.echo('no jobs in this store yet; `steward submit --role coder "GOAL"` queues one')
             for job in found:
                 typer.echo(_line(job))
