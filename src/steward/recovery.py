@@ -280,15 +280,14 @@ class RecordedToolset(WrapperToolset):
         replay = self.replay
         if replay.ended():
             stopped, replay.ended_on = replay.ended_on, None
+            cut_short = isinstance(stopped, ToolUse) or (
+                isinstance(stopped, ApprovalResultEvent) and stopped.decision == "approved" and replay.gate
+            )
+            if cut_short and await self._idempotent(name, ctx):
+                return await self.wrapped.call_tool(name, arguments, ctx)  # running it again changes nothing
             match stopped:
                 case ToolUse():  # it began, then the process stopped: never run it again silently
-                    spec = await self.wrapped.spec_of(name, ctx)
-                    if spec is not None and spec.idempotent:  # unless running it again changes nothing
-                        return await self.wrapped.call_tool(name, arguments, ctx)
                     return ToolResult(INTERRUPTED, is_error=True, category="interrupted", duration_ms=0.0)
-                case ApprovalResultEvent(decision="approved") if replay.gate and replay.gate.waits_for:
-                    # The delegated job ended; asking for its result again changes nothing.
-                    return await self.wrapped.call_tool(name, arguments, ctx)
                 case ApprovalResultEvent(decision="approved") if replay.gate is not None:
                     raise ApprovalRequired(
                         tool=name, arguments=dict(arguments), call_hash=replay.gate.call_hash,
@@ -320,6 +319,10 @@ class RecordedToolset(WrapperToolset):
             case _:
                 assert recorded is not None
                 raise replay.diverged(f"a call of {name}", recorded)
+
+    async def _idempotent(self, name: str, ctx: ToolContext) -> bool:
+        spec = await self.wrapped.spec_of(name, ctx)
+        return spec is not None and spec.idempotent
 
 
 class RecordedClock:

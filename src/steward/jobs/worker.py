@@ -56,7 +56,7 @@ class WorkerSettings:
     listen_poll_s: float = 5.0  # the same while PostgreSQL tells it of new work (a fallback only)
     cancel_check_s: float = 1.0  # how often a running job's cancellation is looked for (SQLite)
     drain_s: float = 30.0  # how long a stopping worker lets its runs reach their next step
-    expiry_check_s: float = 5.0  # how often waiting jobs are looked at for approvals past their deadline
+    sweep_s: float = 5.0  # how often waiting jobs are looked at: expired approvals, ended children
     worker_id: str = field(default_factory=process_owner)
 
 
@@ -69,7 +69,7 @@ class Worker:
         self._running: dict[asyncio.Task[None], Claim] = {}
         self._draining = False
         self._wakeups = Wakeups()
-        self._expiry_due = 0.0
+        self._sweep_due = 0.0
 
     async def run(self, stop: asyncio.Event, now: asyncio.Event | None = None) -> None:
         """Claim and run jobs until ``stop``; then drain (``now`` cuts the drain short)."""
@@ -103,14 +103,14 @@ class Worker:
             self._running[task] = claim
 
     async def _sweep(self) -> None:
-        """Every ``expiry_check_s``, any worker: approvals nobody answered by their deadline get
-        their default (recorded in the run as a reply would be; the job goes back to the queue),
-        and jobs waiting for a child that ended are woken (their wake-up can be missed: a child
+        """Every ``sweep_s``, any worker: approvals nobody answered by their deadline get their
+        default (a reply like a person's, kept on the job, which goes back to the queue), and
+        jobs waiting for a child that ended are woken (their wake-up can be missed: a child
         cancelled from the command line, a worker that died between the two)."""
         loop = asyncio.get_running_loop()
-        if loop.time() < self._expiry_due:
+        if loop.time() < self._sweep_due:
             return
-        self._expiry_due = loop.time() + self.settings.expiry_check_s
+        self._sweep_due = loop.time() + self.settings.sweep_s
         for job in await self.jobs.expired_waits(time.time()):
             with contextlib.suppress(JobError):  # answered, or expired by another worker, meanwhile
                 await reply(self.store, self.jobs, job.id, Decision(False, by="timeout"))
