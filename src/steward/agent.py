@@ -32,6 +32,7 @@ from steward.run import (
     check_workspace,
 )
 from steward.run_state import RunState
+from steward.safety.policy import ModeSwitch
 from steward.settings import budget_settings, loop_settings, tool_settings
 from steward.signals import LoopCounters
 from steward.tools.base import (
@@ -539,6 +540,7 @@ class Agent:
         return Run(
             loop, model_name=model.name, max_steps=lim.max_steps, remember=self.remember, store=self.store,
             prepare=self.prepare, persona=self.persona.name if self.persona is not None else "", fence=fence,
+            modes=ModeSwitch(self.policy),
         )  # fmt: skip
 
     async def run(

@@ -283,6 +283,44 @@ class NotifySettings:
     )
 
 
+@dataclass(slots=True)
+class ChannelSettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    secret: str = _f("", "Key of the HMAC-SHA256 signature inbound messages carry (X-Steward-Signature).")
+    reply_url: str | None = _f(None, "Where replies to the user are POSTed as JSON {user, text, ...}.")
+    reply_headers: dict[str, str] = field(
+        default_factory=dict, metadata={"doc": "Extra headers of each reply POST (its own auth, say)."}
+    )
+    persona: str = _f("", "The persona the channel's jobs run as (empty: the workspace's own settings).")
+    workspace: str | None = _f(None, "The workspace the channel's jobs run in (default: the server's).")
+
+
+@dataclass(slots=True)
+class ServerSettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    roots: list[str] = field(
+        default_factory=list,
+        metadata={
+            "doc": "Folders whose subfolders clients may name as a run's workspace (default: the folder "
+            "the server was started in)."
+        },
+    )
+    max_body_kb: int = _f(256, "Largest request body accepted, in KiB.", ge=1, le=65_536)
+    cors_origins: list[str] = field(
+        default_factory=list,
+        metadata={"doc": "Origins allowed to call the API from a browser (none: no CORS)."},
+    )
+    keepalive_s: float = _f(15.0, "Seconds between keep-alive comments on an idle event stream.", gt=0)
+    poll_s: float = _f(
+        0.5, "How often followed runs are looked at when nothing tells (SQLite; PostgreSQL's fallback).", gt=0
+    )
+    channels: dict[str, ChannelSettings] = field(
+        default_factory=dict, metadata={"doc": "Chat channels by name: POST /v1/channels/webhook/NAME."}
+    )
+
+
 PROVIDERS = ("anthropic", "ollama", "openai")
 
 
@@ -312,6 +350,9 @@ class Config:
     notify: NotifySettings = field(
         default_factory=NotifySettings, metadata={"doc": "Who is told when a job ends or waits."}
     )
+    server: ServerSettings = field(
+        default_factory=ServerSettings, metadata={"doc": "steward serve: roots, limits, channels."}
+    )
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -327,6 +368,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "mcp_servers": McpServerConfig,
     "checkpoints": CheckpointSettings,
     "notify": NotifySettings,
+    "server": ServerSettings,
 }
 
 # Lists that are one value, not a set of rules: a later layer's replaces an earlier one's (a

@@ -236,6 +236,15 @@ class DoneEvent(Event):
 
 
 @dataclass(slots=True)
+class ModeEvent(Event):
+    """The run's policy mode was switched while it ran (seed 001: modes switch at run time);
+    it applies from the step that follows it."""
+
+    type: ClassVar[str] = "mode"
+    mode: str  # "structured" | "autonomous"
+
+
+@dataclass(slots=True)
 class RewindEvent(Event):
     """The workspace was rewound to a checkpoint (``steward rewind``), from outside the loop.
 
@@ -271,6 +280,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         AnswerEvent,
         CompactionEvent,
         DoneEvent,
+        ModeEvent,
         RewindEvent,
     )
 }

@@ -67,6 +67,7 @@ class Loop:
         self.core_memory: CoreMemory | None = None
         #: Told of every event as it is numbered (a rebuild checks it against the log there).
         self.stamp: Callable[[ev.Event], None] | None = None
+        self.modes: rs.ModeSource = rs.NO_SWITCH  # mode switches asked while it runs (a step takes them)
 
     def emit(self, event: ev.Event) -> ev.Event:
         st = self.state
@@ -85,6 +86,8 @@ class Loop:
         """Step until the run ends or pauses; the last event is ``done`` or ``waiting``."""
         while True:
             outcome: rs.Outcome = rs.CONTINUE
+            if (mode := self.modes.take()) is not None:
+                yield self.emit(ev.ModeEvent(mode=mode))
             steps = self._resume() if self.state.resume is not None else self._step()
             async for item in steps:
                 if isinstance(item, ev.Event):
@@ -386,9 +389,8 @@ class Loop:
         a = resume.approval
         outcome: rs.Outcome = rs.CONTINUE
         if resume.approved:
-            async for item in self._act(
-                a.call, a.tool, a.arguments, a.thinking, a.summary, approved=a.call_hash
-            ):
+            act = self._act(a.call, a.tool, a.arguments, a.thinking, a.summary, approved=a.call_hash)
+            async for item in act:
                 if isinstance(item, ev.Event):
                     yield item
                 else:

@@ -30,6 +30,7 @@ from steward.events import (
     DoneEvent,
     ErrorEvent,
     Event,
+    ModeEvent,
     ModelReplyEvent,
     RewindEvent,
     RunStart,
@@ -51,6 +52,7 @@ from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
     from steward.run_state import RunState
+    from steward.safety.policy import ModeSwitch
     from steward.store.events import EventStore, RunRow
 
 
@@ -222,9 +224,30 @@ class Replay:
         at = self._pos + offset
         return self._events[at] if at < len(self._events) else None
 
+    def modes(self, live: ModeSwitch) -> RecordedModes:
+        """The recorded stand-in for the run's mode switch."""
+        return RecordedModes(self, live)
+
     def attach(self, model: Model, toolset: Toolset, clock: Clock) -> tuple[Model, Toolset, Clock]:
         """The recorded stand-ins for a run's model, toolset and clock."""
         return RecordedModel(self, model), RecordedToolset(self, toolset), RecordedClock(self, clock)
+
+
+class RecordedModes:
+    """Mode switches as the log has them while it lasts (each in force again where it was
+    recorded), then the ones asked live."""
+
+    def __init__(self, replay: Replay, live: ModeSwitch) -> None:
+        self.replay, self.live = replay, live
+
+    def take(self) -> str | None:
+        if self.replay.ended():
+            return self.live.take()
+        recorded = self.replay.peek()
+        if not isinstance(recorded, ModeEvent):
+            return None
+        self.live.policy.mode = "autonomous" if recorded.mode == "autonomous" else "structured"
+        return recorded.mode
 
 
 def _keys(event: Event) -> str:

@@ -25,6 +25,7 @@ from steward.phases import EndStatus
 from steward.run_state import Pending, RunState
 
 if TYPE_CHECKING:
+    from steward.safety.policy import ModeSwitch
     from steward.store.events import EventStore, RunLog
 
 _E = TypeVar("_E", bound=Event)
@@ -95,6 +96,7 @@ class Run:
         prepare: Callable[[], Awaitable[None]] | None = None,
         persona: str = "",
         fence: int | None = None,
+        modes: ModeSwitch | None = None,
     ) -> None:
         self._prepare = prepare
         self._persona = persona
@@ -108,6 +110,9 @@ class Run:
         self._max_steps = max_steps
         self._started = False
         self._remember = remember
+        self._modes = modes
+        if modes is not None:
+            loop.modes = modes
 
     @property
     def id(self) -> str:
@@ -199,6 +204,7 @@ class Run:
         loop = self._loop
         replay = Replay(loop.state, events, last_seq)
         loop.model, loop.toolset, loop.clock = replay.attach(loop.model, loop.toolset, loop.clock)
+        loop.modes = replay.modes(self._modes) if self._modes is not None else rs.NO_SWITCH
         loop.stamp = replay.stamp
         if self._store is not None:
             self._log = self._store.log(
@@ -273,6 +279,13 @@ class Run:
     def snapshot(self) -> RunResult:
         st = self._loop.state
         return RunResult(self, st.status, st.end_status, st.output, st.counters.step, st.usage, st.pending)
+
+    def switch_mode(self, mode: str) -> None:
+        """Go on in policy ``mode`` ("structured" asks before risky calls; "autonomous"
+        approves asks itself, while the guard and deny rules stay) from the next step, which
+        records the switch. A run that was built without a policy ignores it."""
+        if self._modes is not None and mode in ("structured", "autonomous"):
+            self._modes.ask("autonomous" if mode == "autonomous" else "structured")
 
     def answer_stream(self, text: str) -> AsyncIterator[Event]:
         """Answer the pending question and continue, yielding events (the answer first)."""

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from steward import signals as sig
 from steward.answers import check_answer
@@ -403,3 +403,16 @@ def answer(st: RunState, text: str) -> AnswerEvent:
     content = json.dumps({"user_answer": text}, ensure_ascii=False)
     st.transcript.add_tool_result(ToolResultMessage(pending.call_id, AGENT_STEP, content), observation=False)
     return AnswerEvent(id=pending.id, answer=text)
+
+
+class ModeSource(Protocol):
+    def take(self) -> str | None:
+        """The policy mode the run switches to at this step (now in force), or None."""
+
+
+class _NoSwitch:
+    def take(self) -> str | None:
+        return None
+
+
+NO_SWITCH: ModeSource = _NoSwitch()

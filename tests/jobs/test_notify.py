@@ -33,7 +33,8 @@ def make_job(**changes: Any) -> Job:
         idempotency_key=None, user_key="alice", parent_id=None, status="done", attempts=1,
         max_attempts=3, run_id="a1b2c3d4e5f6", result="all green", error=None,
         output_schema={"type": "object"}, lease_owner=None, lease_expires_at=None, fence=2,
-        cancel_requested=False, reply=None, created_at=1_700_000_000.0, updated_at=1_700_000_100.5,
+        cancel_requested=False, reply=None, session_id=None, model=None, mode=None,
+        created_at=1_700_000_000.0, updated_at=1_700_000_100.5,
         started_at=1_700_000_001.0, finished_at=1_700_000_100.5,
     )  # fmt: skip
     return dataclasses.replace(job, **changes)

@@ -560,7 +560,14 @@ def _queue_commands() -> None:
     app.command("worker")(worker)
 
 
+def _serve_command() -> None:
+    from steward.cli.serve import serve
+
+    app.command("serve")(serve)
+
+
 _queue_commands()
+_serve_command()
 
 
 @app.command()

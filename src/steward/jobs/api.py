@@ -65,6 +65,9 @@ class Queue:
         user: str | None = None,
         max_attempts: int = 3,
         output_schema: dict[str, Any] | None = None,
+        session_id: str | None = None,
+        model: str | None = None,
+        mode: str | None = None,
     ) -> JobHandle:
         """Queue a job for a worker of ``role``. An unknown role, a bad persona file or a
         workspace that is not there is an error now (``ConfigError``), not a dead job later."""
@@ -73,10 +76,14 @@ class Queue:
 
         check_goal(goal)
         ws = check_workspace(workspace)
-        find_persona(role, ws)
+        if role:  # no role: the workspace's own settings, no persona
+            find_persona(role, ws)
+        if mode is not None and mode not in ("structured", "autonomous"):
+            raise JobError(f"mode {mode!r} is not one of: structured, autonomous")
         job, _ = await self.jobs.submit(
             role, goal, workspace=str(ws), priority=priority, idempotency_key=idempotency_key,
-            user_key=user, max_attempts=max_attempts, output_schema=output_schema,
+            user_key=user, max_attempts=max_attempts, output_schema=output_schema, session_id=session_id,
+            model=model, mode=mode,
         )  # fmt: skip
         return JobHandle(self, job.id)
 
@@ -136,6 +143,10 @@ class JobHandle:
 
     async def deny(self, reason: str = "") -> Job:
         return await reply(self.queue.store, self.queue.jobs, self.id, Decision(False, reason=reason))
+
+    async def switch_mode(self, mode: str) -> Job:
+        """Go on in ``mode`` ("structured" or "autonomous") from the run's next step."""
+        return await self.queue.jobs.set_mode(self.id, mode)
 
 
 async def _waits_for_person(job: Job, handle: JobHandle) -> bool:

@@ -82,6 +82,9 @@ class Job:
     cancel_requested: bool
     #: The reply kept for the wait the job's run is in (``steward.jobs.replies``), or None.
     reply: dict[str, Any] | None
+    session_id: str | None
+    model: str | None
+    mode: str | None  # the policy mode asked for its run; None: as configured
     created_at: float
     updated_at: float
     started_at: float | None
@@ -102,7 +105,8 @@ class Claim:
 
 
 CHANNEL = "steward_jobs"
-"""PostgreSQL channel on which the queue says what changed: ``queued:ROLE`` or ``cancel:JOB``."""
+"""PostgreSQL channel on which the queue says what changed: ``queued:ROLE``, ``cancel:JOB`` or
+``mode:JOB``."""
 
 
 async def _tell(conn: AsyncConnection, payload: str) -> None:
@@ -122,8 +126,8 @@ class Wakeups:
         kind, _, what = payload.partition(":")
         if kind == "queued":
             self.work.set()
-        elif kind == "cancel" and (event := self.cancels.get(what)) is not None:
-            event.set()
+        elif kind in ("cancel", "mode") and (event := self.cancels.get(what)) is not None:
+            event.set()  # the job's worker reads what was asked at once
 
 
 @functools.lru_cache(maxsize=64)
@@ -189,6 +193,9 @@ class JobStore:
         parent_id: str | None = None,
         max_attempts: int = 3,
         output_schema: dict[str, Any] | None = None,
+        session_id: str | None = None,
+        model: str | None = None,
+        mode: str | None = None,
     ) -> tuple[Job, bool]:
         """Queue a job; return it and whether it is new.
 
@@ -207,6 +214,7 @@ class JobStore:
             "parent_id": parent_id, "status": "queued", "attempts": 0, "max_attempts": max_attempts,
             "output_schema": json.dumps(output_schema) if output_schema is not None else None,
             "fence": 0, "cancel_requested": False, "created_at": now, "updated_at": now,
+            "session_id": session_id, "model": model, "mode": mode,
         }  # fmt: skip
         try:
             async with write_transaction(self._engine) as conn:
@@ -486,11 +494,30 @@ class JobStore:
         return job
 
     async def cancel_requested(self, job_id: str) -> bool:
+        return (await self.asked(job_id))[0]
+
+    async def asked(self, job_id: str) -> tuple[bool, str | None]:
+        """What was asked of a running job from outside: whether to cancel it, and its mode."""
+        t = jobs_table
         async with self._engine.connect() as conn:
-            found = await conn.execute(
-                sa.select(jobs_table.c.cancel_requested).where(jobs_table.c.id == job_id)
-            )
-            return bool(found.scalar_one_or_none())
+            query = sa.select(t.c.cancel_requested, t.c.mode).where(t.c.id == job_id)
+            row = (await conn.execute(query)).first()
+        return (False, None) if row is None else (bool(row[0]), row[1])
+
+    async def set_mode(self, job_id: str, mode: str) -> Job:
+        """Ask a job's run to go on in ``mode`` ("structured" or "autonomous"): its worker
+        switches at the run's next step (at once on PostgreSQL, within a second elsewhere) and
+        the run's log records the switch; a queued or waiting job starts again in it."""
+        if mode not in ("structured", "autonomous"):
+            raise JobError(f"mode {mode!r} is not one of: structured, autonomous")
+        job = await self.get(job_id)
+        if job.ended:
+            raise JobError(f"job {job.id} already ended ({job.status}); its mode cannot change")
+        t = jobs_table
+        async with write_transaction(self._engine) as conn:
+            await conn.execute(t.update().where(t.c.id == job.id).values(mode=mode, updated_at=time.time()))
+            await _tell(conn, f"mode:{job.id}")
+        return await self.get(job.id)
 
     async def _wake(self, role: str) -> None:
         if self._engine.dialect.name == "postgresql":

@@ -70,6 +70,7 @@ class Worker:
         self._draining = False
         self._wakeups = Wakeups()
         self._sweep_due = 0.0
+        self._live: dict[str, Run] = {}  # job id -> its run, while this worker drives it
 
     async def run(self, stop: asyncio.Event, now: asyncio.Event | None = None) -> None:
         """Claim and run jobs until ``stop``; then drain (``now`` cuts the drain short)."""
@@ -89,6 +90,10 @@ class Worker:
                 idle = (s.listen_poll_s if listening else s.poll_s) * (0.5 + random.random())  # noqa: S311
                 await self._idle(idle, stop.wait(), wakeups.work.wait())
             await self._drain(now)
+
+    def poke(self) -> None:
+        """Look for work now: a job was queued in this process (a server's own pool)."""
+        self._wakeups.work.set()
 
     async def _claim_what_fits(self, stop: asyncio.Event) -> None:
         s = self.settings
@@ -220,31 +225,50 @@ class Worker:
                 raise
             await self._settle_ended_run(claim, notifier)
             return None
-        return run if await self._drive(run, replied(run, job.reply)) else "release"
+        if job.mode is not None:
+            run.switch_mode(job.mode)
+        self._live[job.id] = run
+        try:
+            return run if await self._drive(run, replied(run, job.reply)) else "release"
+        finally:
+            self._live.pop(job.id, None)
 
     async def _ensure_run(self, job: Job) -> None:
         """The job's run row: its first claim's worker makes it, later ones find it (resuming
         a run starts from its row, even a run with no event yet)."""
         if await self.store.get_run(job.id) is None:
             with contextlib.suppress(StewardError):  # made a moment ago by an earlier holder
-                await self.store.create_run(job.id, goal=job.goal, workspace=job.workspace, status="queued")
+                await self.store.create_run(
+                    job.id, goal=job.goal, workspace=job.workspace, status="queued", session_id=job.session_id
+                )
 
     async def _open(self, job: Job) -> tuple[Agent, Notifier]:
         from steward.agent import Agent
         from steward.config import load_config
         from steward.jobs.delegation import DelegateToolset, ancestors, inherited_layer, narrowed
         from steward.jobs.notify import Notifier
-        from steward.personas import find_persona
+        from steward.personas import Persona, find_persona
 
         workspace = Path(job.workspace)
-        persona = find_persona(job.role, workspace)
+        # A job without a role runs as the workspace's own settings say (no persona).
+        plain = Persona(name="")
+        persona = find_persona(job.role, workspace) if job.role else plain
         layer = persona.layer()
         if job.parent_id is not None:  # a delegated job gets no more than the jobs above it had
-            above = [find_persona(j.role, workspace) for j in await ancestors(self.jobs, job, 16)]
+            chain = await ancestors(self.jobs, job, 16)
+            above = [find_persona(j.role, workspace) if j.role else plain for j in chain]
             configs = [load_config(workspace, persona=p.layer()) for p in above]
             layer = inherited_layer(persona, list(zip(above, configs, strict=True)))
             persona = narrowed(persona, above)
-        config = load_config(workspace, persona=layer, persona_source=str(persona.source))
+        overrides = {"model": job.model} if job.model else None
+        config = load_config(
+            workspace, persona=layer, persona_source=str(persona.source or "persona"), overrides=overrides
+        )
+        if persona.name == "" and not persona.within:  # no persona, nothing above it narrows its tools
+            agent = await Agent.open(
+                config, workspace=workspace, store=self.store, toolsets=[DelegateToolset(self.jobs)]
+            )
+            return agent, Notifier.from_config(config)
         delegate = DelegateToolset(self.jobs)
         agent = await Agent.open(
             config, workspace=workspace, store=self.store, persona=persona, toolsets=[delegate]
@@ -333,15 +357,19 @@ class Worker:
         for _ in range(10**9):  # until the job ends, the lease is lost, or the task is cancelled
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(cancelled.wait(), timeout=min(s.cancel_check_s, s.heartbeat_s))
+            cancelled.clear()  # what woke it is read below: a cancellation or a mode switch
             try:
-                if loop.time() >= renew_at or cancelled.is_set():
+                if loop.time() >= renew_at:
                     renew_at = loop.time() + s.heartbeat_s
                     job = await self.jobs.heartbeat(claim, lease_s=s.lease_s)
                     renewed = loop.time()
                     if job.ended:
                         return
-                elif await self.jobs.cancel_requested(claim.job.id):
+                cancel, mode = await self.jobs.asked(claim.job.id)
+                if cancel:
                     await self.jobs.heartbeat(claim, lease_s=s.lease_s)  # raises: cancelled
+                if mode is not None and (run := self._live.get(claim.job.id)) is not None:
+                    run.switch_mode(mode)  # taken at the run's next step, and recorded there
             except LeaseLost as lost:
                 await self._lost(claim, job_task, lost)
                 return

@@ -458,3 +458,23 @@ def _suggest(tool: str, subjects: Sequence[str], *, exact: bool = False) -> Rule
 def _literal(text: str) -> str:
     """A pattern that matches exactly ``text`` (its glob characters escaped)."""
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+class ModeSwitch:
+    """A mode asked for from outside a run (the server, a job's worker), taken by the loop at the
+    run's next step, so a step never changes mode half-way and the switch has a place in the log."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._asked: Mode | None = None
+
+    def ask(self, mode: Mode) -> None:
+        self._asked = mode
+
+    def take(self) -> Mode | None:
+        """The mode to switch to now (and switched to), or None when nothing changes."""
+        asked, self._asked = self._asked, None
+        if asked is None or asked == self.policy.mode:
+            return None
+        self.policy.mode = asked
+        return asked

@@ -455,8 +455,12 @@ class _Writer:
                         )
                         if (await conn.execute(held.with_for_update(read=True))).first() is None:
                             fenced.add(log)
-                    for statement, rows in _statements([op for op in batch if op.log not in fenced]):
+                    kept = [op for op in batch if op.log not in fenced]
+                    for statement, rows in _statements(kept):
                         await conn.execute(statement, rows)
+                    for run_id in dict.fromkeys(op.log.run_id for op in kept if op.kind == "event"):
+                        # Followers of the run on any server hear of it when the batch commits.
+                        await conn.execute(sa.select(sa.func.pg_notify(EVENTS_CHANNEL, run_id)))
                     return fenced
             except (OSError, sqlite3.Error, sa_exc.DBAPIError) as exc:
                 if attempt == _RETRIES or not _transient(exc):
@@ -510,6 +514,10 @@ def _statements(batch: list[_Op]) -> list[tuple[sa.Executable, Any]]:
         out.append((events_table.insert(), rows))
     return [(statement, params) if params is not None else (statement, {}) for statement, params in out]
 
+
+EVENTS_CHANNEL = "steward_events"
+"""PostgreSQL channel that names a run each time events of it are committed (its followers read
+them then; elsewhere they poll by sequence number)."""
 
 _HELD = "SELECT 1 FROM jobs WHERE id = ? AND fence = ?"
 _INSERT = "INSERT INTO events (run_id, seq, ts, type, data) VALUES (?, ?, ?, ?, ?)"

@@ -118,6 +118,10 @@ jobs = sa.Table(
     # A person's reply (or a deadline's, or a child job's end) to what the waiting run asked, as
     # JSON naming the wait: the worker that takes the job next gives it to the run.
     sa.Column("reply", sa.Text, nullable=True),
+    sa.Column("session_id", sa.Text, nullable=True),  # the session its run belongs to (a chat turn)
+    sa.Column("model", sa.Text, nullable=True),  # a model for its run other than the persona's
+    # The policy mode asked for its run ("structured" | "autonomous"); None: as configured.
+    sa.Column("mode", sa.Text, nullable=True),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("updated_at", sa.Double, nullable=False),
     sa.Column("started_at", sa.Double, nullable=True),
@@ -177,11 +181,20 @@ def _v4_job_replies(conn: Connection) -> None:
         conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN reply TEXT"))
 
 
+def _v5_job_sessions(conn: Connection) -> None:
+    # A database made before version 5 lacks the columns; one made later has them from _v3_jobs.
+    have = {c["name"] for c in sa.inspect(conn).get_columns("jobs")}
+    for column in ("session_id", "model", "mode"):
+        if column not in have:
+            conn.execute(sa.text(f"ALTER TABLE jobs ADD COLUMN {column} TEXT"))
+
+
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_runs_and_events,
     _v2_resume_sessions_memory,
     _v3_jobs,
     _v4_job_replies,
+    _v5_job_sessions,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -1,0 +1,1 @@
+"""``steward serve``: the HTTP/SSE API, the web page and chat channels (``create_app``)."""

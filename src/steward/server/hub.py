@@ -1,0 +1,204 @@
+"""Live events of runs for the clients of one server process, whichever worker writes them.
+
+Each followed run has one feed: it reads the run's new events from the store once per change
+and keeps the newest of them in memory, so 200 clients following a run cost one read per
+change, not 200. A feed learns of a change from PostgreSQL (``LISTEN`` on the channel the store
+names each run on as its events commit) and, as the fallback and on SQLite, by looking at the
+run's next sequence number every ``poll_s``. A run's end is its ``done`` event, or its job
+ending without one (cancelled before it started, dead).
+
+A client that falls behind the feed's memory reads the gap from the store: nothing is lost,
+and sequence numbers make sure nothing is sent twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from steward.events import DoneEvent, Event
+from steward.store.events import EVENTS_CHANNEL, EventStore
+from steward.store.schema import jobs as jobs_table
+
+_KEPT = 2000  # events a feed keeps in memory for followers that are a little behind
+_READ = 500  # events read from the store at once
+_ENDED = ("done", "failed", "cancelled", "dead")
+
+
+@dataclass(slots=True)
+class _Feed:
+    run_id: str
+    followers: int = 0
+    events: list[Event] = field(default_factory=list)  # the newest, in seq order
+    last_seq: int = 0
+    ended: bool = False  # its done event was read, or its job ended
+    changed: asyncio.Event = field(default_factory=asyncio.Event)  # replaced on each change
+    stale: asyncio.Event = field(default_factory=asyncio.Event)  # set: read the store now
+
+    def add(self, events: list[Event], ended: bool) -> None:
+        if events:
+            self.events.extend(events)
+            del self.events[:-_KEPT]
+            self.last_seq = events[-1].seq
+        self.ended = self.ended or ended or any(isinstance(e, DoneEvent) for e in events)
+        if events or self.ended:
+            changed, self.changed = self.changed, asyncio.Event()
+            changed.set()
+
+
+class EventHub:
+    """Feeds of the runs this server's clients follow; ``run`` keeps them fed until stopped."""
+
+    def __init__(self, store: EventStore, *, poll_s: float = 0.5, fallback_poll_s: float = 2.0) -> None:
+        self.store = store
+        self.poll_s = poll_s
+        self.fallback_poll_s = fallback_poll_s  # PostgreSQL: tells of changes; polling only backs it up
+        self._feeds: dict[str, _Feed] = {}
+        self._listening = False
+        self._wake = asyncio.Event()
+
+    @property
+    def listening(self) -> bool:
+        return self._listening
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async with self._listen():
+            for _ in range(10**12):  # until stopped
+                if stop.is_set():
+                    return
+                with contextlib.suppress(Exception):  # a store that is down: try again next tick
+                    await self._tick()
+                wait = self.fallback_poll_s if self._listening else self.poll_s
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await asyncio.wait(
+                            [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())],
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
+                self._wake.clear()
+
+    async def _tick(self, only: list[_Feed] | None = None) -> None:
+        feeds = only if only is not None else [f for f in self._feeds.values() if not f.ended]
+        if not feeds:
+            return
+        statuses = await self._job_statuses([f.run_id for f in feeds])
+        for feed in feeds:
+            feed.stale.clear()
+            job_ended = statuses.get(feed.run_id) in _ENDED
+            for _ in range(1000):  # bounded: each pass reads up to _READ newer events
+                new = await self.store.events(feed.run_id, after_seq=feed.last_seq, limit=_READ)
+                feed.add(new, ended=job_ended and len(new) < _READ)
+                if len(new) < _READ:
+                    break
+
+    async def _job_statuses(self, run_ids: list[str]) -> dict[str, str]:
+        t = jobs_table
+        async with self.store.engine.connect() as conn:
+            rows = await conn.execute(sa.select(t.c.id, t.c.status).where(t.c.id.in_(run_ids)))
+            return {row[0]: row[1] for row in rows}
+
+    @contextlib.asynccontextmanager
+    async def _listen(self) -> AsyncIterator[None]:
+        if self.store.dialect != "postgresql":
+            yield
+            return
+        import asyncpg
+
+        url = self.store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        try:
+            conn = await asyncpg.connect(url, timeout=10)
+            await conn.add_listener(EVENTS_CHANNEL, lambda _c, _pid, _ch, run_id: self._heard(str(run_id)))
+        except (TimeoutError, OSError, asyncpg.PostgresError):
+            yield  # polling still finds every event, only later
+            return
+        self._listening = True
+        try:
+            yield
+        finally:
+            self._listening = False
+            with contextlib.suppress(Exception):
+                await conn.close(timeout=2)
+
+    def _heard(self, run_id: str) -> None:
+        feed = self._feeds.get(run_id)
+        if feed is not None:
+            feed.stale.set()
+            self._wake.set()
+
+    async def follow(
+        self, run_id: str, after_seq: int = 0, *, keepalive_s: float = 15.0, follow: bool = True
+    ) -> AsyncIterator[Event | None]:
+        """The run's events after ``after_seq``, as they come, until the run ends; None every
+        ``keepalive_s`` of silence (the caller sends a keep-alive). Without ``follow``: what is
+        recorded now, then the end."""
+        if not follow:
+            async for event in self._recorded(run_id, after_seq):
+                yield event
+            return
+        feed = await self._feed(run_id)
+        feed.followers += 1
+        seq = after_seq
+        try:
+            quiet_since = time.monotonic()
+            for _ in range(10**12):  # until the run ends or the client goes
+                changed = feed.changed
+                pending = await self._after(feed, seq)
+                for event in pending:
+                    seq = event.seq
+                    yield event
+                if pending:
+                    quiet_since = time.monotonic()
+                    continue
+                if feed.ended and seq >= feed.last_seq:
+                    return
+                left = keepalive_s - (time.monotonic() - quiet_since)
+                if left <= 0:
+                    quiet_since = time.monotonic()
+                    yield None
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await changed.wait()
+        finally:
+            feed.followers -= 1
+            if feed.followers == 0:
+                self._feeds.pop(run_id, None)
+
+    async def _recorded(self, run_id: str, seq: int) -> AsyncIterator[Event]:
+        for _ in range(10**6):  # bounded by the log's length
+            batch = await self.store.events(run_id, after_seq=seq, limit=_READ)
+            for event in batch:
+                yield event
+            if len(batch) < _READ:
+                return
+            seq = batch[-1].seq
+
+    async def _feed(self, run_id: str) -> _Feed:
+        feed = self._feeds.get(run_id)
+        if feed is None:
+            last = await self.store.last_seq(run_id)
+            # The feed keeps what comes from here on; a client further behind reads the store.
+            kept = await self.store.events(run_id, after_seq=max(0, last - 50))
+            ended = (await self._job_statuses([run_id])).get(run_id) in _ENDED
+            feed = self._feeds.setdefault(run_id, _Feed(run_id, last_seq=last))
+            if not feed.events and feed.last_seq == last:
+                feed.events = kept
+                feed.ended = ended or any(isinstance(e, DoneEvent) for e in kept)
+        return feed
+
+    async def _after(self, feed: _Feed, seq: int) -> list[Event]:
+        """The events after ``seq``: from the feed, or from the store for what it no longer keeps."""
+        first_kept = feed.events[0].seq if feed.events else feed.last_seq + 1
+        if seq + 1 >= first_kept:
+            return [e for e in feed.events if e.seq > seq]
+        gap = await self.store.events(feed.run_id, after_seq=seq, limit=_READ)
+        return [e for e in gap if e.seq < first_kept] or [e for e in feed.events if e.seq > seq]
+
+    def poke(self, run_id: str) -> None:
+        """Something of ``run_id`` changed here (a reply, a cancel): read it now."""
+        self._heard(run_id)

@@ -1,0 +1,266 @@
+"""The HTTP API against a real ``steward serve`` on loopback, on both engines: runs started,
+streamed, dropped and resumed with Last-Event-ID, approved, answered, switched, cancelled; auth."""
+
+from __future__ import annotations
+
+import json
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from server_kit import Deployment, Server, sse, wait_for
+
+PLAN = {
+    "agent_step": {
+        "phase": "plan", "summary": "plan it",
+        "plan": {"goal": "make a file", "sub_tasks": [{"id": 1, "title": "Write the file"}]},
+    }
+}  # fmt: skip
+
+
+def careful(deployment: Deployment, name: str = "careful", command: str = "echo hi >> made.txt") -> None:
+    """A persona whose one bash call waits for approval."""
+    deployment.persona(
+        name, [PLAN, {"tool": "bash", "args": {"command": command}}, {"text": "made it"}],
+        extra='[policy]\nask = ["bash"]\n',
+    )  # fmt: skip
+
+
+def start(client: httpx.Client, **body: Any) -> dict[str, Any]:
+    response = client.post("/v1/runs", json=body)
+    assert response.status_code == 201, response.text
+    run: dict[str, Any] = response.json()
+    return run
+
+
+def run_status(client: httpx.Client, run_id: str, *statuses: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        run: dict[str, Any] = client.get(f"/v1/runs/{run_id}").json()
+        return run if run["status"] in statuses else None
+
+    found: dict[str, Any] = wait_for(check, f"run {run_id} to be {statuses}")
+    return found
+
+
+def test_a_run_streams_waits_is_approved_over_http_and_ends(deployment: Deployment) -> None:
+    careful(deployment)
+    server = deployment.start()
+    with server.client() as client:
+        run = start(client, goal="make a file", persona="careful")
+        assert run["status"] == "queued" and run["session_id"]
+        waiting = run_status(client, run["id"], "waiting")
+        pending = waiting["pending"]
+        assert pending["kind"] == "approval" and pending["tool"] == "bash"
+        assert pending["input"] == {"command": "echo hi >> made.txt"} and pending["deadline"] > time.time()
+        assert not (deployment.workspace / "made.txt").exists()
+        seen = [m for m in sse(client, f"/v1/runs/{run['id']}/events?follow=false")]
+        assert [m["event"] for m in seen][-2:] == ["approval_gate", "waiting"]
+        assert [int(m["id"]) for m in seen] == list(range(1, len(seen) + 1))
+        assert all(m["data"]["seq"] == int(m["id"]) and m["data"]["type"] == m["event"] for m in seen)
+        wrong = client.post(f"/v1/runs/{run['id']}/approve", json={"approval_id": "not-it"})
+        assert wrong.status_code == 409 and pending["id"] in wrong.json()["detail"]
+        approved = client.post(f"/v1/runs/{run['id']}/approve", json={"approval_id": pending["id"]})
+        assert approved.status_code == 200, approved.text
+        done = run_status(client, run["id"], "done")
+        assert done["end_status"] == "solved" and done["output"] == "made it"
+        assert (deployment.workspace / "made.txt").read_text() == "hi\n"
+        everything = list(sse(client, f"/v1/runs/{run['id']}/events"))  # a finished run: all, then the end
+        assert everything[-1]["event"] == "done"
+        result = next(m["data"] for m in everything if m["event"] == "approval_result")
+        assert result["data"]["decision"] == "approved"
+        session = client.get(f"/v1/sessions/{run['session_id']}").json()
+        assert [(t["run_id"], t["answer"]) for t in session["turns"]] == [(run["id"], "made it")]
+
+
+def test_a_dropped_stream_resumes_with_last_event_id_without_loss_or_doubles(deployment: Deployment) -> None:
+    steps: list[object] = [
+        {"tool": "bash", "args": {"command": f"echo {i} >> steps.txt; sleep 0.2"}} for i in range(6)
+    ]
+    deployment.persona("stepper", [*steps, {"text": "six"}])
+    server = deployment.start()
+    with server.client() as client:
+        run = start(client, goal="six steps", persona="stepper")
+        first = list(sse(client, f"/v1/runs/{run['id']}/events", limit=5))  # then the client drops
+        last = first[-1]["id"]
+        time.sleep(0.5)  # the run goes on meanwhile
+        rest = list(sse(client, f"/v1/runs/{run['id']}/events", headers={"Last-Event-ID": last}))
+        seqs = [int(m["id"]) for m in first + rest]
+        assert seqs == list(range(1, seqs[-1] + 1)), seqs  # every event once, in order
+        assert rest[-1]["event"] == "done"
+        assert client.get(f"/v1/runs/{run['id']}").json()["status"] == "done"  # the drop cancelled nothing
+        assert (deployment.workspace / "steps.txt").read_text().split() == [str(i) for i in range(6)]
+        after = list(sse(client, f"/v1/runs/{run['id']}/events?after=3&follow=false"))
+        assert int(after[0]["id"]) == 4
+
+
+def test_questions_are_answered_and_deny_gives_the_reason_to_the_model(sqlite_deployment: Deployment) -> None:
+    deployment = sqlite_deployment
+    ask = {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Which colour?"}}
+    deployment.persona("asker", [ask, {"text": "painted it"}])
+    careful(deployment, "denied", "echo no >> denied.txt")
+    server = deployment.start()
+    with server.client() as client:
+        asked = start(client, goal="paint the shed", persona="asker")
+        pending = run_status(client, asked["id"], "waiting")["pending"]
+        assert pending["kind"] == "question" and pending["question"] == "Which colour?"
+        wrong = client.post(f"/v1/runs/{asked['id']}/approve", json={})
+        assert wrong.status_code == 409 and "answer" in wrong.json()["detail"]
+        assert client.post(f"/v1/runs/{asked['id']}/answer", json={"text": "   "}).status_code == 400
+        assert client.post(f"/v1/runs/{asked['id']}/answer", json={"text": "green"}).status_code == 200
+        assert run_status(client, asked["id"], "done")["output"] == "painted it"
+        answers = [
+            m["data"]["data"] for m in sse(client, f"/v1/runs/{asked['id']}/events") if m["event"] == "answer"
+        ]
+        assert [a["answer"] for a in answers] == ["green"]
+
+        denied = start(client, goal="make a file", persona="denied")
+        run_status(client, denied["id"], "waiting")
+        assert client.post(f"/v1/runs/{denied['id']}/deny", json={"reason": "not today"}).status_code == 200
+        run_status(client, denied["id"], "done", "failed")
+        results = [
+            m["data"]["data"]
+            for m in sse(client, f"/v1/runs/{denied['id']}/events")
+            if m["event"] == "approval_result"
+        ]
+        assert results[0]["decision"] == "denied" and results[0]["reason"] == "not today"
+        assert not (deployment.workspace / "denied.txt").exists()
+
+
+def test_switching_a_waiting_run_to_autonomous_is_recorded_and_applies(sqlite_deployment: Deployment) -> None:
+    deployment = sqlite_deployment
+    two = [
+        {"tool": "bash", "args": {"command": "echo one >> two.txt"}},
+        {"tool": "bash", "args": {"command": "echo two >> two.txt"}},
+        {"text": "both"},
+    ]
+    deployment.persona("twice", two, extra='[policy]\nask = ["bash"]\n')
+    server = deployment.start()
+    with server.client() as client:
+        run = start(client, goal="two calls", persona="twice")
+        run_status(client, run["id"], "waiting")
+        switched = client.post(f"/v1/runs/{run['id']}/mode", json={"mode": "autonomous"})
+        assert switched.status_code == 200 and switched.json()["mode"] == "autonomous"
+        assert client.post(f"/v1/runs/{run['id']}/mode", json={"mode": "wild"}).status_code == 422
+        client.post(f"/v1/runs/{run['id']}/approve", json={})
+        done = run_status(client, run["id"], "done")  # the second call was not asked about
+        assert done["output"] == "both"
+        events = [m["data"] for m in sse(client, f"/v1/runs/{run['id']}/events")]
+        modes = [e for e in events if e["type"] == "mode"]
+        assert [m["data"]["mode"] for m in modes] == ["autonomous"]
+        assert sum(1 for e in events if e["type"] == "approval_gate") == 1
+        assert (deployment.workspace / "two.txt").read_text().split() == ["one", "two"]
+
+
+def test_cancel_stops_a_running_run_and_its_stream_ends(deployment: Deployment) -> None:
+    deployment.persona(
+        "sleeper",
+        [{"tool": "bash", "args": {"command": "touch started; sleep 30; touch finished"}}, {"text": "no"}],
+    )
+    server = deployment.start()
+    with server.client() as client:
+        run = start(client, goal="sleep", persona="sleeper")
+        wait_for((deployment.workspace / "started").exists, "the call to start")
+        cancelled = client.post(f"/v1/runs/{run['id']}/cancel")
+        assert cancelled.status_code == 200, cancelled.text
+        run_status(client, run["id"], "cancelled")
+        stream = list(sse(client, f"/v1/runs/{run['id']}/events", timeout=20))
+        assert stream[-1]["event"] == "done" and stream[-1]["data"]["data"]["status"] == "cancelled"
+        again = client.post(f"/v1/runs/{run['id']}/cancel")
+        assert again.status_code == 409 and "already ended" in again.json()["detail"]
+        time.sleep(1)
+        assert not (deployment.workspace / "finished").exists()
+
+
+def test_auth_errors_and_bad_input_are_problem_details(sqlite_deployment: Deployment) -> None:
+    deployment = sqlite_deployment
+    server = deployment.start(workers=0)
+    assert httpx.get(server.url + "/v1/health").json() == {"status": "ok"}
+    spec = httpx.get(server.url + "/openapi.json").json()
+    for path, operations in spec["paths"].items():
+        for method in operations:
+            if path == "/v1/health" or not path.startswith("/v1/"):
+                continue
+            url = server.url + path.replace("{", "").replace("}", "")
+            for headers in (
+                {},
+                {"Authorization": "Bearer stw_not-a-real-token"},
+                {"Authorization": "Basic eDp5"},
+            ):
+                response = httpx.request(method, url, headers=headers, json={})
+                assert response.status_code == 401, (method, path, headers, response.text)
+                assert response.headers["content-type"] == "application/problem+json"
+                assert "token" in response.json()["detail"]
+    with server.client() as client:
+        assert client.get("/v1/runs/nope").status_code == 404
+        problems = [
+            client.post("/v1/runs", json={"goal": ""}),
+            client.post("/v1/runs", json={"goal": "x", "colour": "red"}),
+            client.post("/v1/runs", json={"goal": "x", "persona": "nobody"}),
+            client.post("/v1/runs", json={"goal": "x", "workspace": "/etc"}),
+            client.post("/v1/runs", json={"goal": "x", "workspace": "../.."}),
+            client.post("/v1/runs", json={"goal": "x", "model": "nonsense"}),
+            client.post("/v1/runs", content=b"{not json", headers={"content-type": "application/json"}),
+            client.post("/v1/runs", json={"goal": "x" * 400_000}),
+            client.get("/v1/runs/abc/events", headers={"Last-Event-ID": "yesterday"}),
+        ]
+        for response in problems:
+            assert 400 <= response.status_code < 500, response.text
+            assert response.headers["content-type"] == "application/problem+json", response.text
+            body = response.json()
+            assert body["detail"] and "Traceback" not in response.text
+        assert problems[2].status_code == 400 and "persona" in problems[2].json()["detail"]
+        assert problems[3].status_code == 403 and problems[4].status_code == 403
+        assert problems[7].status_code == 413
+        assert client.get("/v1/jobs").json() == {"jobs": []}  # nothing was queued by bad requests
+    assert "Traceback" not in server.output()
+
+
+def test_the_first_start_makes_a_private_token_and_new_tokens_work_at_once(tmp_path: Path) -> None:
+    deployment = Deployment(tmp_path, f"sqlite:///{tmp_path}/store/steward.db")
+    tokens = Path(deployment.env["XDG_CONFIG_HOME"]) / "steward" / "tokens.json"
+    assert stat.S_IMODE(tokens.stat().st_mode) == 0o600
+    assert deployment.token not in tokens.read_text()  # kept hashed
+    server = deployment.start(workers=0)
+    try:
+        made = deployment.steward("serve", "--new-token", "phone")
+        phone = made.stdout.strip().splitlines()[-1]
+        with server.client(phone) as client:
+            assert client.get("/v1/ready").status_code == 200
+        assert deployment.steward("serve", "--revoke-token", "phone").returncode == 0
+        with server.client(phone) as client:
+            assert client.get("/v1/ready").status_code == 401
+        names = [e["name"] for e in json.loads(tokens.read_text())]
+        assert names == ["tests"]
+    finally:
+        server.stop()
+
+
+def test_a_server_not_on_loopback_warns(sqlite_deployment: Deployment) -> None:
+    server = sqlite_deployment.start("--host", "0.0.0.0", workers=0)
+    assert "warning: listening on 0.0.0.0" in server.output()
+
+
+def test_two_servers_on_one_postgres_store_stream_each_others_runs(deployment: Deployment) -> None:
+    if not deployment.db_url.startswith("postgresql"):
+        return  # SQLite: one machine; two servers on one file are covered by the polling path above
+    steps: list[object] = [
+        {"tool": "bash", "args": {"command": f"echo {i} >> b.txt; sleep 0.3"}} for i in range(4)
+    ]
+    deployment.persona("remote", [*steps, {"text": "ran on B"}])
+    api_only: Server = deployment.start(workers=0)  # A: no workers of its own
+    runner: Server = deployment.start(workers=2)  # B: runs the jobs
+    with api_only.client() as a, runner.client() as b:
+        run = start(a, goal="run elsewhere", persona="remote")
+        started = time.monotonic()
+        received = [(message, time.monotonic()) for message in sse(a, f"/v1/runs/{run['id']}/events")]
+        assert received[-1][0]["event"] == "done"
+        seqs = [int(m["id"]) for m, _ in received]
+        assert seqs == list(range(1, seqs[-1] + 1))
+        # Live, not at the end: the events of the four calls arrived spread over the run's time.
+        results = [t for m, t in received if m["event"] == "tool_result"]
+        assert results[-1] - results[0] > 0.6, (results, started)
+        shown = b.get(f"/v1/runs/{run['id']}").json()
+        assert shown["status"] == "done" and shown["output"] == "ran on B"
+        wait_for(lambda: a.get(f"/v1/jobs/{run['id']}").json()["status"] == "done", "the job to be settled")
