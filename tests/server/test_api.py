@@ -133,6 +133,7 @@ def test_switching_a_waiting_run_to_autonomous_is_recorded_and_applies(sqlite_de
     two = [
         {"tool": "bash", "args": {"command": "echo one >> two.txt"}},
         {"tool": "bash", "args": {"command": "echo two >> two.txt"}},
+        {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Anything else?"}},
         {"text": "both"},
     ]
     deployment.persona("twice", two, extra='[policy]\nask = ["bash"]\n')
@@ -144,7 +145,11 @@ def test_switching_a_waiting_run_to_autonomous_is_recorded_and_applies(sqlite_de
         assert switched.status_code == 200 and switched.json()["mode"] == "autonomous"
         assert client.post(f"/v1/runs/{run['id']}/mode", json={"mode": "wild"}).status_code == 422
         client.post(f"/v1/runs/{run['id']}/approve", json={})
-        done = run_status(client, run["id"], "done")  # the second call was not asked about
+        # The second call is not asked about; the question that follows is (a person's answer).
+        assert run_status(client, run["id"], "waiting")["pending"]["kind"] == "question"
+        # Answered, the run is rebuilt from a log that holds the switch: it must replay it in place.
+        assert client.post(f"/v1/runs/{run['id']}/answer", json={"text": "no"}).status_code == 200
+        done = run_status(client, run["id"], "done", "failed")
         assert done["output"] == "both"
         events = [m["data"] for m in sse(client, f"/v1/runs/{run['id']}/events")]
         modes = [e for e in events if e["type"] == "mode"]
@@ -264,3 +269,22 @@ def test_two_servers_on_one_postgres_store_stream_each_others_runs(deployment: D
         shown = b.get(f"/v1/runs/{run['id']}").json()
         assert shown["status"] == "done" and shown["output"] == "ran on B"
         wait_for(lambda: a.get(f"/v1/jobs/{run['id']}").json()["status"] == "done", "the job to be settled")
+
+
+def test_an_idle_stream_gets_keepalive_comments_and_a_waiting_run_keeps_it_open(
+    sqlite_deployment: Deployment,
+) -> None:
+    deployment = sqlite_deployment
+    deployment.config("[server]\nkeepalive_s = 0.3\n")
+    careful(deployment)
+    server = deployment.start()
+    with server.client() as client:
+        run = start(client, goal="make a file", persona="careful")
+        run_status(client, run["id"], "waiting")
+        messages = []
+        for message in sse(client, f"/v1/runs/{run['id']}/events", timeout=10):
+            messages.append(message)
+            if "comment" in message:
+                break
+        assert messages[-1] == {"comment": "ping"}
+        assert [m["event"] for m in messages[:-1]][-1] == "waiting"

@@ -67,23 +67,23 @@ class EventHub:
         return self._listening
 
     async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
         async with self._listen():
+            full_due = 0.0
             for _ in range(10**12):  # until stopped
                 if stop.is_set():
                     return
+                # Every feed when its poll is due; in between only those PostgreSQL named.
+                due = loop.time() >= full_due
+                feeds = [f for f in self._feeds.values() if not f.ended and (due or f.stale.is_set())]
+                if due:
+                    full_due = loop.time() + (self.fallback_poll_s if self._listening else self.poll_s)
                 with contextlib.suppress(Exception):  # a store that is down: try again next tick
-                    await self._tick()
-                wait = self.fallback_poll_s if self._listening else self.poll_s
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait):
-                        await asyncio.wait(
-                            [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())],
-                            return_when=asyncio.FIRST_COMPLETED,
-                        )
+                    await self._tick(feeds)
                 self._wake.clear()
+                await _either(stop, self._wake, timeout=max(0.0, full_due - loop.time()))
 
-    async def _tick(self, only: list[_Feed] | None = None) -> None:
-        feeds = only if only is not None else [f for f in self._feeds.values() if not f.ended]
+    async def _tick(self, feeds: list[_Feed]) -> None:
         if not feeds:
             return
         statuses = await self._job_statuses([f.run_id for f in feeds])
@@ -202,3 +202,13 @@ class EventHub:
     def poke(self, run_id: str) -> None:
         """Something of ``run_id`` changed here (a reply, a cancel): read it now."""
         self._heard(run_id)
+
+
+async def _either(a: asyncio.Event, b: asyncio.Event, *, timeout: float) -> None:  # noqa: ASYNC109
+    """Until ``a`` or ``b`` is set, or ``timeout`` seconds (the waits are not left behind)."""
+    waits = [asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()

@@ -54,9 +54,8 @@ class Deployment:
         )
 
     def config(self, text: str) -> None:
-        """The workspace's .steward/config.toml."""
-        (self.workspace / ".steward").mkdir(exist_ok=True)
-        (self.workspace / ".steward" / "config.toml").write_text(text)
+        """The workspace's steward.toml."""
+        (self.workspace / "steward.toml").write_text(text)
 
     def steward(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

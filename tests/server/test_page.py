@@ -1,0 +1,297 @@
+"""The web page in a real browser (Debian's chromium) against a real ``steward serve``.
+
+Each test runs a scripted persona in a fresh deployment and drives the page as a person would.
+Set STEWARD_REQUIRE_BROWSER=1 to fail instead of skip when chromium is missing, and
+STEWARD_SCREENSHOT=docs/page.png to save the page mid-run (the approval card showing).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+from server_kit import Deployment, Server
+
+CHROMIUM = shutil.which("chromium")
+WAIT_MS = 30_000  # a scripted run takes a second or two; this bounds a broken one
+
+PLAN = {
+    "agent_step": {
+        "phase": "plan",
+        "summary": "two steps",
+        "plan": {
+            "goal": "write a note",
+            "sub_tasks": [{"id": 1, "title": "write the note"}, {"id": 2, "title": "read it back"}],
+        },
+    }
+}
+WRITE = {"tool": "bash", "args": {"command": "echo hello > note.txt"}}
+WRITTEN = {
+    "agent_step": {
+        "phase": "verify",
+        "summary": "written",
+        "key_facts": ["note.txt holds hello"],
+        "sub_task_outcome": "done",
+    }
+}
+READ = {"tool": "read_file", "args": {"path": "note.txt"}}
+READ_BACK = {"agent_step": {"phase": "verify", "summary": "read back", "sub_task_outcome": "done"}}
+ANSWER = "The note says hello."
+NOTE_SCRIPT: list[object] = [PLAN, WRITE, WRITTEN, READ, READ_BACK, {"text": ANSWER}]
+# bash waits for a person; the deadline is far enough that it never decides for the test.
+ASK_BASH = '[policy]\nask = ["bash"]\napproval_timeout_s = 600\n'
+TOOLS = '["bash", "read_file"]'
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if CHROMIUM is None:
+        reason = "chromium is not installed (apt-get install chromium) so the page cannot be tested"
+        if os.environ.get("STEWARD_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"{reason}; STEWARD_REQUIRE_BROWSER=1 makes that a failure")
+        pytest.skip(f"{reason}; set STEWARD_REQUIRE_BROWSER=1 to fail instead")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh browser context; the test fails on any script error or failed request in it.
+
+    Tests ask for it after their server, so it closes first: a server stopped while the page
+    still follows a run waits for that stream (up to its graceful-shutdown limit).
+    """
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    opened = context.new_page()
+    opened.set_default_timeout(WAIT_MS)
+    problems: list[str] = []
+    opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    opened.on("console", lambda message: _console_error(message, problems))
+    try:
+        yield opened
+    finally:
+        context.close()
+    assert not problems, problems
+
+
+def _console_error(message: ConsoleMessage, problems: list[str]) -> None:
+    # Expected failed requests: the server stopped on purpose, cutting the stream and refusing
+    # the reconnects (the reconnect test), or a wrong token (the token test). The browser logs
+    # those whatever the page does.
+    expected = ("ERR_CONNECTION_REFUSED", "ERR_INCOMPLETE_CHUNKED_ENCODING", "status of 401")
+    if message.type == "error" and not any(text in message.text for text in expected):
+        problems.append(f"console: {message.text}")
+
+
+@pytest.fixture
+def note_server(sqlite_deployment: Deployment) -> Server:
+    sqlite_deployment.persona("careful", NOTE_SCRIPT, tools=TOOLS, extra=ASK_BASH)
+    return sqlite_deployment.start()
+
+
+def open_page(page: Page, server: Server, run_id: str = "") -> None:
+    token = server.deployment.token
+    page.goto(f"{server.url}/#token={token}" + (f"&run={run_id}" if run_id else ""))
+    expect(page.get_by_test_id("token-panel")).to_be_hidden()
+
+
+def start_run(server: Server, persona: str, goal: str) -> str:
+    with server.client() as client:
+        made = client.post("/v1/runs", json={"goal": goal, "persona": persona})
+    assert made.status_code == 201, made.text
+    run_id: str = made.json()["id"]
+    return run_id
+
+
+def timeline_seqs(page: Page) -> list[int]:
+    seqs = (
+        page.get_by_test_id("timeline")
+        .locator("[data-seq]")
+        .evaluate_all("entries => entries.map(e => Number(e.dataset.seq))")
+    )
+    return [int(seq) for seq in seqs]
+
+
+def expect_waiting_for_the_write(page: Page) -> None:
+    card = page.get_by_test_id("approval-card")
+    expect(card).to_be_visible()
+    expect(card.get_by_test_id("approval-tool")).to_have_text("bash")
+    expect(card.get_by_test_id("approval-input")).to_contain_text('"command": "echo hello > note.txt"')
+    expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "waiting")
+    tasks = page.get_by_test_id("plan-task")
+    expect(tasks).to_have_count(2)
+    expect(tasks.nth(0)).to_have_attribute("data-status", "in_progress")
+    expect(tasks.nth(1)).to_have_attribute("data-status", "pending")
+    call = page.get_by_test_id("tool-call").first
+    expect(call).to_have_attribute("data-status", "waiting")
+    expect(call.get_by_test_id("tool-input")).to_contain_text("echo hello > note.txt")
+
+
+def expect_the_note_answer(page: Page) -> None:
+    expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "done")
+    expect(page.get_by_test_id("run-status")).to_have_text("done · solved")
+    expect(page.get_by_test_id("final-answer")).to_have_text(ANSWER)
+    expect(page.get_by_test_id("approval-card")).to_have_count(0)
+
+
+def test_a_run_started_in_the_page_is_approved_there_and_ends_with_its_answer(
+    note_server: Server, page: Page
+) -> None:
+    open_page(page, note_server)
+    expect(page).not_to_have_url(re.compile("token"))  # the token left the address bar
+    expect(page.get_by_test_id("persona").locator("option", has_text="careful")).to_have_count(1)
+    page.get_by_test_id("goal").fill("write a note")
+    page.get_by_test_id("persona").select_option("careful")
+    page.get_by_test_id("start").click()
+
+    expect_waiting_for_the_write(page)
+    expect(page).to_have_url(re.compile(r"#run=[0-9a-f]{12}$"))
+    deadline = page.get_by_test_id("deadline")
+    expect(deadline).to_contain_text("left, then it is denied")
+    shown = deadline.inner_text()
+    expect(deadline).not_to_have_text(shown, timeout=3000)  # it counts down every second
+    if target := os.environ.get("STEWARD_SCREENSHOT"):
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=target, full_page=True)
+
+    page.get_by_test_id("approve").click()
+
+    expect_the_note_answer(page)
+    tasks = page.get_by_test_id("plan-task")
+    for n in range(2):
+        expect(tasks.nth(n)).to_have_attribute("data-status", "done")
+        expect(tasks.nth(n).locator("input[type=checkbox]")).to_be_checked()
+    calls = page.get_by_test_id("tool-call")
+    expect(calls).to_have_count(2)
+    expect(calls.nth(0)).to_have_attribute("data-status", "completed")
+    read = calls.nth(1)
+    expect(read.get_by_test_id("tool-name")).to_have_text("read_file")
+    output = read.get_by_test_id("tool-output")
+    expect(output.locator("pre")).to_be_hidden()  # outputs start folded
+    output.locator("summary").click()
+    expect(output.locator("pre")).to_have_text(re.compile("hello"))
+    expect(page.get_by_test_id("facts")).to_contain_text("note.txt holds hello")
+    expect(page.get_by_test_id("timeline")).to_contain_text("bash approved by user")
+    expect(page.get_by_test_id("chart").locator(".chart-step")).to_have_count(6)  # one per model call
+    assert (note_server.deployment.workspace / "note.txt").read_text() == "hello\n"
+
+
+def test_a_reload_mid_run_shows_the_earlier_events_and_goes_on_live(note_server: Server, page: Page) -> None:
+    run_id = start_run(note_server, "careful", "write a note")
+    open_page(page, note_server, run_id)
+    expect(page).to_have_url(re.compile(f"#run={run_id}$"))  # the token went, the run stayed
+    expect_waiting_for_the_write(page)
+    before = timeline_seqs(page)
+
+    page.reload()
+
+    expect_waiting_for_the_write(page)
+    expect(page.get_by_test_id("timeline").locator("[data-seq]")).to_have_count(len(before))
+    assert timeline_seqs(page) == before
+    page.get_by_test_id("approve").click()
+    expect_the_note_answer(page)
+    seqs = timeline_seqs(page)
+    assert seqs[: len(before)] == before and seqs == sorted(set(seqs))
+
+
+def test_a_dropped_stream_resumes_from_the_last_event_without_gaps_or_doubles(
+    note_server: Server, page: Page
+) -> None:
+    run_id = start_run(note_server, "careful", "write a note")
+    open_page(page, note_server, run_id)
+    expect_waiting_for_the_write(page)
+
+    note_server.stop()  # the run waits for its approval in the store; the page loses its stream
+    expect(page.get_by_test_id("stream-state")).to_contain_text("reconnecting")
+    again = Server(note_server.deployment, note_server.port, ["--workers", "2"], {})
+    note_server.deployment.servers.append(again)
+    expect(page.get_by_test_id("stream-state")).to_have_text("stream: live")
+    page.get_by_test_id("approve").click()
+    expect_the_note_answer(page)
+    live = timeline_seqs(page)
+
+    page.reload()  # the same run replayed from its first event: the live view missed nothing
+    expect_the_note_answer(page)
+    expect(page.get_by_test_id("timeline").locator("[data-seq]")).to_have_count(len(live))
+    assert timeline_seqs(page) == live
+
+
+def test_a_denied_call_needs_a_reason_and_the_run_goes_on_without_it(
+    sqlite_deployment: Deployment, page: Page
+) -> None:
+    sqlite_deployment.persona("careful", [WRITE, {"text": "I was not allowed to write."}], extra=ASK_BASH)
+    server = sqlite_deployment.start()
+    open_page(page, server, start_run(server, "careful", "write a note"))
+    expect(page.get_by_test_id("approval-card")).to_be_visible()
+
+    page.get_by_test_id("deny").click()  # no reason yet: nothing is sent
+    expect(page.get_by_test_id("notice")).to_contain_text("Say why you deny")
+    expect(page.get_by_test_id("approval-card")).to_be_visible()
+    page.get_by_test_id("deny-reason").fill("no writes today")
+    page.get_by_test_id("deny").click()
+
+    expect(page.get_by_test_id("final-answer")).to_have_text("I was not allowed to write.")
+    expect(page.get_by_test_id("timeline")).to_contain_text("bash denied by user: no writes today")
+    assert not (sqlite_deployment.workspace / "note.txt").exists()
+
+
+def test_a_question_is_answered_in_the_page_and_the_mode_switches_while_it_waits(
+    sqlite_deployment: Deployment, page: Page
+) -> None:
+    question = {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Which colour?"}}
+    sqlite_deployment.persona("asker", [question, {"text": "Painted it."}])
+    server = sqlite_deployment.start()
+    open_page(page, server, start_run(server, "asker", "paint the shed"))
+    expect(page.get_by_test_id("question")).to_have_text("Which colour?")
+
+    page.get_by_test_id("mode").select_option("autonomous")
+    expect(page.get_by_test_id("notice")).to_be_hidden()  # the server took it
+    page.get_by_test_id("answer").fill("green <b>please</b>")
+    page.get_by_test_id("answer-send").click()
+
+    expect(page.get_by_test_id("final-answer")).to_have_text("Painted it.")
+    timeline = page.get_by_test_id("timeline")
+    expect(timeline).to_contain_text("answered: green <b>please</b>")  # shown as text, not markup
+    expect(timeline.locator("b")).to_have_count(0)
+    expect(timeline).to_contain_text("mode switched to autonomous")
+
+
+def test_a_waiting_run_is_cancelled_from_the_page(note_server: Server, page: Page) -> None:
+    open_page(page, note_server, start_run(note_server, "careful", "write a note"))
+    expect(page.get_by_test_id("approval-card")).to_be_visible()
+    page.get_by_test_id("cancel").click()
+    expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "cancelled")
+    expect(page.get_by_test_id("approval-card")).to_have_count(0)
+    expect(page.get_by_test_id("cancel")).to_be_disabled()
+
+
+def test_a_wrong_token_brings_back_the_token_form(note_server: Server, page: Page) -> None:
+    page.goto(f"{note_server.url}/#token=not-the-token")
+    panel = page.get_by_test_id("token-panel")
+    expect(panel).to_be_visible()
+    expect(page.get_by_test_id("token-message")).to_contain_text("401")
+    page.get_by_test_id("token").fill(note_server.deployment.token)
+    page.get_by_test_id("token-save").click()
+    expect(panel).to_be_hidden()
+    expect(page.get_by_test_id("persona").locator("option", has_text="careful")).to_have_count(1)
+
+
+def test_jobs_and_workers_are_listed_and_refreshed(note_server: Server, page: Page) -> None:
+    open_page(page, note_server)
+    expect(page.get_by_test_id("jobs")).to_contain_text("No active jobs.")
+    run_id = start_run(note_server, "careful", "write a note")  # from elsewhere: the poll finds it
+    job = page.get_by_test_id("jobs").locator(f'[data-job-id="{run_id}"]')
+    expect(job).to_contain_text("waiting")
+    expect(page.get_by_test_id("workers")).to_be_visible()
+    job.click()
+    expect_waiting_for_the_write(page)
+    expect(page.get_by_test_id("sessions").get_by_test_id("session")).to_have_count(1)
