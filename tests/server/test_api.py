@@ -4,6 +4,7 @@ streamed, dropped and resumed with Last-Event-ID, approved, answered, switched, 
 from __future__ import annotations
 
 import json
+import signal
 import stat
 import time
 from pathlib import Path
@@ -288,3 +289,28 @@ def test_an_idle_stream_gets_keepalive_comments_and_a_waiting_run_keeps_it_open(
                 break
         assert messages[-1] == {"comment": "ping"}
         assert [m["event"] for m in messages[:-1]][-1] == "waiting"
+
+
+def test_stopping_the_server_ends_open_streams_cleanly_and_the_run_goes_on_later(
+    sqlite_deployment: Deployment,
+) -> None:
+    deployment = sqlite_deployment
+    careful(deployment)
+    server = deployment.start()
+    with server.client() as client:
+        run = start(client, goal="make a file", persona="careful")
+        run_status(client, run["id"], "waiting")
+        seen: list[dict[str, Any]] = []
+        stopped_at = 0.0
+        for message in sse(client, f"/v1/runs/{run['id']}/events", timeout=20):
+            seen.append(message)
+            if message.get("event") == "waiting" and not stopped_at:
+                stopped_at = time.monotonic()
+                server.process.send_signal(signal.SIGTERM)
+        # The stream ended as a whole response (no cut chunk), well before uvicorn's own timeout.
+        assert seen[-1]["event"] == "waiting" and time.monotonic() - stopped_at < 4
+        assert server.process.wait(timeout=20) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal
+    again = deployment.start()
+    with again.client() as client:
+        assert client.post(f"/v1/runs/{run['id']}/approve", json={}).status_code == 200
+        assert run_status(client, run["id"], "done")["output"] == "made it"

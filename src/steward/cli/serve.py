@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import sys
 from pathlib import Path
-from typing import Annotated
+from types import FrameType
+from typing import Annotated, Any
 
 import typer
 
@@ -84,6 +86,7 @@ def serve(
             )
             raise typer.Exit(EXIT_USAGE)
     app = create_app(options)
+    _Server = _server_class()  # noqa: N806 - a class
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"steward: serving on http://{shown}:{port}  (API /v1, docs /docs, page /)", err=True)
     if first_token is not None:
@@ -92,11 +95,35 @@ def serve(
             f"  {first_token}\n  open http://{shown}:{port}/#token={first_token}",
             err=True,
         )
-    uvicorn.run(
-        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5, server_header=False,
-        proxy_headers=False,
+    server = _Server(
+        uvicorn.Config(
+            app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5, server_header=False,
+            proxy_headers=False,
+        )
     )  # fmt: skip
+    server.run()
     raise typer.Exit(EXIT_OK)
+
+
+def _server_class() -> type[Any]:
+    import asyncio
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """Ends the event streams when asked to stop: uvicorn waits for open connections first,
+        and a stream of a waiting run never closes by itself."""
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            state = (
+                getattr(self.config.app.state, "steward", None) if hasattr(self.config.app, "state") else None
+            )
+            if state is not None:
+                with contextlib.suppress(RuntimeError):  # no loop running: nothing streams
+                    asyncio.get_event_loop().call_soon_threadsafe(state.hub.close)
+            super().handle_exit(sig, frame)
+
+    return Server
 
 
 def _warn_if_exposed(host: str) -> None:

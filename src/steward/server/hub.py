@@ -61,6 +61,7 @@ class EventHub:
         self._feeds: dict[str, _Feed] = {}
         self._listening = False
         self._wake = asyncio.Event()
+        self._closed = False
 
     @property
     def listening(self) -> bool:
@@ -154,7 +155,7 @@ class EventHub:
                 if pending:
                     quiet_since = time.monotonic()
                     continue
-                if feed.ended and seq >= feed.last_seq:
+                if (feed.ended and seq >= feed.last_seq) or self._closed:
                     return
                 left = keepalive_s - (time.monotonic() - quiet_since)
                 if left <= 0:
@@ -198,6 +199,13 @@ class EventHub:
             return [e for e in feed.events if e.seq > seq]
         gap = await self.store.events(feed.run_id, after_seq=seq, limit=_READ)
         return [e for e in gap if e.seq < first_kept] or [e for e in feed.events if e.seq > seq]
+
+    def close(self) -> None:
+        """The server is stopping: every stream ends now (cleanly; clients resume elsewhere or later)."""
+        self._closed = True
+        for feed in self._feeds.values():
+            changed, feed.changed = feed.changed, asyncio.Event()
+            changed.set()
 
     def poke(self, run_id: str) -> None:
         """Something of ``run_id`` changed here (a reply, a cancel): read it now."""
