@@ -182,3 +182,13 @@ def test_submit_with_a_schema_file_it_cannot_read_says_so_and_queues_nothing(
     good.write_text('{"type": "object", "required": ["n"]}')
     job_id = fleet.submit("quick", "x", "--schema", str(good))
     assert fleet.job(job_id).output_schema == {"type": "object", "required": ["n"]}
+
+
+async def test_retrying_a_job_whose_user_has_another_active_job_says_which(tmp_path: Path) -> None:
+    async with await Queue.open(f"sqlite:///{tmp_path}/q.db") as queue:
+        first = await queue.submit("coder", "one", workspace=tmp_path, user="alice")
+        await first.cancel()
+        second = await queue.submit("coder", "two", workspace=tmp_path, user="alice")
+        with pytest.raises(JobError, match=f"already has an active job {second.id}"):
+            await queue.jobs.retry(first.id)
+        assert (await first.get()).status == "cancelled"

@@ -50,7 +50,7 @@ def test_a_run_streams_waits_is_approved_over_http_and_ends(deployment: Deployme
     server = deployment.start()
     with server.client() as client:
         run = start(client, goal="make a file", persona="careful")
-        assert run["status"] == "queued" and run["session_id"]
+        assert run["status"] in ("queued", "running", "waiting") and run["session_id"]
         waiting = run_status(client, run["id"], "waiting")
         pending = waiting["pending"]
         assert pending["kind"] == "approval" and pending["tool"] == "bash"
@@ -186,7 +186,8 @@ def test_auth_errors_and_bad_input_are_problem_details(sqlite_deployment: Deploy
     spec = httpx.get(server.url + "/openapi.json").json()
     for path, operations in spec["paths"].items():
         for method in operations:
-            if path == "/v1/health" or not path.startswith("/v1/"):
+            # The channels' webhook is authenticated by its signature (tests/server/test_channels.py).
+            if path == "/v1/health" or not path.startswith("/v1/") or path.startswith("/v1/channels/"):
                 continue
             url = server.url + path.replace("{", "").replace("}", "")
             for headers in (

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Route, expect, sync_playwright
 from server_kit import Deployment, Server
 
 CHROMIUM = shutil.which("chromium")
@@ -295,3 +295,21 @@ def test_jobs_and_workers_are_listed_and_refreshed(note_server: Server, page: Pa
     job.click()
     expect_waiting_for_the_write(page)
     expect(page.get_by_test_id("sessions").get_by_test_id("session")).to_have_count(1)
+
+
+def test_the_api_docs_render_offline_from_the_package(sqlite_deployment: Deployment, page: Page) -> None:
+    server = sqlite_deployment.start(workers=0)
+    asked: list[str] = []
+
+    def only_this_server(route: Route) -> None:  # offline: anything not from the server fails
+        asked.append(route.request.url)
+        if route.request.url.startswith(server.url):
+            route.continue_()
+        else:
+            route.abort()
+
+    page.route("**/*", only_this_server)
+    page.goto(f"{server.url}/docs")
+    expect(page.get_by_text("/v1/runs/{run_id}/events").first).to_be_visible()
+    expect(page.get_by_text("Steward").first).to_be_visible()
+    assert asked and all(url.startswith(server.url) for url in asked), asked

@@ -52,7 +52,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     asyncio.run(
         _execute(
             url,
-            "DROP TABLE IF EXISTS events, runs, sessions, memory_blocks, archive, jobs, schema_version CASCADE",
+            "DROP TABLE IF EXISTS events, runs, sessions, memory_blocks, archive, jobs, channel_messages, "
+            "schema_version CASCADE",
         )
     )
     return url

@@ -106,7 +106,7 @@ class Notifier:
         if self.command:
             sends.append(self._run(body, job, event, delivery))
         if self.url:
-            sends.append(self._post(self.url, body, delivery))
+            sends.append(self.post(self.url, body, delivery))
         results = await asyncio.gather(*sends, return_exceptions=True)
         problems: list[str] = []
         for result in results:
@@ -163,7 +163,7 @@ class Notifier:
 
     # --- the URL ----------------------------------------------------------------------------
 
-    async def _post(self, url: str, body: bytes, delivery: str) -> str | None:
+    async def post(self, url: str, body: bytes, delivery: str) -> str | None:
         import httpcore2
 
         # Only scheme, host and port in problems: a webhook's path or query is often its secret.

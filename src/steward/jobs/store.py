@@ -552,9 +552,17 @@ class JobStore:
         job = await self.get(job_id)
         if job.status not in ("failed", "cancelled", "dead"):
             raise JobError(f"job {job.id} is {job.status}; only a failed, cancelled or dead job is retried")
-        await self._set(
-            job, status="queued", attempts=0, error=None, cancel_requested=False, finished_at=None
-        )
+        try:
+            await self._set(
+                job, status="queued", attempts=0, error=None, cancel_requested=False, finished_at=None
+            )
+        except sa_exc.IntegrityError:  # its user has another active job now: one at a time
+            active = await self.active_for(job.user_key) if job.user_key is not None else None
+            which = f" {active.id} ({active.status})" if active is not None else ""
+            raise JobError(
+                f"user {job.user_key!r} already has an active job{which}; wait for it or cancel it, "
+                f"then retry {job.id}"
+            ) from None
         await self._wake(job.role)
         return await self.get(job.id)
 

@@ -41,7 +41,14 @@ log = logging.getLogger("steward.server")
 
 PAGE = Path(__file__).parent / "page"
 DRAIN_S = 10.0  # how long a stopping server lets its runs reach their next step
+MAX_SEQ = 2**31 - 1  # the store's seq column is a 32-bit INTEGER on PostgreSQL; larger fails the query
 _PROBLEM = "application/problem+json"
+# The errors a /v1 route may answer, documented as they are sent (problem details, not FastAPI's
+# JSON shapes; its own 422 is replaced by this one).
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"content": {_PROBLEM: {"schema": s.Problem.model_json_schema()}}}
+    for status in (400, 401, 403, 404, 409, 413, 422)
+}
 
 
 class ApiError(Exception):
@@ -102,8 +109,9 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def steward_error(_r: Request, exc: Exception) -> JSONResponse:
         # Our own errors name the fix; a job that cannot change the way asked is a conflict.
         text = str(exc)
-        status = 404 if text.startswith("no ") and "in the store" in text else 409
-        return _problem(status, text) if isinstance(exc, JobError) else _problem(400, text)
+        if text.startswith("no ") and "in the store" in text:  # an unknown job, run or session
+            return _problem(404, text)
+        return _problem(409, text) if isinstance(exc, JobError) else _problem(400, text)
 
     async def invalid(_r: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
@@ -115,7 +123,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(_r: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        return _problem(exc.status_code, str(exc.detail))
+        response = _problem(exc.status_code, str(exc.detail))
+        response.headers.update(exc.headers or {})  # a 405's Allow (RFC 9110)
+        return response
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error serving %s %s", request.method, request.url.path)
@@ -195,7 +205,11 @@ def workspace_for(options: ServerOptions, given: str | None) -> Path:
             + ", ".join(r.name or "/" for r in roots) + " ([server] roots in its configuration)",
             "Forbidden",
         )  # fmt: skip
-    if not resolved.is_dir():
+    try:
+        is_dir = resolved.is_dir()
+    except OSError:  # a name longer than the file system allows, and the like
+        is_dir = False
+    if not is_dir:
         raise ApiError(400, f"workspace {given!r} is not a folder on the server; create it first")
     return resolved
 
@@ -240,9 +254,9 @@ async def _pending(store: EventStore, run_id: str) -> s.Pending | None:
 
 async def _run_out(state: ServerState, job: Job, row: RunRow | None = None) -> s.Run:
     row = row or await state.store.get_run(job.id)
-    status = job.status
+    status: s.JobStatus = job.status
     if row is not None and status == "running" and row.status in ("done", "failed", "cancelled"):
-        status = row.status  # its run has ended (in one write with its done event); the job follows
+        status = row.status  # type: ignore[assignment] # its run has ended (in one write with its done event); the job follows
     pending = await _pending(state.store, job.id) if status == "waiting" else None
     output = row.output if row is not None and status == "done" else (job.result or "")
     return s.Run(
@@ -376,7 +390,9 @@ def _routes() -> APIRouter:  # noqa: C901, PLR0915 - one place lists the whole A
     async def events(
         run_id: str,
         state: State,
-        after: Annotated[int | None, Query(ge=0, description="Send events after this seq.")] = None,
+        after: Annotated[
+            int | None, Query(ge=0, le=MAX_SEQ, description="Send events after this seq.")
+        ] = None,
         follow: Annotated[bool, Query(description="Stay open until the run ends.")] = True,
         last_event_id: Annotated[
             str | None, Header(description="Resume after this seq (set by EventSource).")
@@ -387,9 +403,10 @@ def _routes() -> APIRouter:  # noqa: C901, PLR0915 - one place lists the whole A
         job = await _job(state, run_id)
         seq = after or 0
         if last_event_id is not None:
-            if not last_event_id.strip().isdigit():
+            given = last_event_id.strip()  # ASCII digits only: "²".isdigit() is true, int("²") fails
+            if not (given.isascii() and given.isdigit() and len(given) <= 10 and int(given) <= MAX_SEQ):
                 raise ApiError(400, "Last-Event-ID is the seq of the last event received, a whole number")
-            seq = max(seq, int(last_event_id))
+            seq = max(seq, int(given))
         stream = state.hub.follow(job.id, seq, keepalive_s=state.options.settings.keepalive_s, follow=follow)
         return EventSourceResponse(
             _sse(stream), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
@@ -535,6 +552,7 @@ async def start_run(state: ServerState, body: s.NewRun, session_id: str | None) 
 
 def create_app(options: ServerOptions) -> FastAPI:
     """The server's ASGI application. Nothing is opened until it starts (its lifespan)."""
+    from steward.server.channels import channels_router, watch_channels
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -546,6 +564,7 @@ def create_app(options: ServerOptions) -> FastAPI:
         state = app.state.steward = ServerState(options, store, Queue(store), hub)
         stop, now = asyncio.Event(), asyncio.Event()
         tasks = [asyncio.create_task(hub.run(stop), name="steward-hub")]
+        tasks.append(asyncio.create_task(watch_channels(app, stop), name="steward-channels"))
         if options.workers > 0:
             pool = Worker(store, WorkerSettings(roles=options.worker_roles, concurrency=options.workers))
             state.poke_workers = pool.poke
@@ -566,7 +585,7 @@ def create_app(options: ServerOptions) -> FastAPI:
         version="1",
         summary="Sessions, live runs, approvals and jobs of a Steward deployment.",
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # served below from files in the package, not from a CDN: it works offline
         openapi_url="/openapi.json",
         redoc_url=None,
     )
@@ -577,8 +596,10 @@ def create_app(options: ServerOptions) -> FastAPI:
         """Alive (no token needed)."""
         return s.Health(status="ok")
 
-    app.include_router(_routes(), responses={401: {"model": s.Problem}, 404: {"model": s.Problem}})
+    app.include_router(_routes(), responses=_ERRORS)
+    app.include_router(channels_router())
     _page_routes(app)
+    _docs_routes(app)
     if options.settings.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
@@ -605,6 +626,31 @@ def _page_routes(app: FastAPI) -> None:
         if found is None:
             raise ApiError(404, f"no page file {name!r}")
         return FileResponse(found, headers=_PAGE_HEADERS)
+
+
+def _docs_routes(app: FastAPI) -> None:
+    """Swagger UI at /docs, from the files the fastapi-offline package ships (no CDN)."""
+    import fastapi_offline
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+
+    static = Path(fastapi_offline.__file__).parent / "static"
+    files = {p.name: p for p in static.glob("*") if p.is_file()}
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json", title="Steward API",
+            swagger_js_url="/docs/static/swagger-ui-bundle.js", swagger_css_url="/docs/static/swagger-ui.css",
+            swagger_favicon_url="/docs/static/favicon.png",
+        )  # fmt: skip
+
+    @app.get("/docs/static/{name}", include_in_schema=False)
+    async def docs_file(name: str) -> FileResponse:
+        found = files.get(name)
+        if found is None:
+            raise ApiError(404, f"no docs file {name!r}")
+        return FileResponse(found, headers={"Cache-Control": "max-age=86400"})
 
 
 # The page runs no script but its own and talks only to this server.

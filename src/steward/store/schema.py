@@ -139,6 +139,31 @@ jobs = sa.Table(
 )
 
 
+channel_messages = sa.Table(
+    "channel_messages",
+    metadata,
+    # Also the order a user's messages go out in (``steward.server.channels``).
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("key", sa.Text, nullable=False, unique=True),  # one message per key, whoever finds it
+    sa.Column("channel", sa.Text, nullable=False),
+    sa.Column("recipient", sa.Text, nullable=False),  # the channel's user
+    sa.Column("job_id", sa.Text, nullable=True),
+    sa.Column("fence", sa.Integer, nullable=True),  # the job's claim whose wait the message announces
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    # queued -> sending -> sent | failed; "none": recorded, nothing to send
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("claim", sa.Text, nullable=True),  # who is sending it, while it is sent
+    sa.Column("claimed_at", sa.Double, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("sent_at", sa.Double, nullable=True),
+    sa.Index("ix_channel_messages_status", "status", "id"),
+    sa.Index("ix_channel_messages_job", "job_id", "fence"),
+    sa.Index("ix_channel_messages_recipient", "channel", "recipient", "id"),
+)
+
+
 def _v1_runs_and_events(conn: Connection) -> None:
     # The tables as version 1 made them (later columns come from later migrations).
     sa.Table(
@@ -189,12 +214,18 @@ def _v5_job_sessions(conn: Connection) -> None:
             conn.execute(sa.text(f"ALTER TABLE jobs ADD COLUMN {column} TEXT"))
 
 
+def _v6_channel_messages(conn: Connection) -> None:
+    # checkfirst: a test database whose other tables were dropped may still have this one.
+    channel_messages.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_runs_and_events,
     _v2_resume_sessions_memory,
     _v3_jobs,
     _v4_job_replies,
     _v5_job_sessions,
+    _v6_channel_messages,
 )
 LATEST_VERSION = len(MIGRATIONS)
 
