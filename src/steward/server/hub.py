@@ -41,6 +41,7 @@ class _Feed:
     stale: asyncio.Event = field(default_factory=asyncio.Event)  # set: read the store now
 
     def add(self, events: list[Event], ended: bool) -> None:
+        events = [e for e in events if e.seq > self.last_seq]  # a read that overlapped another's: once
         if events:
             self.events.extend(events)
             del self.events[:-_KEPT]
@@ -185,6 +186,7 @@ class EventHub:
             last = await self.store.last_seq(run_id)
             # The feed keeps what comes from here on; a client further behind reads the store.
             kept = await self.store.events(run_id, after_seq=max(0, last - 50))
+            last = kept[-1].seq if kept else last  # what was appended between the two reads is kept too
             ended = (await self._job_statuses([run_id])).get(run_id) in _ENDED
             feed = self._feeds.setdefault(run_id, _Feed(run_id, last_seq=last))
             if not feed.events and feed.last_seq == last:
