@@ -99,6 +99,9 @@ def serve(
         uvicorn.Config(
             app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5, server_header=False,
             proxy_headers=False,
+            # The standard loop: uvloop forks the whole server to start each tool's process
+            # (several times slower than asyncio's spawn, and the server's runs start many).
+            loop="asyncio",
         )
     )  # fmt: skip
     server.run()

@@ -137,15 +137,15 @@ _PROC = Path("/proc")
 def _group_alive(pgid: int) -> bool:
     """True while a member of the group runs. Zombies do not count: killed children reparented
     to an init that reaps slowly (or never, in some containers) would otherwise look alive."""
-    if _PROC.is_dir():
-        with os.scandir(_PROC) as entries:
-            return any(_is_running_member(entry.name, pgid) for entry in entries if entry.name.isdigit())
     try:
-        os.killpg(pgid, 0)
+        os.killpg(pgid, 0)  # the common case, a group with no member left, without reading /proc
     except ProcessLookupError:
         return False
     except PermissionError:  # a member changed user (setuid); it still exists
-        return True
+        pass
+    if _PROC.is_dir():  # a member exists: running, or a zombie nobody reaped yet
+        with os.scandir(_PROC) as entries:
+            return any(_is_running_member(entry.name, pgid) for entry in entries if entry.name.isdigit())
     return True
 
 
