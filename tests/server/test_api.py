@@ -315,3 +315,61 @@ def test_stopping_the_server_ends_open_streams_cleanly_and_the_run_goes_on_later
     with again.client() as client:
         assert client.post(f"/v1/runs/{run['id']}/approve", json={}).status_code == 200
         assert run_status(client, run["id"], "done")["output"] == "made it"
+
+
+def test_a_retried_run_streams_past_its_earlier_end(sqlite_deployment: Deployment) -> None:
+    deployment = sqlite_deployment
+    deployment.persona(
+        "again",
+        [
+            {"tool": "bash", "args": {"command": "touch started; sleep 30"}},
+            {"tool": "bash", "args": {"command": "echo second >> again.txt"}},
+            {"text": "went on"},
+        ],
+    )
+    server = deployment.start()
+    with server.client() as client:
+        run = start(client, goal="retry me", persona="again")
+        wait_for((deployment.workspace / "started").exists, "the call to start")
+        client.post(f"/v1/runs/{run['id']}/cancel")
+        run_status(client, run["id"], "cancelled")
+        first = list(sse(client, f"/v1/runs/{run['id']}/events"))
+        assert first[-1]["event"] == "done" and first[-1]["data"]["data"]["status"] == "cancelled"
+        assert client.post(f"/v1/jobs/{run['id']}/retry").status_code == 200
+        again = list(sse(client, f"/v1/runs/{run['id']}/events", headers={"Last-Event-ID": first[-1]["id"]}))
+        assert again, str(client.get(f"/v1/jobs/{run['id']}").json()).replace(", ", "\n")
+        assert int(again[0]["id"]) == int(first[-1]["id"]) + 1
+        assert again[-1]["event"] == "done" and again[-1]["data"]["data"]["status"] == "done"
+        assert (deployment.workspace / "again.txt").read_text() == "second\n"
+
+
+def test_nul_characters_are_refused_by_name_on_both_engines(deployment: Deployment) -> None:
+    server = deployment.start(workers=0)
+    with server.client() as client:
+        for response in (
+            client.post("/v1/runs", json={"goal": "\u0000x"}),
+            client.post("/v1/sessions", json={"title": "a\u0000b"}),
+            client.post("/v1/runs", json={"goal": "x", "session_id": "s\u0000"}),
+            client.post("/v1/runs", json={"goal": "x", "output_schema": {"type": "string", "x\u0000": 1}}),
+            client.get("/v1/runs/%00"),
+            client.get("/v1/sessions/a%00b"),
+            client.get("/v1/runs?session_id=%00"),
+        ):
+            assert response.status_code in (400, 422), response.text
+            assert "NUL" in response.json()["detail"]
+        assert client.get("/v1/sessions").json() == {"sessions": []}
+
+
+def test_a_run_cancelled_while_it_waits_ends_its_stream_and_its_turn(sqlite_deployment: Deployment) -> None:
+    deployment = sqlite_deployment
+    careful(deployment)
+    server = deployment.start()
+    with server.client() as client:
+        run = start(client, goal="make a file", persona="careful")
+        run_status(client, run["id"], "waiting")
+        assert client.post(f"/v1/runs/{run['id']}/cancel").json()["status"] == "cancelled"
+        stream = list(sse(client, f"/v1/runs/{run['id']}/events", timeout=10))
+        assert stream[-1]["event"] == "done" and stream[-1]["data"]["data"]["status"] == "cancelled"
+        turns = client.get(f"/v1/sessions/{run['session_id']}").json()["turns"]
+        assert [t["status"] for t in turns] == ["cancelled"]
+        assert not (deployment.workspace / "made.txt").exists()

@@ -25,7 +25,15 @@ QUESTION = {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_mess
 
 
 def sign(body: bytes, secret: str = SECRET) -> str:
+    """An outbound message's signature (over its body, as every [notify] POST is signed)."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def signed(body: bytes, secret: str = SECRET, at: float | None = None) -> dict[str, str]:
+    """The headers of an inbound message: the signing time and the HMAC of TIMESTAMP.BODY."""
+    timestamp = str(int(time.time() if at is None else at))
+    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return {"X-Steward-Timestamp": timestamp, "X-Steward-Signature": "sha256=" + digest}
 
 
 class Receiver:
@@ -102,9 +110,7 @@ def channel(deployment: Deployment, receiver: Receiver, persona: str) -> None:
 def say(server: Server, text: str, *, user: str = "ann", **extra: Any) -> dict[str, Any]:
     """A user's message through the webhook, signed; what the server answered (202)."""
     body = json.dumps({"user": user, "text": text, **extra}).encode()
-    answer = httpx.post(
-        server.url + WEBHOOK, content=body, headers={"X-Steward-Signature": sign(body)}, timeout=30
-    )
+    answer = httpx.post(server.url + WEBHOOK, content=body, headers=signed(body), timeout=30)
     assert answer.status_code == 202, answer.text
     said: dict[str, Any] = answer.json()
     return said
@@ -216,7 +222,14 @@ def test_a_message_without_the_channels_signature_is_refused_and_starts_nothing(
     server = deployment.start()
     body = json.dumps({"user": "mallory", "text": "rm -rf everything"}).encode()
 
-    for headers in ({}, {"X-Steward-Signature": sign(body, "guessed")}, {"X-Steward-Signature": "sha256="}):
+    stale = signed(body, at=time.time() - 3600)  # captured an hour ago and sent again
+    for headers in (
+        {},
+        signed(body, "guessed"),
+        {"X-Steward-Signature": "sha256="},
+        stale,
+        {"X-Steward-Signature": signed(body)["X-Steward-Signature"]},
+    ):
         refused = httpx.post(server.url + WEBHOOK, content=body, headers=headers)
         assert refused.status_code == 401, refused.text
         assert refused.headers["content-type"] == "application/problem+json"
@@ -224,18 +237,17 @@ def test_a_message_without_the_channels_signature_is_refused_and_starts_nothing(
     tampered = httpx.post(
         server.url + WEBHOOK,
         content=body.replace(b"mallory", b"ann"),
-        headers={"X-Steward-Signature": sign(body)},
+        headers=signed(body),
     )
     assert tampered.status_code == 401
-    unknown = httpx.post(
-        server.url + "/v1/channels/webhook/other", content=body, headers={"X-Steward-Signature": sign(body)}
-    )
+    unknown = httpx.post(server.url + "/v1/channels/webhook/other", content=body, headers=signed(body))
     assert unknown.status_code == 404 and "no channel 'other'" in unknown.json()["detail"]
 
     assert jobs(server) == []
     time.sleep(1)
     assert receiver.messages == []
-    assert server.output().count("channel chat: refused a message from 127.0.0.1") == 4
+    assert server.output().count("channel chat: refused a message from 127.0.0.1") == 6
+    assert "(a replay?)" in server.output() and "without a timestamp" in server.output()
 
 
 def test_bad_input_is_a_problem_that_names_the_fix(sqlite_deployment: Deployment, receiver: Receiver) -> None:
@@ -245,7 +257,7 @@ def test_bad_input_is_a_problem_that_names_the_fix(sqlite_deployment: Deployment
     server = deployment.start()
 
     def post(body: bytes) -> httpx.Response:
-        return httpx.post(server.url + WEBHOOK, content=body, headers={"X-Steward-Signature": sign(body)})
+        return httpx.post(server.url + WEBHOOK, content=body, headers=signed(body))
 
     cases = [
         (b"user=ann&text=hi", 400, "not JSON"),
@@ -321,7 +333,7 @@ def test_a_channel_that_cannot_work_says_why_and_the_webhook_needs_no_token(
         return httpx.post(
             f"{server.url}/v1/channels/webhook/{name}",
             content=body,
-            headers={"X-Steward-Signature": sign(body)},
+            headers=signed(body),
         )
 
     assert (open_ := post("open")).status_code == 503 and "has no secret" in open_.json()["detail"]
@@ -350,3 +362,22 @@ def test_two_servers_send_each_message_of_many_users_once_and_in_order(
     assert len({m["delivery"] for m in receiver.messages}) == 24
     for user in users:
         assert [m["kind"] for m in receiver.messages if m["user"] == user] == ["ack", "busy"], user
+
+
+def test_a_question_that_failed_to_go_out_is_sent_again_when_the_user_writes(
+    sqlite_deployment: Deployment, receiver: Receiver
+) -> None:
+    deployment = sqlite_deployment
+    deployment.persona("careful", [WRITE, {"text": "wrote approved.txt"}], extra=ASK_BASH)
+    channel(deployment, receiver, "careful")
+    server = deployment.start()
+    started = say(server, "write the file")
+    receiver.wait_for("ack")
+    receiver.fail_first = 1000  # the bridge is down while the approval goes out
+    wait_for(lambda: "was not delivered" in server.output(), "the failed delivery", timeout=40)
+    receiver.fail_first = 0
+    assert say(server, "hello?")["status"] == "resent"
+    assert "YES" in receiver.wait_for("approval")["text"]
+    assert say(server, "yes")["status"] == "approved"
+    assert receiver.wait_for("result")["text"] == "wrote approved.txt"
+    assert job(server, started["job_id"])["status"] == "done"

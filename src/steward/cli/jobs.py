@@ -226,7 +226,17 @@ def follow_job(
 @jobs_app.command("cancel")
 def cancel_job(job_id: JobId, workspace: Workspace = Path()) -> None:
     """Cancel a job; a running one is stopped by its worker within a heartbeat."""
-    job = _one(workspace, job_id, lambda jobs, key: jobs.cancel(key))
+
+    async def main() -> Job:
+        from steward.jobs.api import cancel_job
+
+        store, jobs = await _with_jobs(workspace)
+        try:
+            return await cancel_job(store, jobs, job_id)
+        finally:
+            await store.close()
+
+    job = asyncio.run(main())
     if job.status == "cancelled":  # ended here (a running job is ended, and told of, by its worker)
         from steward.jobs.worker import notifier_for
 

@@ -10,11 +10,13 @@ async with await Queue.open("postgresql://host/steward") as queue:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from steward.errors import StewardError
 from steward.jobs.replies import Answer, Decision, reply
 from steward.jobs.store import Job, JobError, JobStore
 
@@ -130,19 +132,22 @@ class JobHandle:
                 return
             await asyncio.sleep(_POLL_S)
 
-    async def cancel(self) -> Job:
-        return await self.queue.jobs.cancel(self.id)
+    async def cancel(self, reason: str = "cancelled by the user") -> Job:
+        """Cancel the job and those it delegated to; see ``cancel_job``."""
+        return await cancel_job(self.queue.store, self.queue.jobs, self.id, reason)
 
-    async def answer(self, text: str) -> Job:
+    async def answer(self, text: str, *, wait_id: str | None = None) -> Job:
+        """Answer the job's question (with ``wait_id``: only if it is still that one)."""
         if not text.strip():
             raise JobError("the answer is empty; say what the agent should know")
-        return await reply(self.queue.store, self.queue.jobs, self.id, Answer(text))
+        return await reply(self.queue.store, self.queue.jobs, self.id, Answer(text), wait_id=wait_id)
 
-    async def approve(self) -> Job:
-        return await reply(self.queue.store, self.queue.jobs, self.id, Decision(True))
+    async def approve(self, *, wait_id: str | None = None) -> Job:
+        return await reply(self.queue.store, self.queue.jobs, self.id, Decision(True), wait_id=wait_id)
 
-    async def deny(self, reason: str = "") -> Job:
-        return await reply(self.queue.store, self.queue.jobs, self.id, Decision(False, reason=reason))
+    async def deny(self, reason: str = "", *, wait_id: str | None = None) -> Job:
+        decision = Decision(False, reason=reason)
+        return await reply(self.queue.store, self.queue.jobs, self.id, decision, wait_id=wait_id)
 
     async def switch_mode(self, mode: str) -> Job:
         """Go on in ``mode`` ("structured" or "autonomous") from the run's next step."""
@@ -157,3 +162,35 @@ async def _waits_for_person(job: Job, handle: JobHandle) -> bool:
     last = await handle.queue.store.last_seq(job.id)
     tail = await handle.queue.store.events(job.id, after_seq=max(0, last - 1))
     return bool(tail) and isinstance(tail[-1], WaitingEvent) and tail[-1].kind != "job"
+
+
+async def cancel_job(
+    store: EventStore, jobs: JobStore, job_id: str, reason: str = "cancelled by the user"
+) -> Job:
+    """Cancel a job (and the jobs it delegated to). A running one is stopped by its worker, which
+    records the end; one that was queued or waiting is ended here: its run's log gets its closing
+    ``done`` event, so its followers and its session see it end."""
+    job = await jobs.cancel(job_id, reason)
+    for ended in [job, *await jobs.list(parent_id=job.id, status=("cancelled",), limit=100)]:
+        await _close_idle_run(store, ended)
+    return job
+
+
+async def _close_idle_run(store: EventStore, job: Job) -> None:
+    import time
+
+    from steward.events import DoneEvent, StepStart, ToolUse
+
+    row = await store.get_run(job.id)
+    if job.status != "cancelled" or row is None or row.status not in ("queued", "waiting"):
+        return  # no run yet, or a worker held it and recorded its own end
+    log = await store.events(job.id)
+    done = DoneEvent(
+        status="cancelled", end_status=None, message=f"Cancelled: {job.error or 'by the user'}.",
+        steps=sum(isinstance(e, StepStart) for e in log), tool_calls=sum(isinstance(e, ToolUse) for e in log),
+        usage={}, seq=(log[-1].seq if log else 0) + 1, run_id=job.id, session_id=row.session_id,
+        ts=time.time(),
+    )  # fmt: skip
+    with contextlib.suppress(StewardError):  # written meanwhile by someone else: theirs stands
+        await store.append(job.id, [done])
+        await store.set_status(job.id, "cancelled", None, output=done.message)

@@ -47,8 +47,11 @@ Reply = Answer | Decision
 _TAIL = 3  # the wait is announced by at most two events (an approval gate, then ``waiting``)
 
 
-async def reply(store: EventStore, jobs: JobStore, job_id: str, given: Reply) -> Job:
-    """Keep ``given`` as the reply to what job ``job_id`` waits for, and queue the job again."""
+async def reply(
+    store: EventStore, jobs: JobStore, job_id: str, given: Reply, *, wait_id: str | None = None
+) -> Job:
+    """Keep ``given`` as the reply to what job ``job_id`` waits for, and queue the job again.
+    With ``wait_id``, only if that is what it waits for (a person answers what they were shown)."""
     job = await jobs.get(job_id)
     if job.status != "waiting" or job.run_id is None:
         raise JobError(f"job {job.id} is {job.status}, not waiting; `steward jobs show {job.id}` says more")
@@ -59,6 +62,8 @@ async def reply(store: EventStore, jobs: JobStore, job_id: str, given: Reply) ->
         raise JobError(
             f"job {job.id} is marked waiting but its run {job.run_id} is not; `steward jobs retry`"
         )
+    if wait_id is not None and wait.id != wait_id:
+        raise JobError(f"job {job.id} waits for {wait.id} now, not for {wait_id}; look again before replying")
     gate = tail[-2] if len(tail) > 1 and isinstance(tail[-2], ApprovalGateEvent) else None
     kept = _kept(job, wait, gate, given)
     return await jobs.requeue(job.id, reply=kept)

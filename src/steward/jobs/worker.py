@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from steward.errors import ConfigError, FencedOut, ReplayError, RunError, StewardError
+from steward.errors import ConfigError, FencedOut, ModelError, ReplayError, RunError, StewardError
 from steward.events import StepStart
 from steward.jobs.replies import Decision, replied, reply
 from steward.jobs.store import Claim, Job, JobError, JobStore, LeaseLost, Wakeups
@@ -197,7 +197,7 @@ class Worker:
                 await self._settle(claim, outcome, notifier)
         except (LeaseLost, FencedOut):
             pass  # another worker holds it now, or it was cancelled and is settled there
-        except (ConfigError, RunError) as exc:  # it would fail the same way on any worker
+        except (ConfigError, RunError, ModelError) as exc:  # it would fail the same way on any worker
             _report(job, [f"failed: {type(exc).__name__}: {exc}"])
             with contextlib.suppress(LeaseLost, StewardError):
                 await self._after_end(await self.jobs.finish(claim, "failed", error=str(exc)), notifier)

@@ -43,6 +43,17 @@ PAGE = Path(__file__).parent / "page"
 DRAIN_S = 10.0  # how long a stopping server lets its runs reach their next step
 MAX_SEQ = 2**31 - 1  # the store's seq column is a 32-bit INTEGER on PostgreSQL; larger fails the query
 _PROBLEM = "application/problem+json"
+_SSE_MESSAGE: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "description": "The event's seq (send it back as Last-Event-ID)."},
+        "event": {"type": "string", "description": "The event's type, e.g. tool_result."},
+        "data": {
+            "type": "string",
+            "description": "The event as JSON (seq, run_id, ts, type, data...).",
+        },
+    },
+}
 # The errors a /v1 route may answer, documented as they are sent (problem details, not FastAPI's
 # JSON shapes; its own 422 is replaced by this one).
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -119,7 +130,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         for error in exc.errors()[:5]:
             where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
             parts.append(f"{where}: {error.get('msg', 'invalid')}")
-        return _problem(422, "; ".join(parts) or "the request is not valid", "Invalid request")
+        detail = "; ".join(parts) or "the request is not valid"
+        # A NUL is allowed by the document's types but kept by no store: the request, not its
+        # shape, is what is wrong.
+        return _problem(400 if "NUL" in detail else 422, detail, "Invalid request")
 
     async def http_error(_r: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
@@ -139,7 +153,8 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 class BodyLimit:
-    """Refuse a request body larger than ``limit`` bytes (413), declared or streamed."""
+    """Refuse a request body larger than ``limit`` bytes (413), declared or streamed, and an
+    address with a NUL in it (no store keeps one; PostgreSQL fails on it)."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -147,6 +162,9 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if "\x00" in scope.get("path", "") or b"%00" in scope.get("query_string", b"").lower():
+            await _problem(400, "the address may not contain NUL characters (%00)")(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
@@ -190,41 +208,58 @@ async def _authorized(
 # --- helpers -----------------------------------------------------------------------------------
 
 
-def workspace_for(options: ServerOptions, given: str | None) -> Path:
-    """The folder a client named, when it lies under one of the server's roots."""
+def _under_roots(options: ServerOptions, given: str, what: str) -> Path:
+    """``given`` (relative to the first root) resolved, when it lies under one of the roots."""
     roots = options.roots()
-    if not given:
-        return roots[0]
     if "\x00" in given:
-        raise ApiError(400, "the workspace path has a NUL byte")
-    path = Path(given)
-    resolved = (path if path.is_absolute() else roots[0] / path).resolve()
+        raise ApiError(400, f"the {what} path has a NUL byte")
+    path = Path(given.strip())
+    try:
+        resolved = (path if path.is_absolute() else roots[0] / path).resolve()
+    except (OSError, RuntimeError):  # a symlink loop, a name too long for the file system
+        raise ApiError(400, f"{what} {given!r} cannot be resolved on the server (a symlink loop?)") from None
     if not any(resolved == r or resolved.is_relative_to(r) for r in roots):
         raise ApiError(
-            403, f"workspace {given!r} is not under the server's roots; allowed: "
+            403, f"{what} {given!r} is not under the server's roots; allowed: "
             + ", ".join(r.name or "/" for r in roots) + " ([server] roots in its configuration)",
             "Forbidden",
         )  # fmt: skip
+    return resolved
+
+
+def _is(check: Callable[[], bool]) -> bool:
     try:
-        is_dir = resolved.is_dir()
+        return check()
     except OSError:  # a name longer than the file system allows, and the like
-        is_dir = False
-    if not is_dir:
+        return False
+
+
+def workspace_for(options: ServerOptions, given: str | None) -> Path:
+    """The folder a client named, when it lies under one of the server's roots."""
+    if not given:
+        return options.roots()[0]
+    resolved = _under_roots(options, given, "workspace")
+    if not _is(resolved.is_dir):
         raise ApiError(400, f"workspace {given!r} is not a folder on the server; create it first")
     return resolved
 
 
 def _check_model(options: ServerOptions, model: str | None, workspace: Path) -> str | None:
+    """The model a client asked for, a scripted one as the absolute path of its file (which
+    must be a file under the roots: the worker then reads exactly what was checked)."""
     if not model:
         return None
     provider, _, name = model.partition(":")
-    if provider not in (*PROVIDERS, "scripted") or not name:
+    if provider not in (*PROVIDERS, "scripted") or not name.strip():
         raise ApiError(
             400, f"model {model!r} is not provider:model with provider one of {', '.join(PROVIDERS)}"
         )
-    if provider == "scripted":  # a file on the server: only one inside the roots
-        workspace_for(options, str((workspace / name).resolve()))
-    return model
+    if provider != "scripted":
+        return model
+    script = _under_roots(options, str(workspace / name.strip()), "model script")
+    if not _is(script.is_file):
+        raise ApiError(400, f"model script {name.strip()!r} is not a file in the workspace")
+    return f"scripted:{script}"
 
 
 def _job_out(job: Job) -> s.Job:
@@ -347,7 +382,7 @@ def _routes() -> APIRouter:  # noqa: C901, PLR0915 - one place lists the whole A
 
     @api.post("/runs/{run_id}/cancel", response_model=s.Run, tags=["runs"])
     async def cancel_run(run_id: str, state: State) -> s.Run:
-        job = await state.queue.jobs.cancel((await _job(state, run_id)).id, "cancelled over the API")
+        job = await state.queue.job((await _job(state, run_id)).id).cancel("cancelled over the API")
         state.hub.poke(job.id)
         return await _run_out(state, job)
 
@@ -355,13 +390,13 @@ def _routes() -> APIRouter:  # noqa: C901, PLR0915 - one place lists the whole A
     async def approve(run_id: str, body: s.Approve, state: State) -> s.Run:
         job = await _job(state, run_id)
         await _check_wait(state, job, body.approval_id)
-        return await _queued(state, await state.queue.job(job.id).approve())
+        return await _queued(state, await state.queue.job(job.id).approve(wait_id=body.approval_id))
 
     @api.post("/runs/{run_id}/deny", response_model=s.Run, tags=["approvals"])
     async def deny(run_id: str, body: s.Deny, state: State) -> s.Run:
         job = await _job(state, run_id)
         await _check_wait(state, job, body.approval_id)
-        return await _queued(state, await state.queue.job(job.id).deny(body.reason))
+        return await _queued(state, await state.queue.job(job.id).deny(body.reason, wait_id=body.approval_id))
 
     @api.post("/runs/{run_id}/answer", response_model=s.Run, tags=["approvals"])
     async def answer(run_id: str, body: s.AnswerIn, state: State) -> s.Run:
@@ -373,6 +408,11 @@ def _routes() -> APIRouter:  # noqa: C901, PLR0915 - one place lists the whole A
     @api.post("/runs/{run_id}/mode", response_model=s.Run, tags=["runs"])
     async def switch_mode(run_id: str, body: s.ModeIn, state: State) -> s.Run:
         job = await _job(state, run_id)
+        if job.parent_id is not None and body.mode == "autonomous":
+            raise ApiError(
+                409,
+                f"run {job.id} was delegated by job {job.parent_id}: it keeps the mode its parent gave it",
+            )
         return await _run_out(state, await state.queue.job(job.id).switch_mode(body.mode))
 
     @api.get(
@@ -383,7 +423,8 @@ def _routes() -> APIRouter:  # noqa: C901, PLR0915 - one place lists the whole A
             200: {
                 "description": "Server-Sent Events: `id` is the event's seq, `event` its type, `data` the "
                 "event as JSON (the NDJSON schema); `: ping` comments keep an idle stream open.",
-                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                # Each message as OpenAPI describes a Server-Sent Event; `data` is the event's JSON.
+                "content": {"text/event-stream": {"itemSchema": _SSE_MESSAGE}},
             }
         },
     )
@@ -416,6 +457,8 @@ def _routes() -> APIRouter:  # noqa: C901, PLR0915 - one place lists the whole A
 
     @api.post("/jobs", response_model=s.Job, status_code=201, tags=["jobs"])
     async def submit(body: s.NewJob, state: State) -> s.Job:
+        if body.user is not None and body.user.startswith("channel:"):
+            raise ApiError(400, 'user keys starting "channel:" belong to the chat channels; choose another')
         workspace = workspace_for(state.options, body.workspace)
         handle = await state.queue.submit(
             body.role, body.goal, workspace=workspace, priority=body.priority,
@@ -439,7 +482,7 @@ def _routes() -> APIRouter:  # noqa: C901, PLR0915 - one place lists the whole A
 
     @api.post("/jobs/{job_id}/cancel", response_model=s.Job, tags=["jobs"])
     async def cancel_job(job_id: str, state: State) -> s.Job:
-        job = await state.queue.jobs.cancel((await _job(state, job_id)).id, "cancelled over the API")
+        job = await state.queue.job((await _job(state, job_id)).id).cancel("cancelled over the API")
         state.hub.poke(job.id)
         return _job_out(job)
 
@@ -523,6 +566,10 @@ async def start_run(state: ServerState, body: s.NewRun, session_id: str | None) 
     options = state.options
     workspace = workspace_for(options, body.workspace)
     model = _check_model(options, body.model, workspace)
+    if body.persona:  # before a session is made for a run that cannot start
+        from steward.personas import find_persona
+
+        find_persona(body.persona, workspace)
     sessions = session_store(state.store)
     session = await sessions.get(session_id) if session_id else await sessions.create(body.goal[:60])
     if not session.is_open:

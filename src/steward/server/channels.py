@@ -69,6 +69,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("steward.server")
 
 SIGNATURE_HEADER = "X-Steward-Signature"
+TIMESTAMP_HEADER = "X-Steward-Timestamp"  # Unix seconds when the bridge signed the message
+MAX_SKEW_S = 300  # a message signed longer ago (or ahead) than this is refused: no replays
 MAX_TEXT = 4000  # characters of a message a user wrote (WhatsApp allows 4096)
 MAX_USER = 200
 MAX_OUT = 4000  # characters of a message sent to a user; longer results are cut in the middle
@@ -118,14 +120,17 @@ class Inbound(BaseModel):
 class Delivered(BaseModel):
     """What became of a message: the job it started or answered, and what the user is told."""
 
-    status: Literal["started", "busy", "approved", "denied", "answered", "unclear", "duplicate"]
+    status: Literal["started", "busy", "approved", "denied", "answered", "unclear", "duplicate", "resent"]
     job_id: str | None = None
     detail: str
 
 
-def signature(secret: str, body: bytes) -> str:
-    """The ``X-Steward-Signature`` value of ``body``: ``sha256=`` and its HMAC-SHA256 in hex."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def signature(secret: str, body: bytes, timestamp: str) -> str:
+    """The ``X-Steward-Signature`` of an inbound message: ``sha256=`` and the HMAC-SHA256 in hex
+    of ``TIMESTAMP.BODY`` (the timestamp is signed too, so a captured message cannot be sent
+    again later: it is refused outside ``MAX_SKEW_S``)."""
+    signed = timestamp.encode("latin-1", "replace") + b"." + body
+    return "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
 
 
 def user_key(channel: str, user: str) -> str:
@@ -235,6 +240,13 @@ class Outbox:
         async with self._engine.connect() as conn:
             found = await conn.execute(sa.select(t.c.status).where(t.c.key == key))
             return found.scalar_one_or_none() in ("sending", "sent")
+
+    async def send_again(self, key: str) -> bool:
+        """Queue the message ``key`` again if it failed to go out; whether it did."""
+        t = messages_table
+        async with write_transaction(self._engine) as conn:
+            again = t.update().where(t.c.key == key, t.c.status == "failed")
+            return (await conn.execute(again.values(status="queued", claim=None, error=None))).rowcount == 1
 
     async def last_started(self, channel: str, recipient: str) -> str | None:
         """The job of the user's latest acknowledged first message, if any."""
@@ -558,9 +570,14 @@ class _Conversation:
         if wait is None or wait.kind not in ("question", "approval"):
             return await self._busy(job)
         if not await self.outbox.shown(f"{job.id}:{wait.id}"):
+            # Its message failed to go out (the bridge was down): the user writes because they
+            # wait for something, so it is sent again rather than left unseen for good.
+            if await self.outbox.send_again(f"{job.id}:{wait.id}"):
+                self.poke()
+                return Delivered(status="resent", job_id=job.id, detail="the job's question is sent again")
             return await self._busy(job)
         if wait.kind == "question":
-            return await self._answer(job)
+            return await self._answer(job, wait)
         return await self._decide(job, wait)
 
     async def _start(self) -> Delivered:
@@ -620,9 +637,9 @@ class _Conversation:
         await self._say(f"{job.id}:busy:{secrets.token_hex(6)}", "busy", BUSY, job)
         return Delivered(status="busy", job_id=job.id, detail=BUSY)
 
-    async def _answer(self, job: Job) -> Delivered:
+    async def _answer(self, job: Job, wait: Wait) -> Delivered:
         try:
-            await self.state.queue.job(job.id).answer(self.message.text)
+            await self.state.queue.job(job.id).answer(self.message.text, wait_id=wait.id)
         except JobError:  # answered a moment ago (another message, the API)
             return await self._busy(job)
         self._queued(job)
@@ -635,7 +652,10 @@ class _Conversation:
             return Delivered(status="unclear", job_id=job.id, detail=AGAIN)
         handle = self.state.queue.job(job.id)
         try:
-            await (handle.approve() if decision.approved else handle.deny(decision.reason))
+            if decision.approved:  # the wait the user was shown, or nothing
+                await handle.approve(wait_id=wait.id)
+            else:
+                await handle.deny(decision.reason, wait_id=wait.id)
         except JobError:
             return await self._busy(job)
         self._queued(job)
@@ -701,11 +721,18 @@ def _unsigned(detail: str) -> JSONResponse:
     )  # fmt: skip
 
 
-def _signed(secret: str, body: bytes, given: str | None) -> bool:
-    if not given:
-        return False
-    expected = signature(secret, body).encode()
-    return hmac.compare_digest(given.strip().lower().encode("latin-1", "replace"), expected)
+def _signed(secret: str, body: bytes, given: str | None, timestamp: str | None) -> str | None:
+    """Why the message is not the channel's, or None when it is."""
+    if not given or not timestamp:
+        return "without a signature" if not given else "without a timestamp"
+    expected = signature(secret, body, timestamp.strip()).encode()
+    if not hmac.compare_digest(given.strip().lower().encode("latin-1", "replace"), expected):
+        return "with a signature that is not the channel's"
+    try:
+        skew = abs(time.time() - float(timestamp))
+    except ValueError:
+        return "with a timestamp that is not Unix seconds"
+    return None if skew <= MAX_SKEW_S else f"signed {int(skew)} s away from now (a replay?)"
 
 
 # Documented as they are sent: problem details (as the rest of the API's errors are).
@@ -753,13 +780,14 @@ def channels_router() -> APIRouter:
             )  # fmt: skip
         body = await request.body()
         given = request.headers.get(SIGNATURE_HEADER)
-        if not _signed(channel.secret, body, given):
+        why = _signed(channel.secret, body, given, request.headers.get(TIMESTAMP_HEADER))
+        if why is not None:
             where = request.client.host if request.client is not None else "?"
-            why = "without a signature" if not given else "with a signature that is not the channel's"
             log.warning("channel %s: refused a message from %s %s", name, where, why)
             return _unsigned(
-                f"sign the body: {SIGNATURE_HEADER}: sha256=HEX, the HMAC-SHA256 of the raw body with "
-                "the channel's secret"
+                f"refused: sent {why}. Sign each message: {TIMESTAMP_HEADER}: the Unix time now, and "
+                f"{SIGNATURE_HEADER}: sha256=HEX, the HMAC-SHA256 with the channel's secret of "
+                f"TIMESTAMP.BODY (the timestamp, a dot, the raw body); within {MAX_SKEW_S} s"
             )
         watcher: ChannelWatcher | None = getattr(request.app.state, "channels", None)
         outbox = watcher.outbox if watcher is not None else Outbox(state.store.engine)

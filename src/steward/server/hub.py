@@ -24,10 +24,29 @@ import sqlalchemy as sa
 from steward.events import DoneEvent, Event
 from steward.store.events import EVENTS_CHANNEL, EventStore
 from steward.store.schema import jobs as jobs_table
+from steward.store.schema import runs as runs_table
 
 _KEPT = 2000  # events a feed keeps in memory for followers that are a little behind
 _READ = 500  # events read from the store at once
 _ENDED = ("done", "failed", "cancelled", "dead")
+
+
+Status = tuple[str, str | None, float]  # the job's status, its run's status, the job's last change
+
+
+def _ended(status: Status | None, last: Event | None) -> bool:
+    """Whether a run's stream is over: its job ended, or its job is still being settled after its
+    run ended (the run's row and its done event are one write). A done event alone is not the
+    end: a job retried after it goes on in the same log, under a claim made after that event."""
+    if status is None:
+        return False
+    job, run, changed = status
+    if job in _ENDED:
+        return True
+    return (
+        job == "running" and run in ("done", "failed", "cancelled")
+        and isinstance(last, DoneEvent) and last.ts >= changed
+    )  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -36,7 +55,7 @@ class _Feed:
     followers: int = 0
     events: list[Event] = field(default_factory=list)  # the newest, in seq order
     last_seq: int = 0
-    ended: bool = False  # its done event was read, or its job ended
+    ended: bool = False  # its job ended, or its run did and the feed holds its last event
     changed: asyncio.Event = field(default_factory=asyncio.Event)  # replaced on each change
     stale: asyncio.Event = field(default_factory=asyncio.Event)  # set: read the store now
 
@@ -46,7 +65,7 @@ class _Feed:
             self.events.extend(events)
             del self.events[:-_KEPT]
             self.last_seq = events[-1].seq
-        self.ended = self.ended or ended or any(isinstance(e, DoneEvent) for e in events)
+        self.ended = self.ended or ended
         if events or self.ended:
             changed, self.changed = self.changed, asyncio.Event()
             changed.set()
@@ -80,29 +99,33 @@ class EventHub:
                 feeds = [f for f in self._feeds.values() if not f.ended and (due or f.stale.is_set())]
                 if due:
                     full_due = loop.time() + (self.fallback_poll_s if self._listening else self.poll_s)
+                self._wake.clear()  # before reading: what is heard meanwhile wakes the next pass
                 with contextlib.suppress(Exception):  # a store that is down: try again next tick
                     await self._tick(feeds)
-                self._wake.clear()
                 await _either(stop, self._wake, timeout=max(0.0, full_due - loop.time()))
 
     async def _tick(self, feeds: list[_Feed]) -> None:
         if not feeds:
             return
-        statuses = await self._job_statuses([f.run_id for f in feeds])
+        # Statuses first, events second: an end read here has all its events read below.
+        statuses = await self._statuses([f.run_id for f in feeds])
         for feed in feeds:
             feed.stale.clear()
-            job_ended = statuses.get(feed.run_id) in _ENDED
             for _ in range(1000):  # bounded: each pass reads up to _READ newer events
                 new = await self.store.events(feed.run_id, after_seq=feed.last_seq, limit=_READ)
-                feed.add(new, ended=job_ended and len(new) < _READ)
+                last = feed.events[-1] if not new and feed.events else (new[-1] if new else None)
+                feed.add(new, ended=len(new) < _READ and _ended(statuses.get(feed.run_id), last))
                 if len(new) < _READ:
                     break
 
-    async def _job_statuses(self, run_ids: list[str]) -> dict[str, str]:
-        t = jobs_table
+    async def _statuses(self, run_ids: list[str]) -> dict[str, Status]:
+        j, r = jobs_table, runs_table
+        query = sa.select(j.c.id, j.c.status, r.c.status, j.c.updated_at).join(
+            r, r.c.id == j.c.id, isouter=True
+        )
         async with self.store.engine.connect() as conn:
-            rows = await conn.execute(sa.select(t.c.id, t.c.status).where(t.c.id.in_(run_ids)))
-            return {row[0]: row[1] for row in rows}
+            rows = await conn.execute(query.where(j.c.id.in_(run_ids)))
+            return {row[0]: (row[1], row[2], row[3]) for row in rows}
 
     @contextlib.asynccontextmanager
     async def _listen(self) -> AsyncIterator[None]:
@@ -183,15 +206,15 @@ class EventHub:
     async def _feed(self, run_id: str) -> _Feed:
         feed = self._feeds.get(run_id)
         if feed is None:
+            status = (await self._statuses([run_id])).get(run_id)  # before the events, as in _tick
             last = await self.store.last_seq(run_id)
             # The feed keeps what comes from here on; a client further behind reads the store.
             kept = await self.store.events(run_id, after_seq=max(0, last - 50))
             last = kept[-1].seq if kept else last  # what was appended between the two reads is kept too
-            ended = (await self._job_statuses([run_id])).get(run_id) in _ENDED
             feed = self._feeds.setdefault(run_id, _Feed(run_id, last_seq=last))
             if not feed.events and feed.last_seq == last:
                 feed.events = kept
-                feed.ended = ended or any(isinstance(e, DoneEvent) for e in kept)
+                feed.ended = _ended(status, kept[-1] if kept else None)
         return feed
 
     async def _after(self, feed: _Feed, seq: int) -> list[Event]:

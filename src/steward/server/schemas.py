@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Mode = Literal["structured", "autonomous"]
 JobStatus = Literal["queued", "running", "waiting", "done", "failed", "cancelled", "dead"]
@@ -13,8 +13,28 @@ _GOAL = Field(min_length=1, max_length=20_000, description="What the agent shoul
 _NAME = r"^[A-Za-z0-9_.-]{1,64}$"
 
 
+def _no_nul(value: Any, depth: int = 0) -> None:
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("text may not contain NUL characters (\\u0000)")
+    elif isinstance(value, dict) and depth < 32:
+        for key, item in value.items():
+            _no_nul(key, depth + 1)
+            _no_nul(item, depth + 1)
+    elif isinstance(value, list) and depth < 32:
+        for item in value:
+            _no_nul(item, depth + 1)
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a misspelt field is an error that names it
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_without_nul(cls, data: Any) -> Any:
+        # Neither store keeps a NUL in text (PostgreSQL refuses it): refused here, by name.
+        _no_nul(data)
+        return data
 
 
 class Problem(BaseModel):

@@ -271,7 +271,7 @@ class RunView {
 
   async start() {
     try {
-      this.showRun(await api(`v1/runs/${this.id}`, { signal: this.abort.signal }));
+      this.showRun(await api(`v1/runs/${encodeURIComponent(this.id)}`, { signal: this.abort.signal }));
     } catch (err) {
       report(err);
       if (err instanceof ApiError && err.status === 404) {
@@ -292,7 +292,7 @@ class RunView {
       try {
         const headers = { Accept: 'text/event-stream' };
         if (this.lastSeq > 0) headers['Last-Event-ID'] = String(this.lastSeq);
-        const res = await api(`v1/runs/${this.id}/events`, { headers, signal, stream: true });
+        const res = await api(`v1/runs/${encodeURIComponent(this.id)}/events`, { headers, signal, stream: true });
         const opened = Date.now();
         this.setStream('live');
         for await (const message of readSse(res.body)) {
@@ -306,7 +306,7 @@ class RunView {
       }
       if (this.finished || signal.aborted) break;
       // The stream ended without `done`: a cancelled or dead job has none, so ask the run.
-      const run = await api(`v1/runs/${this.id}`, { signal }).catch(() => null);
+      const run = await api(`v1/runs/${encodeURIComponent(this.id)}`, { signal }).catch(() => null);
       if (run) this.showRun(run);
       if (run && TERMINAL.has(run.status)) break;
       failures += 1;
@@ -640,7 +640,7 @@ class RunView {
       if (!text.value.trim()) { text.focus(); return; }
       send.disabled = true;
       try {
-        this.showRun(await api(`v1/runs/${this.id}/answer`, { method: 'POST', body: { text: text.value } }));
+        this.showRun(await api(`v1/runs/${encodeURIComponent(this.id)}/answer`, { method: 'POST', body: { text: text.value } }));
       } catch (err) {
         send.disabled = false;
         report(err);
@@ -665,7 +665,7 @@ class RunView {
     const card = this.cards.get(approvalId);
     card?.querySelectorAll('button').forEach((b) => { b.disabled = true; });
     try {
-      const run = await api(`v1/runs/${this.id}/${action}`, { method: 'POST', body: { ...body, approval_id: approvalId } });
+      const run = await api(`v1/runs/${encodeURIComponent(this.id)}/${action}`, { method: 'POST', body: { ...body, approval_id: approvalId } });
       this.showRun(run);
       card?.classList.add('sent');
     } catch (err) {
@@ -676,7 +676,7 @@ class RunView {
 
   async switchMode(mode) {
     try {
-      this.showRun(await api(`v1/runs/${this.id}/mode`, { method: 'POST', body: { mode } }));
+      this.showRun(await api(`v1/runs/${encodeURIComponent(this.id)}/mode`, { method: 'POST', body: { mode } }));
     } catch (err) {
       if (this.mode) this.dom.mode.value = this.mode;
       report(err);
@@ -686,7 +686,7 @@ class RunView {
   async cancel() {
     this.dom.cancel.disabled = true;
     try {
-      this.showRun(await api(`v1/runs/${this.id}/cancel`, { method: 'POST' }));
+      this.showRun(await api(`v1/runs/${encodeURIComponent(this.id)}/cancel`, { method: 'POST' }));
     } catch (err) {
       this.dom.cancel.disabled = false;
       report(err);
@@ -831,7 +831,7 @@ async function showSession(id, { quiet = false, refresh = false } = {}) {
   // Only a click chooses the session new runs go to; following a run there does not.
   if (!quiet) byTestId('session-select').value = id;
   try {
-    const session = await api(`v1/sessions/${id}`);
+    const session = await api(`v1/sessions/${encodeURIComponent(id)}`);
     $('#session-detail').hidden = false;
     $('#session-title').textContent = session.title || `Session ${session.id}`;
     $('#session-summary').textContent = session.summary || '';
@@ -866,7 +866,7 @@ async function startRun(event) {
   const button = byTestId('start');
   button.disabled = true;
   try {
-    const run = await api(session ? `v1/sessions/${session}/runs` : 'v1/runs', { method: 'POST', body });
+    const run = await api(session ? `v1/sessions/${encodeURIComponent(session)}/runs` : 'v1/runs', { method: 'POST', body });
     form.elements.goal.value = '';
     openRun(run.id);
     poll(); // the new session and job show at once
