@@ -373,3 +373,22 @@ def test_a_run_cancelled_while_it_waits_ends_its_stream_and_its_turn(sqlite_depl
         turns = client.get(f"/v1/sessions/{run['session_id']}").json()["turns"]
         assert [t["status"] for t in turns] == ["cancelled"]
         assert not (deployment.workspace / "made.txt").exists()
+
+
+def test_a_run_with_no_model_is_refused_and_one_whose_model_cannot_load_fails_its_turn(
+    sqlite_deployment: Deployment,
+) -> None:
+    deployment = sqlite_deployment
+    (deployment.workspace / "personas" / "broken.toml").write_text(
+        'role = "broken"\nmodel = "scripted:gone.yaml"\n'
+    )
+    server = deployment.start()
+    with server.client() as client:
+        refused = client.post("/v1/runs", json={"goal": "hello"})
+        assert refused.status_code == 400 and 'send "model"' in refused.json()["detail"]
+        assert client.get("/v1/sessions").json() == {"sessions": []}  # no session for a run that cannot start
+        run = start(client, goal="hello", persona="broken")
+        failed = run_status(client, run["id"], "failed")
+        assert "gone.yaml" in (failed["error"] or "")
+        turns = client.get(f"/v1/sessions/{run['session_id']}").json()["turns"]
+        assert [t["status"] for t in turns] == ["failed"]

@@ -39,6 +39,8 @@ CHECKS: dict[str, Any] = {
 
 
 def test_no_operation_fails_or_strays_from_its_document(sqlite_deployment: Deployment) -> None:
+    # A model is configured (runs without one are refused); with no workers it is never called.
+    sqlite_deployment.config('model = "openai:gpt-4o-mini"\n')
     server = sqlite_deployment.start(workers=0)
     with server.client() as client:
         ids = _existing_ids(client)

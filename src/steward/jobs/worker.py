@@ -169,6 +169,7 @@ class Worker:
         except Exception as exc:  # a job that cannot even start fails, with the reason
             with contextlib.suppress(LeaseLost):
                 ended = await self.jobs.finish(claim, "failed", error=f"{type(exc).__name__}: {exc}")
+                await self._close_failed_run(job, str(exc))
                 await self._after_end(ended, None)
             return
         if job.cancel_requested:  # cancelled while its earlier worker held it: it goes no further
@@ -200,7 +201,9 @@ class Worker:
         except (ConfigError, RunError, ModelError) as exc:  # it would fail the same way on any worker
             _report(job, [f"failed: {type(exc).__name__}: {exc}"])
             with contextlib.suppress(LeaseLost, StewardError):
-                await self._after_end(await self.jobs.finish(claim, "failed", error=str(exc)), notifier)
+                ended = await self.jobs.finish(claim, "failed", error=str(exc))
+                await self._close_failed_run(job, str(exc))
+                await self._after_end(ended, notifier)
         except Exception as exc:  # a store that failed, or a bug: another worker tries again
             _report(job, [f"given back after {type(exc).__name__}: {exc}"])
             with contextlib.suppress(Exception):
@@ -209,6 +212,14 @@ class Worker:
             await stop_beating()
             self._wakeups.cancels.pop(job.id, None)
             await agent.aclose()
+
+    async def _close_failed_run(self, job: Job, why: str) -> None:
+        """The run row of a job that failed around its run (it could not start, or be rebuilt)
+        says so: it is a session's turn, which would otherwise look queued or running for good."""
+        with contextlib.suppress(StewardError):
+            row = await self.store.get_run(job.id)
+            if row is not None and row.status in ("queued", "running"):
+                await self.store.set_status(job.id, "failed", None, output=why)
 
     async def _go_on(self, claim: Claim, agent: Agent, notifier: Notifier) -> Run | str | None:
         """Go on with the job's run: the run when it ended or waits, "release" when this worker

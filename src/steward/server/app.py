@@ -566,10 +566,21 @@ async def start_run(state: ServerState, body: s.NewRun, session_id: str | None) 
     options = state.options
     workspace = workspace_for(options, body.workspace)
     model = _check_model(options, body.model, workspace)
-    if body.persona:  # before a session is made for a run that cannot start
+    # Checked before a session is made for a run that cannot start.
+    layer = None
+    if body.persona:
         from steward.personas import find_persona
 
-        find_persona(body.persona, workspace)
+        layer = find_persona(body.persona, workspace).layer()
+    if model is None:
+        from steward.config import load_config
+
+        if not load_config(workspace, persona=layer).model:
+            raise ApiError(
+                400, f'no model is configured for workspace {workspace.name!r}: send "model" '
+                '(e.g. "openai:gpt-4o-mini"), choose a persona that names one, or set model in its '
+                "steward.toml (or STEWARD_MODEL where the server runs)",
+            )  # fmt: skip
     sessions = session_store(state.store)
     session = await sessions.get(session_id) if session_id else await sessions.create(body.goal[:60])
     if not session.is_open:
