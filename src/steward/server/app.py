@@ -20,13 +20,13 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from fastapi.sse import EventSourceResponse, format_sse_event
+from fastapi.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from steward.config import PROVIDERS, ServerSettings
 from steward.errors import StewardError
-from steward.events import ApprovalGateEvent, Event, WaitingEvent, encode_event
+from steward.events import ApprovalGateEvent, WaitingEvent
 from steward.jobs.api import Queue
 from steward.jobs.store import Job, JobError
 from steward.server import schemas as s
@@ -449,9 +449,7 @@ def _routes() -> APIRouter:  # noqa: C901, PLR0915 - one place lists the whole A
                 raise ApiError(400, "Last-Event-ID is the seq of the last event received, a whole number")
             seq = max(seq, int(given))
         stream = state.hub.follow(job.id, seq, keepalive_s=state.options.settings.keepalive_s, follow=follow)
-        return EventSourceResponse(
-            _sse(stream), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        )
+        return EventSourceResponse(stream, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     # jobs
 
@@ -519,14 +517,6 @@ def _routes() -> APIRouter:  # noqa: C901, PLR0915 - one place lists the whole A
         return s.Personas(personas=out)
 
     return api
-
-
-async def _sse(events: AsyncIterator[Event | None]) -> AsyncIterator[bytes]:
-    async for event in events:
-        if event is None:
-            yield b": ping\n\n"
-        else:
-            yield format_sse_event(data_str=encode_event(event), event=event.type, id=str(event.seq))
 
 
 def _schema(given: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from steward.events import DoneEvent, Event
+from steward.events import DoneEvent, Event, encode_event
 from steward.store.events import EVENTS_CHANNEL, EventStore
 from steward.store.schema import jobs as jobs_table
 from steward.store.schema import runs as runs_table
@@ -29,6 +29,12 @@ from steward.store.schema import runs as runs_table
 _KEPT = 2000  # events a feed keeps in memory for followers that are a little behind
 _READ = 500  # events read from the store at once
 _ENDED = ("done", "failed", "cancelled", "dead")
+PING = b": ping\n\n"  # a comment: keeps an idle stream (and the proxies on its way) open
+
+
+def sse_message(event: Event) -> bytes:
+    """One Server-Sent Event: ``id`` its seq, ``event`` its type, ``data`` its JSON (one line)."""
+    return f"id: {event.seq}\nevent: {event.type}\ndata: {encode_event(event)}\n\n".encode()
 
 
 Status = tuple[str, str | None, float]  # the job's status, its run's status, the job's last change
@@ -59,12 +65,26 @@ class _Feed:
     changed: asyncio.Event = field(default_factory=asyncio.Event)  # replaced on each change
     stale: asyncio.Event = field(default_factory=asyncio.Event)  # set: read the store now
 
+    def line(self, event: Event) -> bytes:
+        """The event's SSE message, encoded once for all the feed's followers."""
+        found = self.lines.get(event.seq)
+        if found is None:
+            found = sse_message(event)
+            if self.events and event.seq >= self.events[0].seq:
+                self.lines[event.seq] = found
+        return found
+
+    lines: dict[int, bytes] = field(default_factory=dict)  # seq -> its SSE message, made once
+
     def add(self, events: list[Event], ended: bool) -> None:
         events = [e for e in events if e.seq > self.last_seq]  # a read that overlapped another's: once
         if events:
             self.events.extend(events)
             del self.events[:-_KEPT]
             self.last_seq = events[-1].seq
+            first = self.events[0].seq
+            for seq in [k for k in self.lines if k < first]:
+                del self.lines[seq]
         self.ended = self.ended or ended
         if events or self.ended:
             changed, self.changed = self.changed, asyncio.Event()
@@ -82,6 +102,7 @@ class EventHub:
         self._listening = False
         self._wake = asyncio.Event()
         self._closed = False
+        self._opening: dict[str, asyncio.Future[_Feed]] = {}  # feeds being opened, by run
 
     @property
     def listening(self) -> bool:
@@ -157,15 +178,18 @@ class EventHub:
 
     async def follow(
         self, run_id: str, after_seq: int = 0, *, keepalive_s: float = 15.0, follow: bool = True
-    ) -> AsyncIterator[Event | None]:
-        """The run's events after ``after_seq``, as they come, until the run ends; None every
-        ``keepalive_s`` of silence (the caller sends a keep-alive). Without ``follow``: what is
-        recorded now, then the end."""
+    ) -> AsyncIterator[bytes]:
+        """The run's events after ``after_seq`` as Server-Sent Events, as they come, until the
+        run ends; a ``: ping`` comment after ``keepalive_s`` of silence. What is there at once
+        goes as one chunk (one write for many events). Without ``follow``: what is recorded
+        now, then the end."""
         if not follow:
             async for event in self._recorded(run_id, after_seq):
-                yield event
+                yield sse_message(event)
             return
-        feed = await self._feed(run_id)
+        # Registered again here, without an await in between: a feed its last follower left
+        # while this one waited for it to open is fed again (or the newer one is used).
+        feed = self._feeds.setdefault(run_id, await self._feed(run_id))
         feed.followers += 1
         seq = after_seq
         try:
@@ -173,18 +197,17 @@ class EventHub:
             for _ in range(10**12):  # until the run ends or the client goes
                 changed = feed.changed
                 pending = await self._after(feed, seq)
-                for event in pending:
-                    seq = event.seq
-                    yield event
                 if pending:
+                    seq = pending[-1].seq
                     quiet_since = time.monotonic()
+                    yield b"".join(feed.line(event) for event in pending)
                     continue
                 if (feed.ended and seq >= feed.last_seq) or self._closed:
                     return
                 left = keepalive_s - (time.monotonic() - quiet_since)
                 if left <= 0:
                     quiet_since = time.monotonic()
-                    yield None
+                    yield PING
                     continue
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(left):
@@ -204,17 +227,27 @@ class EventHub:
             seq = batch[-1].seq
 
     async def _feed(self, run_id: str) -> _Feed:
+        """The run's feed; the first follower opens it, those arriving meanwhile wait for that
+        (200 clients opening one run's stream at once make three reads, not 600)."""
         feed = self._feeds.get(run_id)
-        if feed is None:
-            status = (await self._statuses([run_id])).get(run_id)  # before the events, as in _tick
-            last = await self.store.last_seq(run_id)
-            # The feed keeps what comes from here on; a client further behind reads the store.
-            kept = await self.store.events(run_id, after_seq=max(0, last - 50))
-            last = kept[-1].seq if kept else last  # what was appended between the two reads is kept too
-            feed = self._feeds.setdefault(run_id, _Feed(run_id, last_seq=last))
-            if not feed.events and feed.last_seq == last:
-                feed.events = kept
-                feed.ended = _ended(status, kept[-1] if kept else None)
+        if feed is not None:
+            return feed
+        opening = self._opening.get(run_id)
+        if opening is None:
+            opening = self._opening[run_id] = asyncio.ensure_future(self._open(run_id))
+            opening.add_done_callback(lambda _f: self._opening.pop(run_id, None))
+        return await asyncio.shield(opening)  # one client going away does not cancel the others' open
+
+    async def _open(self, run_id: str) -> _Feed:
+        status = (await self._statuses([run_id])).get(run_id)  # before the events, as in _tick
+        last = await self.store.last_seq(run_id)
+        # The feed keeps what comes from here on; a client further behind reads the store.
+        kept = await self.store.events(run_id, after_seq=max(0, last - 50))
+        last = kept[-1].seq if kept else last  # what was appended between the two reads is kept too
+        feed = self._feeds.setdefault(run_id, _Feed(run_id, last_seq=last))
+        if not feed.events and feed.last_seq == last:
+            feed.events = kept
+            feed.ended = _ended(status, kept[-1] if kept else None)
         return feed
 
     async def _after(self, feed: _Feed, seq: int) -> list[Event]:
