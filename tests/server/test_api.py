@@ -7,6 +7,7 @@ import json
 import signal
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +221,15 @@ def test_auth_errors_and_bad_input_are_problem_details(sqlite_deployment: Deploy
         assert problems[2].status_code == 400 and "persona" in problems[2].json()["detail"]
         assert problems[3].status_code == 403 and problems[4].status_code == 403
         assert problems[7].status_code == 413
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: sent as chunks
+            yield b'{"goal": "'
+            for _ in range(300):
+                yield b"x" * 1024
+            yield b'"}'
+
+        chunked = client.post("/v1/runs", content=chunks(), headers={"content-type": "application/json"})
+        assert chunked.status_code == 413, chunked.text
         assert client.get("/v1/jobs").json() == {"jobs": []}  # nothing was queued by bad requests
     assert "Traceback" not in server.output()
 

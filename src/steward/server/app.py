@@ -159,6 +159,9 @@ class BodyLimit:
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
 
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _problem(413, f"the request body is over {self.limit // 1024} KiB")(scope, receive, send)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -168,20 +171,39 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await _problem(413, f"the request body is over {self.limit // 1024} KiB")(scope, receive, send)
+            await self._too_large(scope, receive, send)
             return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
+        if declared is not None:
+            await self.app(scope, receive, send)  # the server reads no more than it declared
+            return
+        # A body sent in chunks with no length: read (up to the limit) before the app sees it.
+        chunks: list[bytes] = []
+        size = 0
+        for _ in range(10**6):  # bounded by the limit: each chunk adds to the size
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise ApiError(413, f"the request body is over {self.limit // 1024} KiB")
-            return message
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await _problem(413, f"the request body is over {self.limit // 1024} KiB")(
+                    scope, receive, send
+                )
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        given = False
 
-        await self.app(scope, limited, send)
+        async def replay() -> Message:
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: the disconnect, when it comes
+
+        await self.app(scope, replay, send)
 
 
 # --- auth --------------------------------------------------------------------------------------
