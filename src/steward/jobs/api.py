@@ -82,11 +82,19 @@ class Queue:
             find_persona(role, ws)
         if mode is not None and mode not in ("structured", "autonomous"):
             raise JobError(f"mode {mode!r} is not one of: structured, autonomous")
-        job, _ = await self.jobs.submit(
+        job, new = await self.jobs.submit(
             role, goal, workspace=str(ws), priority=priority, idempotency_key=idempotency_key,
             user_key=user, max_attempts=max_attempts, output_schema=output_schema, session_id=session_id,
             model=model, mode=mode,
         )  # fmt: skip
+        if new and session_id is not None:
+            # Its run's row now, so the session lists the turn before a worker takes the job
+            # (the worker finds it; made first by a quick worker, it is theirs).
+            with contextlib.suppress(StewardError):
+                await self.store.create_run(
+                    job.id, goal=goal, session_id=session_id, workspace=str(ws), model=model or "",
+                    status="queued",
+                )  # fmt: skip
         return JobHandle(self, job.id)
 
     def job(self, job_id: str) -> JobHandle:

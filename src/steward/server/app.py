@@ -602,16 +602,6 @@ async def start_run(state: ServerState, body: s.NewRun, session_id: str | None) 
         output_schema=_schema(body.output_schema), session_id=session.id, model=model, mode=body.mode,
     )  # fmt: skip
     job = await handle.get()
-    # Its row now, so the session lists the turn before a worker takes it (the worker finds it).
-    with contextlib.suppress(StewardError):
-        await state.store.create_run(
-            job.id,
-            goal=job.goal,
-            session_id=session.id,
-            workspace=job.workspace,
-            model=model or "",
-            status="queued",
-        )
     await sessions.touch(session.id)
     state.poke_workers()
     return await _run_out(state, job)

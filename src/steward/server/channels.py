@@ -604,16 +604,6 @@ class _Conversation:
         job = await handle.get()
         await self._say(f"{job.id}:ack", "ack", ACK, job)  # recorded before anything the job says
         self._queued(job)
-        # Its run's row now, so the session lists the turn before a worker takes it.
-        with contextlib.suppress(StewardError):
-            await state.store.create_run(
-                job.id,
-                goal=job.goal,
-                session_id=session.id,
-                workspace=job.workspace,
-                model="",
-                status="queued",
-            )
         return Delivered(status="started", job_id=job.id, detail=ACK)
 
     async def _session(self) -> SessionRow:
