@@ -192,3 +192,13 @@ async def test_retrying_a_job_whose_user_has_another_active_job_says_which(tmp_p
         with pytest.raises(JobError, match=f"already has an active job {second.id}"):
             await queue.jobs.retry(first.id)
         assert (await first.get()).status == "cancelled"
+
+
+async def test_a_delegated_job_cannot_be_switched_to_autonomous_whoever_asks(tmp_path: Path) -> None:
+    async with await Queue.open(f"sqlite:///{tmp_path}/q.db") as queue:
+        parent = await queue.submit("coder", "lead", workspace=tmp_path)
+        child, _ = await queue.jobs.submit("coder", "help", workspace=str(tmp_path), parent_id=parent.id)
+        with pytest.raises(JobError, match="keeps the mode its parent gave it"):
+            await queue.job(child.id).switch_mode("autonomous")
+        assert (await queue.job(child.id).switch_mode("structured")).mode == "structured"
+        assert (await parent.switch_mode("autonomous")).mode == "autonomous"

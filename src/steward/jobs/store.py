@@ -513,6 +513,10 @@ class JobStore:
         job = await self.get(job_id)
         if job.ended:
             raise JobError(f"job {job.id} already ended ({job.status}); its mode cannot change")
+        if job.parent_id is not None and mode == "autonomous":  # whoever asks: API, Python, CLI
+            raise JobError(
+                f"job {job.id} was delegated by job {job.parent_id}: it keeps the mode its parent gave it"
+            )
         t = jobs_table
         async with write_transaction(self._engine) as conn:
             await conn.execute(t.update().where(t.c.id == job.id).values(mode=mode, updated_at=time.time()))

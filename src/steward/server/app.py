@@ -430,11 +430,6 @@ def _routes() -> APIRouter:  # noqa: C901, PLR0915 - one place lists the whole A
     @api.post("/runs/{run_id}/mode", response_model=s.Run, tags=["runs"])
     async def switch_mode(run_id: str, body: s.ModeIn, state: State) -> s.Run:
         job = await _job(state, run_id)
-        if job.parent_id is not None and body.mode == "autonomous":
-            raise ApiError(
-                409,
-                f"run {job.id} was delegated by job {job.parent_id}: it keeps the mode its parent gave it",
-            )
         return await _run_out(state, await state.queue.job(job.id).switch_mode(body.mode))
 
     @api.get(
