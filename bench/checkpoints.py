@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from steward.safety.checkpointing import Checkpointer
-from steward.safety.checkpoints import CheckpointSettings
+from steward.safety.checkpoints.around_calls import Checkpointer
+from steward.safety.checkpoints.shadow import CheckpointSettings
 
 
 def make_workspace(root: Path, files: int) -> None:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from steward.safety.egress import EgressConnection, EgressProxy, IPAddress, forwarder_argv
+from steward.safety.sandbox.egress import EgressConnection, EgressProxy, IPAddress, forwarder_argv
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from steward.safety.sandbox import BubblewrapSandbox, SandboxSettings
+from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings
 
 COMMANDS = {"true": ["true"], "bash -c 'echo hi'": ["bash", "-c", "echo hi"]}
 

@@ -32,7 +32,7 @@ from steward.run import (
     check_workspace,
 )
 from steward.run_state import RunState
-from steward.safety.policy import ModeSwitch
+from steward.safety.policy.rules import ModeSwitch
 from steward.settings import budget_settings, loop_settings, tool_settings
 from steward.signals import LoopCounters
 from steward.tools.base import (
@@ -63,9 +63,9 @@ if TYPE_CHECKING:
     from steward.memory.blocks import CoreMemory, MemoryBlock
     from steward.memory.session import History
     from steward.personas import Persona
-    from steward.safety.checkpointing import Checkpointer
-    from steward.safety.policy import Policy
-    from steward.safety.secrets import SecretWatch
+    from steward.safety.checkpoints.around_calls import Checkpointer
+    from steward.safety.policy.rules import Policy
+    from steward.safety.secrets.values import SecretWatch
     from steward.store.events import EventStore
 
 
@@ -230,7 +230,7 @@ class Agent:
     def policy(self) -> Policy:
         """The allow/ask/deny rules, mode and write switch (from the config unless given)."""
         if self._policy is None:
-            from steward.safety.policy import Policy
+            from steward.safety.policy.rules import Policy
 
             p = self.config.policy
             self._policy = Policy.from_lists(
@@ -246,7 +246,7 @@ class Agent:
                     return None
                 # Programs a deny rule forbids with any arguments are not there inside the sandbox;
                 # the policy then need not fail closed on commands that might reach them.
-                from steward.safety.sandbox import agent_sandbox
+                from steward.safety.sandbox.bubblewrap import agent_sandbox
 
                 self._sandbox, plan = agent_sandbox(self.config, self.policy)
                 self.policy.masked = plan.masked
@@ -257,8 +257,8 @@ class Agent:
 
     def remember(self, rule: str) -> None:
         """Allow ``rule`` from now on, and write it to the project's config when there is one."""
-        from steward.safety.approvals import remember_rule
-        from steward.safety.policy import Rule
+        from steward.safety.policy.approvals import remember_rule
+        from steward.safety.policy.rules import Rule
 
         self.policy.add(Rule.parse(rule, "allow", "approved"))
         if self.config_file is not None:
@@ -322,14 +322,14 @@ class Agent:
             parts.extend(self._mcp_toolsets())
             from steward.memory.budget import budget_chars
             from steward.rules import RulesToolset
-            from steward.safety.guard import Guard
-            from steward.safety.toolset import GuardedToolset
+            from steward.safety.policy.guard import Guard
+            from steward.safety.policy.wrapper import GuardedToolset
             from steward.tools.discovery import DiscoveryToolset
 
             # Rules (nested AGENTS.md, skills) and discovery wrap every tool; the guard and the
             # policy wrap them all: one safety model for built-in, user and MCP tools alike.
             budget = budget_chars(self.limits.request_token_budget)
-            from steward.safety.policy import WRITE_TOOLS
+            from steward.safety.policy.rules import WRITE_TOOLS
 
             # The write switch and the persona's allowlist apply below discovery too: a hidden
             # tool must not be found.
@@ -346,8 +346,8 @@ class Agent:
                 settings=self.config.tools,
                 budget_chars=budget,
             )
-            from steward.safety.checkpoint_toolset import CheckpointToolset
-            from steward.safety.redacting import RedactingToolset
+            from steward.safety.checkpoints.wrapper import CheckpointToolset
+            from steward.safety.secrets.wrapper import RedactingToolset
 
             checkpointed = CheckpointToolset(offered, self.checkpointer)
             guarded = GuardedToolset(checkpointed, guard=Guard(), policy=self.policy)
@@ -356,8 +356,8 @@ class Agent:
         return self._toolset
 
     def _secret_watch(self, workspace: Path) -> SecretWatch:
-        from steward.safety.scan import scanner_for
-        from steward.safety.secrets import SecretWatch
+        from steward.safety.checkpoints.scan import scanner_for
+        from steward.safety.secrets.values import SecretWatch
 
         scanner = scanner_for(workspace, tuple(self.config.sandbox.secret_files))
         # The list of secret files is looked at again at most once a second (a complete scan);
@@ -366,7 +366,7 @@ class Agent:
 
     def checkpointer(self, workspace: Path) -> Checkpointer:
         """Checkpoints and change detection for ``workspace`` (one per workspace and process)."""
-        from steward.safety.checkpointing import checkpointer_for
+        from steward.safety.checkpoints.around_calls import checkpointer_for
 
         return checkpointer_for(workspace, self.config)
 

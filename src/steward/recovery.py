@@ -52,7 +52,7 @@ from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
     from steward.run_state import RunState
-    from steward.safety.policy import ModeSwitch
+    from steward.safety.policy.rules import ModeSwitch
     from steward.store.events import EventStore, RunRow
 
 

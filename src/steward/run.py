@@ -25,7 +25,7 @@ from steward.phases import EndStatus
 from steward.run_state import Pending, RunState
 
 if TYPE_CHECKING:
-    from steward.safety.policy import ModeSwitch
+    from steward.safety.policy.rules import ModeSwitch
     from steward.store.events import EventStore, RunLog
 
 _E = TypeVar("_E", bound=Event)

@@ -12,7 +12,7 @@ from steward._proc import pid_alive
 from steward.events import DoneEvent, Event, SignalEvent, ToolResultEvent
 from steward.models.base import AssistantMessage, Model, ModelRequest, StreamItem, TextDelta, ToolCall
 from steward.models.scripted import FunctionModel
-from steward.safety.policy import Policy
+from steward.safety.policy.rules import Policy
 from steward.store.events import EventStore, open_store
 
 HANG_BOUND_S = 30.0  # only so that a broken limit fails the test instead of hanging it

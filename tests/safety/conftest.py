@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from steward.safety.checkpoint_toolset import CheckpointToolset
-from steward.safety.checkpointing import Checkpointer
-from steward.safety.checkpoints import CheckpointSettings
+from steward.safety.checkpoints.around_calls import Checkpointer
+from steward.safety.checkpoints.shadow import CheckpointSettings
+from steward.safety.checkpoints.wrapper import CheckpointToolset
 from steward.tools.base import CommandSandbox, FunctionToolset, ToolContext, ToolResult
 from steward.tools.shell import bash
 

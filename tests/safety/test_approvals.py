@@ -13,8 +13,8 @@ import pytest
 from steward import Agent, ScriptedModel, tool
 from steward.config import Config, PolicySettings
 from steward.events import ApprovalGateEvent, ApprovalResultEvent, SignalEvent, ToolResultEvent
-from steward.safety.approvals import call_hash
-from steward.safety.policy import Policy
+from steward.safety.policy.approvals import call_hash
+from steward.safety.policy.rules import Policy
 
 DEPLOYS: list[str] = []
 

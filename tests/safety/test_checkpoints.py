@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from steward.safety.checkpointing import Checkpointer
-from steward.safety.checkpoints import CheckpointSettings
-from steward.safety.sandbox import BubblewrapSandbox, SandboxSettings
+from steward.safety.checkpoints.around_calls import Checkpointer
+from steward.safety.checkpoints.shadow import CheckpointSettings
+from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings
 
 from .conftest import RunBash
 
@@ -289,7 +289,7 @@ async def test_checkpoints_are_out_of_the_sandbox_reach(
 
 
 def test_shadows_of_workspaces_that_are_gone_are_pruned(tmp_path: Path, state_dir: Path) -> None:
-    from steward.safety import checkpoints as module
+    from steward.safety.checkpoints import shadow as module
 
     gone = tmp_path / "gone"
     gone.mkdir()

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from steward.errors import ConfigError
-from steward.safety.egress import (
+from steward.safety.sandbox.egress import (
     FORWARDER_SCRIPT,
     DomainAllowlist,
     EgressConnection,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from steward.safety.guard import Guard
+from steward.safety.policy.guard import Guard
 from steward.safety.types import GuardVerdict
 
 WORKSPACE = Path("/srv/project")

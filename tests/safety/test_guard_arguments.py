@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from steward.safety.guard import Guard
+from steward.safety.policy.guard import Guard
 
 WORKSPACE = Path("/srv/project")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from steward.errors import ApprovalRequired
-from steward.safety.guard import Guard
-from steward.safety.policy import Policy
-from steward.safety.toolset import GuardedToolset
+from steward.safety.policy.guard import Guard
+from steward.safety.policy.rules import Policy
+from steward.safety.policy.wrapper import GuardedToolset
 from steward.tools.base import FunctionToolset, ToolContext, ToolResult, tool
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from steward.errors import ConfigError
-from steward.safety.policy import Policy, Rule
+from steward.safety.policy.rules import Policy, Rule
 from steward.safety.types import Finding, GuardVerdict
 
 

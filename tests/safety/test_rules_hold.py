@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from steward.safety.guard import Guard
-from steward.safety.policy import Decision, Mode, Policy, Rule, could_apply, whole_program
-from steward.safety.programs import MAX_NAMES, plan_masks
-from steward.safety.shell_parse import SimpleCommand, parse_shell
+from steward.safety.policy.guard import Guard
+from steward.safety.policy.programs import MAX_NAMES, plan_masks
+from steward.safety.policy.rules import Decision, Mode, Policy, Rule, could_apply, whole_program
+from steward.safety.policy.shell_parse import SimpleCommand, parse_shell
 from steward.safety.types import GuardVerdict
 
 WORKSPACE = Path("/srv/project")

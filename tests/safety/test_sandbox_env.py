@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from steward.safety.sandbox import SANDBOX_HOME, BubblewrapSandbox, SandboxSettings
+from steward.safety.sandbox.bubblewrap import SANDBOX_HOME, BubblewrapSandbox, SandboxSettings
 from steward.tools.base import ToolContext
 from steward.tools.shell import bash
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from steward.safety.protected import protected_reason
-from steward.safety.sandbox import BubblewrapSandbox, SandboxSettings
+from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings
 from steward.tools.base import ToolContext
 from steward.tools.files import write_file
 from steward.tools.shell import bash

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from steward.safety.sandbox import BubblewrapSandbox, SandboxSettings, find_pids_cgroup
+from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings, find_pids_cgroup
 from steward.tools.base import ToolContext, ToolResult
 from steward.tools.shell import bash
 

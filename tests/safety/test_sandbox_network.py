@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from steward.safety.egress import EgressProxy
-from steward.safety.sandbox import BubblewrapSandbox, SandboxSettings
+from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings
+from steward.safety.sandbox.egress import EgressProxy
 from steward.tools.base import ToolContext, ToolResult
 from steward.tools.shell import bash
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from steward.safety.sandbox import BubblewrapSandbox, SandboxSettings
+from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings
 from steward.tools.base import ToolContext
 from steward.tools.shell import bash
 

@@ -7,10 +7,15 @@ from pathlib import Path
 
 import pytest
 
-import steward.safety.sandbox as sandbox_module
+import steward.safety.sandbox.bubblewrap as sandbox_module
 from steward.config import SandboxConfig
 from steward.errors import ToolError
-from steward.safety.sandbox import INSTALL_FIX, BubblewrapSandbox, SandboxSettings, sandbox_from_config
+from steward.safety.sandbox.bubblewrap import (
+    INSTALL_FIX,
+    BubblewrapSandbox,
+    SandboxSettings,
+    sandbox_from_config,
+)
 from steward.tools.base import ToolContext
 from steward.tools.shell import bash
 
@@ -111,7 +116,7 @@ def test_the_configuration_section_becomes_the_settings() -> None:
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")
 def test_the_doctor_says_when_process_limits_cannot_be_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
     # Root where no pids cgroup is writable: the kernel ignores RLIMIT_NPROC for root.
-    monkeypatch.setattr("steward.safety.sandbox.os.geteuid", lambda: 0)
+    monkeypatch.setattr("steward.safety.sandbox.bubblewrap.os.geteuid", lambda: 0)
     monkeypatch.setattr(sandbox_module, "find_pids_cgroup", lambda: (None, "no pids controller here"))
     status = BubblewrapSandbox().probe()
     assert status.ok

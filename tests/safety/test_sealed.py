@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from steward.config import load_config
-from steward.safety.policy import Policy
-from steward.safety.programs import plan_masks
-from steward.safety.sandbox import BubblewrapSandbox, SandboxSettings, _environment
+from steward.safety.policy.programs import plan_masks
+from steward.safety.policy.rules import Policy
+from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings, _environment
 from steward.tools.base import ToolContext
 from steward.tools.shell import bash
 

@@ -20,11 +20,11 @@ from steward import Agent, tool
 from steward.events import ToolResultEvent
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage
 from steward.models.scripted import FunctionModel
-from steward.safety.guard import Guard
-from steward.safety.policy import Policy
-from steward.safety.redacting import RedactingToolset
-from steward.safety.secrets import Redactor, SecretWatch, encoded_forms, secret_values
-from steward.safety.toolset import GuardedToolset
+from steward.safety.policy.guard import Guard
+from steward.safety.policy.rules import Policy
+from steward.safety.policy.wrapper import GuardedToolset
+from steward.safety.secrets.values import Redactor, SecretWatch, encoded_forms, secret_values
+from steward.safety.secrets.wrapper import RedactingToolset
 from steward.tools.base import FunctionToolset, ToolContext, ToolResult, WrapperToolset
 
 ENV = """\
@@ -374,7 +374,7 @@ async def test_neither_the_model_nor_the_log_sees_a_redacted_value(workspace: Pa
 
 
 def test_reversed_case_changed_and_hex_forms_are_redacted_too() -> None:
-    from steward.safety.secrets import Redactor
+    from steward.safety.secrets.values import Redactor
 
     value = "sk_live_Zq81mPq0TvX2aBcD9eF"
     redactor = Redactor({".env": [value]})

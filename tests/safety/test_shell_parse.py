@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from steward.safety.shell_parse import (
+from steward.safety.policy.shell_parse import (
     MAX_COMMANDS,
     MAX_DEPTH,
     MAX_PIPELINE,

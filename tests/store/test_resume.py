@@ -253,7 +253,7 @@ async def test_a_rebuilt_run_reports_the_notes_of_its_calls_again(store: EventSt
     from steward.events import SignalEvent
     from steward.models.base import AssistantMessage, ModelRequest, ToolCall
     from steward.models.scripted import FunctionModel
-    from steward.safety.policy import Policy
+    from steward.safety.policy.rules import Policy
 
     @tool
     def deploy(target: str) -> str:

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from steward.safety.egress import IPAddress, address_allowed
+from steward.safety.sandbox.egress import IPAddress, address_allowed
 from steward.tools.base import Tool, ToolContext, ToolSettings
 from steward.tools.builtin import builtin_toolset
 from steward.tools.web import MAX_BODY_BYTES, fetch_url, make_fetch_url

@@ -453,7 +453,7 @@ def demo(
     from steward.agent import Agent
     from steward.config import Config
     from steward.demo import DEMO_GOAL, demo_model, prepare_workspace
-    from steward.safety.sandbox import BubblewrapSandbox
+    from steward.safety.sandbox.bubblewrap import BubblewrapSandbox
 
     workspace = prepare_workspace()
     config = Config()

@@ -12,8 +12,8 @@ import typer
 
 if TYPE_CHECKING:
     from steward.config import Config
-    from steward.safety.checkpointing import Checkpointer
-    from steward.safety.checkpoints import Checkpoint, RewindReport
+    from steward.safety.checkpoints.around_calls import Checkpointer
+    from steward.safety.checkpoints.shadow import Checkpoint, RewindReport
 
 Workspace = Annotated[Path, typer.Option("--workspace", "-w", help="The workspace the run worked in.")]
 
@@ -60,7 +60,7 @@ def _find(run: str, workspace: Path) -> _Target:
 
 
 def _checkpointer(target: _Target) -> Checkpointer:
-    from steward.safety.checkpointing import checkpointer_for
+    from steward.safety.checkpoints.around_calls import checkpointer_for
 
     return checkpointer_for(target.workspace, target.config)
 

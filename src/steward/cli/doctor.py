@@ -17,7 +17,7 @@ def check(workspace: Path) -> None:
     import platform
 
     from steward import __version__
-    from steward.safety.sandbox import sandbox_from_config
+    from steward.safety.sandbox.bubblewrap import sandbox_from_config
 
     config = config_from_flags(workspace, None, None)
     typer.echo(f"steward {__version__} on Python {platform.python_version()} ({sys.executable})")
@@ -25,7 +25,7 @@ def check(workspace: Path) -> None:
         typer.echo("sandbox: turned off in the configuration ([sandbox] enabled = false)")
         status_ok = True
     else:
-        from steward.safety.sandbox_check import cache_path
+        from steward.safety.sandbox.selfcheck import cache_path
 
         status = sandbox_from_config(config.sandbox).probe()  # always a real start: refreshes the cache
         typer.echo(status.render())
@@ -45,11 +45,11 @@ def check(workspace: Path) -> None:
 
 def _layers(workspace: Path, config: Config) -> None:
     """Which safety layers are on here, besides the sandbox itself."""
-    from steward.safety.checkpointing import settings_from_config
-    from steward.safety.checkpoints import default_state_dir
-    from steward.safety.policy import Policy
-    from steward.safety.sandbox import mask_plan
-    from steward.safety.scan import scanner_for
+    from steward.safety.checkpoints.around_calls import settings_from_config
+    from steward.safety.checkpoints.scan import scanner_for
+    from steward.safety.checkpoints.shadow import default_state_dir
+    from steward.safety.policy.rules import Policy
+    from steward.safety.sandbox.bubblewrap import mask_plan
     from steward.tools._beneath import openat2_available
 
     typer.echo("guard: on (every command parsed and judged; blocks what is known to be dangerous)")
@@ -70,7 +70,7 @@ def _layers(workspace: Path, config: Config) -> None:
     checkpoints = settings_from_config(config)
     if checkpoints.enabled:
         where = checkpoints.state_dir or default_state_dir()
-        from steward.safety.checkpoints import _find_git
+        from steward.safety.checkpoints.shadow import _find_git
 
         git = os.access(_find_git(), os.X_OK)
         typer.echo(

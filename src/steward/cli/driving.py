@@ -194,7 +194,7 @@ def _short_json(value: Any, limit: int = 4000) -> str:
 
 def warn_about_sandbox(agent: Agent, *, flag_given: bool) -> None:
     """Say so whenever commands will not run sandboxed, whatever turned the sandbox off."""
-    from steward.safety.sandbox import BubblewrapSandbox
+    from steward.safety.sandbox.bubblewrap import BubblewrapSandbox
 
     if not agent.config.sandbox.enabled:
         if not flag_given:

@@ -26,7 +26,7 @@ from steward.errors import ApprovalRequired, ConfigError, StewardError
 from steward.jobs.store import Job, JobStore
 from steward.models.base import ToolSpec
 from steward.personas import Persona, find_persona, list_personas
-from steward.safety.approvals import call_hash
+from steward.safety.policy.approvals import call_hash
 from steward.text import excerpt
 from steward.tools.base import ToolContext, ToolResult, Toolset
 

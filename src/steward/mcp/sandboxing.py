@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from steward.config import McpServerConfig, SandboxConfig
-from steward.safety.sandbox import BubblewrapSandbox, sandbox_from_config
+from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, sandbox_from_config
 
 
 def _grant(path: str, workspace: Path) -> Path:

@@ -1,9 +1,13 @@
-"""Safety: an always-on guard, an allow/ask/deny policy, approvals, and the OS sandbox.
+"""Safety: four layers, each holding on its own, all on by default.
 
-guard.py       judges every proposed action (shell commands parsed, every inner command)
-shell_parse.py the shell parser behind the guard and the policy (tree-sitter-bash)
-policy.py      allow / ask / deny rules, modes, the write switch
-approvals.py   pending approvals bound to one exact call, with deadlines
-sandbox.py     bubblewrap around every command-running tool
-toolset.py     the wrapper toolset that puts all of this in front of any toolset
+policy/       what may run: the always-on guard, allow/ask/deny rules, approvals, and the
+              wrapper toolset that puts them in front of every tool surface
+sandbox/      where it runs: bubblewrap around every command, and the egress proxy that is
+              its only way out
+checkpoints/  undoing what ran: the shadow repository, complete change detection around each
+              call, and the files that are sealed because the host runs them later
+secrets/      what must not be seen: secret files, the values they hold, and their redaction
+
+types.py      the verdicts the layers share
+protected.py  the paths no agent may change (read by the sandbox, the checkpoints and the tools)
 """

@@ -4,11 +4,11 @@ Some files in a workspace are obeyed later by programs that run on the host, out
 sandbox: git runs ``.git/hooks/*`` and follows ``.git/config`` (``core.hooksPath``, aliases,
 filters, ``core.fsmonitor``); a shell reads its start-up files; direnv runs ``.envrc``; the
 runtime keeps its database and logs in ``.steward/``. Writing one of them is a way out of the
-sandbox, so they stay read-only for the sandbox (``steward.safety.sandbox`` mounts them
+sandbox, so they stay read-only for the sandbox (``steward.safety.sandbox.bubblewrap`` mounts them
 read-only) and for the file tools (``protected_reason``).
 
 What is protected, for the workspace and every nested repository (found by the complete,
-cached scan of ``steward.safety.scan``: no depth limit, no skipped directory):
+cached scan of ``steward.safety.checkpoints.scan``: no depth limit, no skipped directory):
 
 * the git directory's ``hooks/``, ``config``, ``config.worktree`` and ``commondir`` (a
   ``commondir`` file redirects git to another directory's hooks and config), the directory
@@ -31,7 +31,7 @@ Known limits (what mounts cannot express): a symlink cannot be a mount point, so
 ``.git`` or start-up file can itself be replaced (its target stays read-only); a hard link
 made *before* the run to a protected file shares its content (the file tools check for it,
 the sandbox cannot). What a command changes anyway is compared with the checkpoint after it
-(``steward.safety.checkpointing``) and reverted.
+(``steward.safety.checkpoints.around_calls``) and reverted.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def find_protected(workspace: Path, *, home_like: bool = False) -> Protection:
     """Scan ``workspace`` (reads only) for what must stay read-only.
 
     ``home_like``: the workspace is a home directory, where shells read start-up files."""
-    from steward.safety.scan import scanner_for
+    from steward.safety.checkpoints.scan import scanner_for
 
     root = workspace.resolve(strict=False)
     found = Protection(root)

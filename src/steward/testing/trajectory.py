@@ -98,7 +98,7 @@ def mark(ctx: ToolContext, name: str) -> str:
 
 def trajectory_agent(*, approvals: bool = True) -> Agent:
     """The agent: the trajectory model, ``mark``, no built-in tools, and the approval rule."""
-    from steward.safety.policy import Policy
+    from steward.safety.policy.rules import Policy
 
     return Agent(
         FunctionModel(trajectory_reply, name="trajectory"),

@@ -38,12 +38,12 @@ class ToolSettings:
     read_cap_chars: int = 50_000
     #: Domains the egress proxy and ``fetch_url`` may reach (``*.`` wildcards); empty: none.
     allowed_domains: tuple[str, ...] = ()
-    #: File-name globs of secret files (``steward.safety.secrets``).
+    #: File-name globs of secret files (``steward.safety.secrets.values``).
     secret_files: tuple[str, ...] = DEFAULT_SECRET_FILES
 
 
 class CommandSandbox(Protocol):
-    """Runs commands inside an OS sandbox (``steward.safety.sandbox`` implements it).
+    """Runs commands inside an OS sandbox (``steward.safety.sandbox.bubblewrap`` implements it).
 
     ``command`` yields the argv to execute instead of ``argv``; it raises ``ToolError`` naming
     the fix when the sandbox cannot start. Leaving the context releases what it set up.

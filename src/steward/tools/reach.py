@@ -1,5 +1,5 @@
 """What a tool or a command may reach on the network: the rules, shared by ``fetch_url`` and
-the sandbox's egress proxy (``steward.safety.egress``).
+the sandbox's egress proxy (``steward.safety.sandbox.egress``).
 
 1. ``DomainAllowlist``: the host must be a domain name on ``[sandbox] allowed_domains``
    (exact names, ``*.example.com`` for any depth of subdomain but not the apex). An IP

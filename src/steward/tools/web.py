@@ -2,7 +2,7 @@
 
 It runs on the host, not in the sandbox, and reaches only what the sandbox's egress proxy
 would: domains on ``[sandbox] allowed_domains`` (``ctx.settings.allowed_domains``), by a
-checked, globally routable address (``steward.safety.egress``). The HTTP client is httpcore2
+checked, globally routable address (``steward.safety.sandbox.egress``). The HTTP client is httpcore2
 with a network backend that resolves the name itself, checks every address and connects to
 the checked one; TLS still verifies the certificate for the host name (and sends it as SNI).
 Every redirect is checked again the same way. Each connection is noted in the result's notes

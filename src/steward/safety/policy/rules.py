@@ -21,7 +21,7 @@ Rules about programs hold however the program is reached:
 * **Whole programs.** A deny rule on ``bash`` whose pattern is a plain program name and then
   ``*``, with or without a space (``bash(rm *)``, ``bash(rm*)``, ``bash(/usr/bin/rm *)``),
   forbids the program with any arguments (:func:`whole_program`); the sandbox masks its file
-  (:mod:`steward.safety.programs`), so an alias, a copy, a script or another program cannot
+  (:mod:`steward.safety.policy.programs`), so an alias, a copy, a script or another program cannot
   run it either. ``bash(rm)`` forbids only ``rm`` without arguments and masks nothing; ``rm*``
   also denies ``rmdir`` when written out, but only ``rm`` itself is masked.
 * **Everything else fails closed.** Subcommand and argument rules (``bash(git push*)``), ask
@@ -39,7 +39,7 @@ Rules about programs hold however the program is reached:
   still hold there (the program is masked), and network use stays off in the sandbox unless
   allowed; a subcommand rule such as ``bash(git branch -D*)`` does not reach inside the file.
 
-Secret files (:mod:`steward.safety.secrets`, :attr:`Policy.secret_files`): without a matching
+Secret files (:mod:`steward.safety.secrets.values`, :attr:`Policy.secret_files`): without a matching
 rule, ``read_file`` and ``grep`` given a secret file are refused (``list_dir`` and ``glob``
 show names only and stay allowed; ``recall_output`` takes no path, and tool outputs are
 redacted elsewhere), and ``write_file``/``edit_file`` of one ask. A deny or ask rule decides as
@@ -263,7 +263,7 @@ class Policy:
     #: unless a rule naming the file says otherwise.
     secret_files: tuple[str, ...] = DEFAULT_SECRET_FILES
     #: Programs the sandbox masks, as :func:`whole_program` names them (the sandbox sets this
-    #: from :attr:`steward.safety.programs.MaskPlan.masked`): their deny rules need not fail
+    #: from :attr:`steward.safety.policy.programs.MaskPlan.masked`): their deny rules need not fail
     #: closed on commands the guard cannot read. Empty: nothing is masked, every rule does.
     masked: frozenset[str] = frozenset()
 

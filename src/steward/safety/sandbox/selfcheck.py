@@ -32,7 +32,7 @@ _USERNS_SWITCHES = (
 
 
 def cache_path() -> Path:
-    from steward.safety.checkpoints import default_state_dir
+    from steward.safety.checkpoints.shadow import default_state_dir
 
     return default_state_dir() / FILE_NAME
 

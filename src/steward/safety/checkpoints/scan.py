@@ -14,7 +14,7 @@ What it finds:
 * every *git-directory layout*: a directory holding ``HEAD`` and either ``objects/`` and
   ``refs/`` or a ``commondir`` file: what git would take for a repository (a bare one, a
   submodule's under ``.git/modules``, a linked worktree's under ``.git/worktrees``);
-* secret files by name (``steward.safety.secrets``).
+* secret files by name (``steward.safety.secrets.values``).
 
 Timestamps are coarse (the kernel stamps with a clock that ticks every few milliseconds), so a
 directory changed in the same tick as it was listed could keep the ``ctime`` seen then: a

@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Protocol
 
 from steward.errors import ApprovalRequired
 from steward.models.base import ToolSpec
-from steward.safety.approvals import call_hash
-from steward.safety.policy import WRITE_TOOLS, Policy
+from steward.safety.policy.approvals import call_hash
+from steward.safety.policy.rules import WRITE_TOOLS, Policy
 from steward.safety.types import GuardVerdict
 from steward.store.state_dir import make_dir
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset

@@ -1,6 +1,6 @@
 """The always-on guard: judges every proposed action before it runs.
 
-A shell command line is parsed (:mod:`steward.safety.shell_parse`) and every simple command in
+A shell command line is parsed (:mod:`steward.safety.policy.shell_parse`) and every simple command in
 it is judged — inner ``$(…)``, ``bash -c`` scripts, ``eval`` text and wrapped commands
 (``sudo``/``env``/``timeout`` …) included, not just the first word. The verdict also says
 whether the line touches the network and lists every command for the policy's rules.
@@ -129,8 +129,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from steward.safety.policy.shell_parse import ParsedShell, SimpleCommand, basename, normalized, parse_shell
 from steward.safety.protected import RC_FILES
-from steward.safety.shell_parse import ParsedShell, SimpleCommand, basename, normalized, parse_shell
 from steward.safety.types import Finding, GuardVerdict, Opaque, Severity
 
 __all__ = ["Guard"]

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from steward.models.base import ToolSpec
-from steward.safety.checkpointing import Before, Checkpointer, Undone
-from steward.safety.checkpoints import CheckpointError
+from steward.safety.checkpoints.around_calls import Before, Checkpointer, Undone
+from steward.safety.checkpoints.shadow import CheckpointError
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 CHANGES_FILES = frozenset({"bash", "write_file", "edit_file", "run_code"})

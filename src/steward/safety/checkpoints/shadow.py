@@ -10,7 +10,7 @@ Units. Git refuses paths with a ``.git`` component, and a nested repository stop
 walk, so a workspace is recorded as:
 
 * one unit per work tree: the workspace root, and each nested repository's directory (found by
-  the complete scan of ``steward.safety.scan``, wherever it is) — ignore rules of the workspace
+  the complete scan of ``steward.safety.checkpoints.scan``, wherever it is) — ignore rules of the workspace
   apply, and untracked files above ``[checkpoints] max_file_mb`` are left out and reported;
 * the git directories themselves (``.git`` folders and what ``.git`` files and links say),
   walked by us, every file kept whatever its size, under ``g/<key>/`` of one more tree: a

@@ -1,6 +1,6 @@
 """Which host files to mask so that a program a deny rule forbids cannot run under any name.
 
-A deny rule that forbids a whole program (:func:`steward.safety.policy.whole_program`:
+A deny rule that forbids a whole program (:func:`steward.safety.policy.rules.whole_program`:
 ``bash(rm *)``, ``bash(rm*)``, ``bash(/usr/bin/rm *)``) is enforced by the policy where the
 program is named, and by the sandbox everywhere else: the sandbox mounts an empty read-only
 file over the program's file, so an alias, ``hash -p``, a trap, an interpreter's ``system()``,
@@ -49,7 +49,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from steward.safety.policy import Policy, Rule, whole_program
+from steward.safety.policy.rules import Policy, Rule, whole_program
 
 __all__ = [
     "BINARY_DIRS",
@@ -110,7 +110,7 @@ class MaskPlan:
 
     @property
     def masked(self) -> frozenset[str]:
-        """The programs masked, for :attr:`steward.safety.policy.Policy.masked`."""
+        """The programs masked, for :attr:`steward.safety.policy.rules.Policy.masked`."""
         return frozenset(p.program for p in self.programs)
 
 

@@ -1,4 +1,4 @@
-"""The wrapper that keeps secret values out of every tool output (``steward.safety.secrets``).
+"""The wrapper that keeps secret values out of every tool output (``steward.safety.secrets.values``).
 
 It sits outermost, around the guarded toolset, so that whatever any tool or wrapper returns,
 the result's notes included, is redacted before the loop shows it to the model or records it
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from steward.errors import ApprovalRequired
-from steward.safety.secrets import Redactor, SecretWatch
+from steward.safety.secrets.values import Redactor, SecretWatch
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 MAX_WATCHED_WORKSPACES = 64

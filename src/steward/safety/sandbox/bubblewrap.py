@@ -39,7 +39,7 @@ Inside the sandbox:
 
 ``probe()`` starts one real sandbox and reports what works and why not (``steward doctor``);
 ``checked()`` says whether it works from the outcome remembered for this machine
-(:mod:`steward.safety.sandbox_check`), so that commands start without a sandbox; ``command()``
+(:mod:`steward.safety.sandbox.selfcheck`), so that commands start without a sandbox; ``command()``
 probes before the first command whatever was remembered, and refuses with ``ToolError``
 naming the fix when the sandbox cannot start. Nothing runs unsandboxed unless the user
 turned the sandbox off (``enabled=False``, ``--no-sandbox``).
@@ -72,16 +72,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from steward.errors import ToolError
+from steward.safety.checkpoints.scan import scanner_for
 from steward.safety.protected import Protection, find_protected
-from steward.safety.scan import scanner_for
 from steward.secret_paths import DEFAULT_SECRET_FILES
 from steward.store.state_dir import make_dir
 
 if TYPE_CHECKING:
     from steward.config import Config, SandboxConfig
-    from steward.safety.egress import EgressConnection, EgressProxy
-    from steward.safety.policy import Policy
-    from steward.safety.programs import MaskPlan
+    from steward.safety.policy.programs import MaskPlan
+    from steward.safety.policy.rules import Policy
+    from steward.safety.sandbox.egress import EgressConnection, EgressProxy
 
 INSTALL_FIX = "Install bubblewrap: apt-get install bubblewrap — or run with --no-sandbox to accept the risk"
 USERNS_FIX = (
@@ -220,13 +220,13 @@ class SandboxStatus:
 
 def sandbox_from_config(config: SandboxConfig, masked: Sequence[Path] = ()) -> BubblewrapSandbox:
     """The sandbox the ``[sandbox]`` section of the configuration describes; ``masked``: the
-    programs deny rules forbid (``steward.safety.programs``)."""
+    programs deny rules forbid (``steward.safety.policy.programs``)."""
     return BubblewrapSandbox(settings_from_config(config, masked))
 
 
 def mask_plan(config: SandboxConfig, policy: Policy) -> MaskPlan:
     """The programs the policy's deny rules forbid, as found on the PATH the sandbox sees."""
-    from steward.safety.programs import plan_masks
+    from steward.safety.policy.programs import plan_masks
 
     return plan_masks(policy, _environment(settings_from_config(config))["PATH"])
 
@@ -234,8 +234,8 @@ def mask_plan(config: SandboxConfig, policy: Policy) -> MaskPlan:
 def agent_sandbox(config: Config, policy: Policy) -> tuple[BubblewrapSandbox, MaskPlan]:
     """The sandbox an agent's commands run in: the configured one, with the policy's programs
     masked and the checkpoints' state directory out of sight."""
-    from steward.safety.checkpointing import settings_from_config as checkpoint_settings
-    from steward.safety.checkpoints import default_state_dir
+    from steward.safety.checkpoints.around_calls import settings_from_config as checkpoint_settings
+    from steward.safety.checkpoints.shadow import default_state_dir
 
     plan = mask_plan(config.sandbox, policy)
     state = checkpoint_settings(config).state_dir or default_state_dir()
@@ -586,7 +586,7 @@ class BubblewrapSandbox:
                 self._status = self._probe()
                 bwrap = self._bwrap()
                 if bwrap is not None:
-                    from steward.safety import sandbox_check
+                    from steward.safety.sandbox import selfcheck as sandbox_check
 
                     status = self._status
                     sandbox_check.remember(bwrap, ok=status.ok, reason=status.reason, fix=status.fix)
@@ -595,14 +595,14 @@ class BubblewrapSandbox:
     def checked(self) -> SandboxStatus:
         """Whether the sandbox works here, as cheaply as can be trusted: this process's probe if
         there was one, else the outcome remembered for this machine while nothing it depends on
-        has changed (:mod:`steward.safety.sandbox_check`), else a probe.
+        has changed (:mod:`steward.safety.sandbox.selfcheck`), else a probe.
 
         For what to tell the user at start: :meth:`command` probes before the first command
         whatever was remembered. A remembered status has no details; :meth:`probe` has them."""
         bwrap = self._bwrap()
         if self._status is not None or not self.settings.enabled or bwrap is None:
             return self.probe()
-        from steward.safety import sandbox_check
+        from steward.safety.sandbox import selfcheck as sandbox_check
 
         remembered = sandbox_check.recall(bwrap)
         if remembered is None:
@@ -680,7 +680,7 @@ class BubblewrapSandbox:
     @contextlib.asynccontextmanager
     async def _egress(self, on_connection: Callable[[EgressConnection], None] | None) -> AsyncIterator[Path]:
         """A listener of the egress proxy for one command, on a socket in a private directory."""
-        from steward.safety.egress import EgressProxy
+        from steward.safety.sandbox.egress import EgressProxy
 
         if self._proxy is None:
             self._proxy = EgressProxy(self.settings.allowed_domains)
@@ -744,7 +744,7 @@ class BubblewrapSandbox:
         # arguments would show in the host's process list.
         chosen = _environment(self.settings) if env is None else {**env, **_sandboxed_basics()}
         if egress is not None:
-            from steward.safety.egress import SANDBOX_PROXY_PORT, proxy_env
+            from steward.safety.sandbox.egress import SANDBOX_PROXY_PORT, proxy_env
 
             chosen.update(proxy_env(SANDBOX_PROXY_PORT))
         environment = [f"{name}={value}" for name, value in chosen.items()]
@@ -830,7 +830,7 @@ def _finish(prepared: _Prepared, workspace: Path) -> None:
     """Undo one command's set-up: its cgroup and its placeholders.
 
     What the command changed is judged by the checkpoint comparison that follows every call
-    that can change files (``steward.safety.checkpointing``), not here."""
+    that can change files (``steward.safety.checkpoints.around_calls``), not here."""
     del workspace
     if prepared.cgroup is not None:
         _close_cgroup(prepared.cgroup)
@@ -860,7 +860,7 @@ _FORWARDER_MOUNT = "/run/steward/forward.py"
 
 def _egress_args(socket: Path) -> list[str]:
     """The proxy's socket and the forwarder script (it may live outside what the sandbox sees)."""
-    from steward.safety.egress import FORWARDER_SCRIPT
+    from steward.safety.sandbox.egress import FORWARDER_SCRIPT
 
     return ["--ro-bind", str(socket), _EGRESS_MOUNT, "--ro-bind", str(FORWARDER_SCRIPT), _FORWARDER_MOUNT]
 
@@ -870,7 +870,7 @@ def _through_forwarder(argv: list[str]) -> list[str]:
     binds, then backgrounds itself, so the command starts with the port already open."""
     import shlex
 
-    from steward.safety.egress import forwarder_argv
+    from steward.safety.sandbox.egress import forwarder_argv
 
     forwarder = shlex.join(forwarder_argv(_EGRESS_MOUNT, script=Path(_FORWARDER_MOUNT)))
     return ["/bin/sh", "-c", f'{forwarder} && exec "$@"', "sh", *argv]

@@ -1,7 +1,7 @@
 """Checkpoints around calls, and complete change detection after them.
 
-``Checkpointer.before`` records the workspace (``steward.safety.checkpoints``) and a complete
-scan of its repository metadata (``steward.safety.scan``); ``Checkpointer.after`` scans again and
+``Checkpointer.before`` records the workspace (``steward.safety.checkpoints.shadow``) and a complete
+scan of its repository metadata (``steward.safety.checkpoints.scan``); ``Checkpointer.after`` scans again and
 compares. What a call may never leave behind is reverted from the checkpoint, whatever the
 call was and however it was spelled:
 
@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from steward.safety.checkpoints import (
+from steward.safety.checkpoints.scan import Marker, Scan, WorkspaceScanner, scanner_for
+from steward.safety.checkpoints.shadow import (
     Checkpoint,
     CheckpointError,
     CheckpointSettings,
@@ -37,9 +38,8 @@ from steward.safety.checkpoints import (
     Shadow,
     gitdir_key,
 )
-from steward.safety.checkpoints import remove_path as _remove
+from steward.safety.checkpoints.shadow import remove_path as _remove
 from steward.safety.protected import PROJECT_CONFIG, RC_FILES
-from steward.safety.scan import Marker, Scan, WorkspaceScanner, scanner_for
 from steward.secret_paths import DEFAULT_SECRET_FILES
 
 if TYPE_CHECKING:
