@@ -123,3 +123,12 @@ def test_the_loop_is_small_and_does_not_know_about_replay() -> None:
         if isinstance(node, ast.Name | ast.Attribute | ast.FunctionDef | ast.AsyncFunctionDef)
     }
     assert not {n for n in names if "replay" in n.lower() or "recorded" in n.lower()}
+
+
+def test_safety_shows_its_layers() -> None:
+    """Each safety layer is a sub-package a reader can find by name; only shared pieces stay flat."""
+    safety = SOURCE / "safety"
+    layers = {p.name for p in safety.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert {"policy", "sandbox", "checkpoints", "secrets"} <= layers
+    flat = {p.stem for p in safety.glob("*.py")} - {"__init__"}
+    assert len(flat) <= 4, f"modules at safety's top level belong to a layer: {sorted(flat)}"
