@@ -7,16 +7,15 @@ never the token: a token is shown once, when it is made (on the server's first s
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from steward.atomic import write_atomic
 from steward.config import user_config_path
 from steward.errors import ConfigError
 
@@ -101,14 +100,7 @@ class Tokens:
     def _write(self, entries: list[TokenEntry]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = [{"name": e.name, "sha256": e.digest, "created_at": e.created_at} for e in entries]
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        # Made 0600 from the first byte (not chmod after): no moment where others may read it.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=1)
-            tmp.replace(self.path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
+        # Made 0600 from the first byte (not chmod after): no moment where others may read it;
+        # under a name of its own, as two servers (or threads) may write at the same moment.
+        write_atomic(self.path, json.dumps(data, indent=1), mode=0o600)
         self._read_mtime = -1.0

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from steward.atomic import write_atomic
 from steward.errors import StewardError
 
 GIT_TIMEOUT_S = 300.0
@@ -800,9 +801,7 @@ class _GitdirState:
         if time.monotonic() - self.saved_at < _SAVE_EVERY_S and sum(map(len, self.files.values())) > 2000:
             return
         self.saved_at = time.monotonic()
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"files": self.files, "tree": self.tree}, separators=(",", ":")))
-        temporary.replace(path)
+        write_atomic(path, json.dumps({"files": self.files, "tree": self.tree}, separators=(",", ":")))
 
 
 _RACY_NS = 50_000_000

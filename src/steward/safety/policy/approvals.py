@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from steward.atomic import write_atomic
 from steward.errors import ConfigError
 
 Verdict = Literal["approved", "denied", "expired"]
@@ -63,6 +64,7 @@ def remember_rule(config_file: Path, rule: str) -> None:
     if rule not in allow:
         allow.append(rule)
     try:
-        config_file.write_text(tomlkit.dumps(document), encoding="utf-8")
+        # Renamed into place: a run starting meanwhile reads the old file or the new, never half.
+        write_atomic(config_file, tomlkit.dumps(document))
     except OSError as exc:
         raise ConfigError(f"{config_file}: cannot remember the rule {rule!r}: {exc.strerror}") from None

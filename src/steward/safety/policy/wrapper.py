@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from steward.atomic import write_atomic
 from steward.errors import ApprovalRequired
 from steward.models.base import ToolSpec
 from steward.safety.policy.approvals import call_hash
@@ -144,9 +145,7 @@ class ToolPins:
         pins[spec.name] = {"fingerprint": spec.fingerprint, "description": spec.description[:2000]}
         try:
             make_dir(self.path.parent)
-            temporary = self.path.with_suffix(".tmp")
-            temporary.write_text(json.dumps(pins, indent=1, sort_keys=True), encoding="utf-8")
-            temporary.replace(self.path)
+            write_atomic(self.path, json.dumps(pins, indent=1, sort_keys=True))
             self._mtime = self.path.stat().st_mtime
         except OSError:
             pass  # a read-only workspace: pins then last for this process only

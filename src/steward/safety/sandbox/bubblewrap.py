@@ -900,9 +900,10 @@ class _Scratch:
         digest = hashlib.sha256(content.encode()).hexdigest()[:12]
         path = self.root / f"{name}-{digest}"
         if not path.exists():
-            temporary = path.with_suffix(".tmp")
-            temporary.write_text(content, encoding="utf-8")
-            temporary.replace(path)
+            from steward.atomic import write_atomic
+
+            # Jobs of one process may set up their first sandbox together: a name of its own each.
+            write_atomic(path, content)
         return path
 
 

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from steward.atomic import write_atomic
+
 FILE_NAME = "sandbox-check.json"
 
 #: The kernel's switches for unprivileged user namespaces, which bubblewrap needs; an
@@ -87,9 +89,8 @@ def remember(bwrap: str, *, ok: bool, reason: str, fix: str) -> None:
     record = {"key": key, "ok": ok, "reason": reason, "fix": fix, "checked_at": time.time()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # Written aside and renamed: a command starting meanwhile reads the old file or the new.
-        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
-        temporary.replace(path)
+        # Written aside and renamed: a command starting meanwhile reads the old file or the new,
+        # and jobs checking at the same moment (threads of one process too) never share a name.
+        write_atomic(path, json.dumps(record, indent=1, sort_keys=True))
     except OSError:
         pass
