@@ -487,3 +487,368 @@ def replace_contents(located: Located, data: bytes) -> bool:
             os.unlink(temporary, dir_fd=located.dir_fd)
         raise
     return info is not None
+
+
+# --- host-side writes: nothing followed -----------------------------------------------------
+
+_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NOT_THERE = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
+
+
+class StrictTree:
+    """A directory that Steward writes into from the host (checkpoint restores, rewinds).
+
+    Unlike the file tools' walk, no symlink is ever followed, not even one that stays below
+    the root: every component is opened with ``O_NOFOLLOW`` relative to the fd of the one
+    before it. Whatever a command left in the workspace (a folder swapped for a link to the
+    home directory, a FIFO where a file was) is therefore either removed as an entry of its
+    own directory (when a directory or a file must be put there) or not there at all (when
+    something is to be read or removed): a write never lands outside the root.
+
+    Paths are relative, '/'-separated, as recorded (no '..'). Raises ``OSError``.
+    """
+
+    __slots__ = ("fd", "path")
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd = fd
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path) -> StrictTree:
+        """Open ``path`` (its own symlinks followed: the workspace itself is trusted)."""
+        return cls(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), path)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> StrictTree:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- directories ------------------------------------------------------------------------
+
+    def open_dir(self, path: str, *, make: bool = False) -> int:
+        """An fd of the directory ``path`` (close it). ``make``: missing directories are made,
+        and what is in the way of one (a link, a file, a FIFO) is removed, never followed."""
+        fd = os.dup(self.fd)
+        try:
+            for name in _split(path):
+                child = _step(fd, name, make=make)
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _parent(self, path: str, *, make: bool) -> tuple[int, str]:
+        head, _, name = path.rstrip("/").rpartition("/")
+        if not _split(name):
+            raise IsADirectoryError(errno.EISDIR, "the root itself", path)
+        return self.open_dir(head, make=make), name
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def lstat(self, path: str) -> os.stat_result | None:
+        """What ``path`` is, not followed; None when it is missing or a link is on the way."""
+        try:
+            parent, name = self._parent(path, make=False)
+        except OSError as exc:
+            if exc.errno in _NOT_THERE:
+                return None
+            raise
+        try:
+            return os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(parent)
+
+    def read(self, path: str, limit: int | None = None) -> bytes | None:
+        """The content of the regular file ``path``; None for anything else (never blocks)."""
+        try:
+            parent, name = self._parent(path, make=False)
+        except OSError as exc:
+            if exc.errno in _NOT_THERE:
+                return None
+            raise
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                         dir_fd=parent)  # fmt: skip
+        except OSError as exc:
+            if exc.errno in (*_NOT_THERE, errno.ENXIO):
+                return None
+            raise
+        finally:
+            os.close(parent)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            return handle.read() if limit is None else handle.read(limit)
+
+    def readlink(self, path: str) -> str | None:
+        """The target of the symlink ``path``; None when it is not one (or a link is on the way)."""
+        try:
+            parent, name = self._parent(path, make=False)
+        except OSError as exc:
+            if exc.errno in _NOT_THERE:
+                return None
+            raise
+        try:
+            return os.readlink(name, dir_fd=parent)
+        except OSError:
+            return None
+        finally:
+            os.close(parent)
+
+    def listdir(self, path: str) -> list[str]:
+        """The names in the directory ``path``, sorted; [] when it is not a directory."""
+        try:
+            fd = self.open_dir(path)
+        except OSError:
+            return []
+        try:
+            return sorted(name for name, _ in _entries_at(fd))
+        finally:
+            os.close(fd)
+
+    def walk(self, path: str) -> list[tuple[str, os.stat_result]]:
+        """Every non-directory below the directory ``path`` (relative to it, lstat), no link
+        followed; [] when ``path`` is not a directory."""
+        try:
+            top = self.open_dir(path)
+        except OSError as exc:
+            if exc.errno in _NOT_THERE:
+                return []
+            raise
+        found: list[tuple[str, os.stat_result]] = []
+        stack: list[tuple[int, str]] = [(top, "")]
+        while stack:
+            fd, relative = stack.pop()
+            try:
+                for entry in _entries_at(fd):
+                    name = f"{relative}/{entry[0]}" if relative else entry[0]
+                    if stat.S_ISDIR(entry[1].st_mode):
+                        with contextlib.suppress(OSError):
+                            stack.append((os.open(entry[0], _DIR_NOFOLLOW, dir_fd=fd), name))
+                    else:
+                        found.append((name, entry[1]))
+            finally:
+                os.close(fd)
+        return found
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def write(self, path: str, data: bytes, *, executable: bool = False, mode: int | None = None) -> None:
+        """Make ``data`` the content of the file ``path``.
+
+        A regular file with other hard links is written in place (the same inode: its other
+        names get the content back too); anything else there is replaced in one rename, a
+        link or a FIFO included, never followed. A new file gets 0666/0777 less the umask, or
+        ``mode`` exactly."""
+        parent, name = self._parent(path, make=True)
+        try:
+            info = _lstat_at(parent, name)
+            linked = info is not None and stat.S_ISREG(info.st_mode) and info.st_nlink > 1
+            if linked and info is not None and _write_in_place(parent, name, info, data, executable, mode):
+                return
+            if info is not None and stat.S_ISDIR(info.st_mode):
+                _remove_tree_at(parent, name)
+            _replace_at(parent, name, data, 0o777 if executable else 0o666, mode)
+        finally:
+            os.close(parent)
+
+    def symlink(self, path: str, target: str) -> None:
+        """Make ``path`` a symlink to ``target`` (whatever was there is replaced, not followed)."""
+        parent, name = self._parent(path, make=True)
+        try:
+            info = _lstat_at(parent, name)
+            if info is not None and stat.S_ISDIR(info.st_mode):
+                _remove_tree_at(parent, name)
+            temporary = f".steward-{os.urandom(6).hex()}.tmp"
+            os.symlink(target, temporary, dir_fd=parent)
+            try:
+                os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary, dir_fd=parent)
+                raise
+        finally:
+            os.close(parent)
+
+    def remove(self, path: str) -> bool:
+        """Remove the file, link or whole directory at ``path``; False when nothing was there
+        (a link on the way means the path is not in the tree: nothing is removed through it)."""
+        try:
+            parent, name = self._parent(path, make=False)
+        except OSError as exc:
+            if exc.errno in _NOT_THERE:
+                return False
+            raise
+        try:
+            info = _lstat_at(parent, name)
+            if info is None:
+                return False
+            if stat.S_ISDIR(info.st_mode):
+                _remove_tree_at(parent, name)
+            else:
+                os.unlink(name, dir_fd=parent)
+            return True
+        finally:
+            os.close(parent)
+
+    def remove_empty_parents(self, path: str, stop: str = "") -> None:
+        """Remove the directories above ``path`` that are left empty, up to ``stop`` (kept)."""
+        parts = _split(path)[:-1]
+        keep = len(_split(stop))
+        while len(parts) > keep:
+            try:
+                parent = self.open_dir("/".join(parts[:-1]))
+            except OSError:
+                return
+            try:
+                os.rmdir(parts[-1], dir_fd=parent)
+            except OSError:
+                return
+            finally:
+                os.close(parent)
+            parts.pop()
+
+    def rename(self, source: str, destination: str) -> None:
+        """Move ``source`` to ``destination`` (missing parents made; neither end followed)."""
+        old_parent, old_name = self._parent(source, make=False)
+        try:
+            new_parent, new_name = self._parent(destination, make=True)
+            try:
+                os.rename(old_name, new_name, src_dir_fd=old_parent, dst_dir_fd=new_parent)
+            finally:
+                os.close(new_parent)
+        finally:
+            os.close(old_parent)
+
+
+def _split(path: str) -> list[str]:
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise LeadsOutside(path)
+    return parts
+
+
+def _step(fd: int, name: str, *, make: bool) -> int:
+    """An fd of the directory ``name`` in ``fd``, not followed (the caller closes ``fd``)."""
+    try:
+        return os.open(name, _DIR_NOFOLLOW, dir_fd=fd)
+    except OSError as exc:
+        if not make or exc.errno not in _NOT_THERE:
+            raise
+        if exc.errno != errno.ENOENT:
+            os.unlink(name, dir_fd=fd)  # a link, file or FIFO where a directory belongs
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o777, dir_fd=fd)
+    return os.open(name, _DIR_NOFOLLOW, dir_fd=fd)
+
+
+def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _entries_at(fd: int) -> list[tuple[str, os.stat_result]]:
+    """(name, lstat) of each entry of the directory ``fd``."""
+    found = []
+    with os.scandir(os.dup(fd)) as listing:
+        for entry in listing:
+            with contextlib.suppress(OSError):
+                found.append((entry.name, entry.stat(follow_symlinks=False)))
+    return found
+
+
+def _replace_at(dir_fd: int, name: str, data: bytes, create_mode: int, mode: int | None) -> None:
+    temporary = f".steward-{os.urandom(6).hex()}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temporary, flags, create_mode, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if mode is not None:
+                os.fchmod(out.fileno(), mode)
+            out.write(data)
+        os.replace(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=dir_fd)
+        raise
+
+
+def _write_in_place(
+    dir_fd: int, name: str, info: os.stat_result, data: bytes, executable: bool, mode: int | None
+) -> bool:
+    """Truncate and write the same inode; False when it is not the file that was looked at."""
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return False  # not writable as it is: replaced by a new file instead
+    with os.fdopen(fd, "wb") as out:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino) or not stat.S_ISREG(now.st_mode):
+            return False
+        os.set_blocking(fd, True)
+        out.truncate(0)
+        out.write(data)
+        bits = stat.S_IMODE(now.st_mode)
+        wanted = mode if mode is not None else _exec_bits(bits, executable)
+        if wanted != bits:
+            os.fchmod(fd, wanted)
+    return True
+
+
+def _exec_bits(bits: int, executable: bool) -> int:
+    if executable:
+        return bits | ((bits & 0o444) >> 2) if not bits & 0o111 else bits
+    return bits & ~0o111
+
+
+def _remove_tree_at(dir_fd: int, name: str) -> None:
+    """Remove the directory ``name`` of ``dir_fd`` and all below it, by fds, no link followed.
+    Directories a command made read-only are opened up first (they are being removed)."""
+    # (parent fd, name, whether its entries are gone): each entry owns its parent fd (a dup).
+    stack: list[tuple[int, str, bool]] = [(os.dup(dir_fd), name, False)]
+    try:
+        while stack:
+            parent, child, emptied = stack[-1]
+            if emptied:
+                os.rmdir(child, dir_fd=parent)
+                stack.pop()
+                os.close(parent)
+                continue
+            try:
+                fd = os.open(child, _DIR_NOFOLLOW, dir_fd=parent)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                os.unlink(child, dir_fd=parent)  # no longer a directory: a link or a file
+                stack.pop()
+                os.close(parent)
+                continue
+            stack[-1] = (parent, child, True)
+            try:
+                bits = stat.S_IMODE(os.fstat(fd).st_mode)
+                if bits & 0o700 != 0o700:
+                    os.fchmod(fd, bits | 0o700)
+                for entry, info in _entries_at(fd):
+                    if stat.S_ISDIR(info.st_mode):
+                        stack.append((os.dup(fd), entry, False))
+                    else:
+                        os.unlink(entry, dir_fd=fd)
+            finally:
+                os.close(fd)
+    finally:
+        for parent, _child, _emptied in stack:
+            os.close(parent)

@@ -20,7 +20,6 @@ off).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 import sys
@@ -38,9 +37,9 @@ from steward.safety.checkpoints.shadow import (
     Shadow,
     gitdir_key,
 )
-from steward.safety.checkpoints.shadow import remove_path as _remove
 from steward.safety.protected import PROJECT_CONFIG, RC_FILES
 from steward.secret_paths import DEFAULT_SECRET_FILES
+from steward.tools._beneath import StrictTree
 
 if TYPE_CHECKING:
     from steward.config import Config
@@ -178,7 +177,8 @@ class Checkpointer:
                 undone.items.append(f"{relative[:80]}... could not be checked (its path is too long)")
                 continue
             top = "/".join(parts[:keep])
-            _remove(self.workspace / top)
+            with self.shadow.tree() as tree:
+                tree.remove(top)
             undone.items.append(f"{top[:80]}.../ removed (its paths were too long to check)")
 
     # --- .git entries -------------------------------------------------------------------
@@ -189,17 +189,16 @@ class Checkpointer:
         # from its old path was moved: it goes back whole, rather than removed and rebuilt.
         gone = {m.ident: p for p, m in old.items() if m.ident[0] == "dir" and p not in new}
         moved = {p: gone[m.ident] for p, m in new.items() if p not in old and m.ident in gone}
-        for path in sorted(new, key=lambda p: -p.count("/")):
-            if path not in old and path not in moved and not _inside(path, old):
-                _remove(self.workspace / path)
-                undone.items.append(f"new {path} removed")
-        for origin, path in sorted(moved.items()):
-            target = self.workspace / path
-            _make_parents(self.workspace, target)
-            _remove(target)  # an empty .git left in its place (not a repository to the scan)
-            (self.workspace / origin).rename(target)
-            undone.items.append(f"{origin} moved back to {path}")
-            self._restore_missing_files(before, path)
+        with self.shadow.tree() as tree:
+            for path in sorted(new, key=lambda p: -p.count("/")):
+                if path not in old and path not in moved and not _inside(path, old):
+                    tree.remove(path)
+                    undone.items.append(f"new {path} removed")
+            for origin, path in sorted(moved.items()):
+                tree.remove(path)  # an empty .git left in its place (not a repository to the scan)
+                tree.rename(origin, path)  # what is in the way of its parents is removed, not followed
+                undone.items.append(f"{origin} moved back to {path}")
+                self._restore_missing_files(before, path, undone)
         for path, marker in sorted(old.items(), key=lambda item: item[0].count("/")):
             current = new.get(path)
             changed = current is None or current.ident != marker.ident
@@ -208,12 +207,13 @@ class Checkpointer:
             if changed and recorded and checkpoint is not None and path not in moved.values():
                 self.shadow.restore_gitdir(before.run_id, checkpoint, path, prune=False)
                 undone.items.append(f"{path} restored")
-                self._restore_missing_files(before, path)
+                self._restore_missing_files(before, path, undone)
 
-    def _restore_missing_files(self, before: Before, dotgit: str) -> None:
+    def _restore_missing_files(self, before: Before, dotgit: str, undone: Undone) -> None:
         repo = dotgit.rpartition("/")[0]
         if before.checkpoint is not None and repo in before.checkpoint.units:
-            self.shadow.restore_unit_missing(before.run_id, repo, before.checkpoint)
+            failed = self.shadow.restore_unit_missing(before.run_id, repo, before.checkpoint)
+            undone.items.extend(f"could not restore {item}" for item in failed[:20])
 
     # --- git-directory layouts ------------------------------------------------------------
 
@@ -222,12 +222,9 @@ class Checkpointer:
         for path, marker in sorted(now.layouts().items()):
             if path in old and old[path].ident == marker.ident:
                 continue
-            directory = self.workspace / path
-            removed = []
-            for name in ("HEAD", *PROGRAM_FILES, "hooks"):
-                if os.path.lexists(directory / name):
-                    _remove(directory / name)
-                    removed.append(name)
+            with self.shadow.tree() as tree:
+                names = ("HEAD", *PROGRAM_FILES, "hooks")
+                removed = [name for name in names if tree.remove(f"{path}/{name}" if path else name)]
             if removed:
                 shown = f"{path}/" if path else "the workspace root"
                 undone.items.append(f"new repository at {shown} disabled (removed {', '.join(removed)})")
@@ -235,25 +232,25 @@ class Checkpointer:
     # --- files that decide what git runs, and the root's protected files ------------------
 
     def _sensitive(self, scan: Scan) -> dict[str, tuple[object, ...]]:
+        """The identity of each file that decides what git runs (looked at beneath the
+        workspace's fd: a folder swapped for a link shows as the link, not what it leads to)."""
         found: dict[str, tuple[object, ...]] = {}
-        for name in (*_ROOT_FILES, *_host_links(self.workspace)):
-            found[name] = _ident(self.workspace / name)
-        gitdirs = [p for p, m in scan.dotgits().items() if m.ident[0] == "dir"]
-        gitdirs += list(scan.layouts())
-        for gitdir in gitdirs:
-            base = self.workspace / gitdir
-            for name in PROGRAM_FILES:
-                found[f"{gitdir}/{name}"] = _ident(base / name)
-            hooks = base / "hooks"
-            found[f"{gitdir}/hooks"] = _ident(hooks)
-            with contextlib.suppress(OSError):
-                for entry in sorted(hooks.iterdir()):  # every one: a cap is a hiding place
-                    found[f"{gitdir}/hooks/{entry.name}"] = _ident(entry)
-            with contextlib.suppress(OSError):
-                for worktree in sorted(base.joinpath("worktrees").iterdir())[:200]:
+        with self.shadow.tree() as tree:
+            for name in (*_ROOT_FILES, *_host_links(self.workspace)):
+                found[name] = _ident_at(tree, name)
+            gitdirs = [p for p, m in scan.dotgits().items() if m.ident[0] == "dir"]
+            gitdirs += list(scan.layouts())
+            for gitdir in gitdirs:
+                base = f"{gitdir}/" if gitdir else ""
+                for name in PROGRAM_FILES:
+                    found[f"{base}{name}"] = _ident_at(tree, f"{base}{name}")
+                found[f"{base}hooks"] = _ident_at(tree, f"{base}hooks")
+                for name in tree.listdir(f"{base}hooks"):  # every one: a cap is a hiding place
+                    found[f"{base}hooks/{name}"] = _ident_at(tree, f"{base}hooks/{name}")
+                for worktree in tree.listdir(f"{base}worktrees")[:200]:
                     for name in PROGRAM_FILES:
-                        relative = f"{gitdir}/worktrees/{worktree.name}/{name}"
-                        found[relative] = _ident(self.workspace / relative)
+                        relative = f"{base}worktrees/{worktree}/{name}"
+                        found[relative] = _ident_at(tree, relative)
         return found
 
     def _sensitive_files(self, before: Before, now: Scan, undone: Undone) -> None:
@@ -263,7 +260,8 @@ class Checkpointer:
             if path not in before.sensitive:
                 # A program file of a git directory that did not exist before (a new hook).
                 if current[path] and _within_known(path, before):
-                    _remove(self.workspace / path)
+                    with self.shadow.tree() as tree:
+                        tree.remove(path)
                     undone.items.append(f"new {path} removed")
                 continue
             if current.get(path, ()) == was:
@@ -272,30 +270,23 @@ class Checkpointer:
                 undone.items.append(f"{path} restored" if was else f"new {path} removed")
 
     def _restore_file(self, before: Before, path: str, was: tuple[object, ...]) -> bool:
-        target = self.workspace / path
-        if not was:
-            if not os.path.lexists(target):
+        """Put ``path`` back as ``was`` (its identity at the checkpoint); whether it was changed."""
+        with self.shadow.tree() as tree:
+            if not was:
+                return tree.remove(path)
+            checkpoint = before.checkpoint
+            # A hooks directory is judged by its files, one by one.
+            content = None
+            if was[0] != "dir" and checkpoint is not None:
+                content = self._content_then(before.run_id, checkpoint, path)
+            if content is None:
                 return False
-            _remove(target)
+            if was[0] == "link":  # git keeps a link as its target's text
+                tree.symlink(path, content.decode("utf-8", "surrogateescape"))
+                return True
+            mode = was[1]
+            tree.write(path, content, mode=stat.S_IMODE(mode) if isinstance(mode, int) else None)
             return True
-        checkpoint = before.checkpoint
-        # A hooks directory is judged by its files, one by one.
-        content = None
-        if was[0] != "dir" and checkpoint is not None:
-            content = self._content_then(before.run_id, checkpoint, path)
-        if content is None:
-            return False
-        _remove(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if was[0] == "link":  # git keeps a link as its target's text
-            target.symlink_to(content.decode("utf-8", "surrogateescape"))
-            return True
-        target.write_bytes(content)
-        mode = was[1]
-        if isinstance(mode, int):
-            with contextlib.suppress(OSError):
-                target.chmod(stat.S_IMODE(mode))
-        return True
 
     def _content_then(self, run_id: str, checkpoint: Checkpoint, path: str) -> bytes | None:
         parts = path.split("/")
@@ -355,17 +346,6 @@ def _host_links(workspace: Path) -> list[str]:
     return sorted(set(found))
 
 
-def _make_parents(root: Path, target: Path) -> None:
-    """Create ``target``'s missing parents below ``root``, removing whatever non-directory a
-    command put in their way (a file named like the repository's directory)."""
-    current = root
-    for part in target.relative_to(root).parts[:-1]:
-        current = current / part
-        if current.is_symlink() or (current.exists() and not current.is_dir()):
-            _remove(current)
-        current.mkdir(exist_ok=True)
-
-
 def _inside(path: str, gitdirs: dict[str, Marker]) -> bool:
     """Whether ``path`` lies inside one of the ``.git`` directories (not at it)."""
     return any(path.startswith(g + "/") for g, m in gitdirs.items() if m.ident[0] == "dir")
@@ -385,6 +365,19 @@ def _ident(path: Path) -> tuple[object, ...]:
         info = os.lstat(path)
     except OSError:
         return ()
+    return _ident_of(info)
+
+
+def _ident_at(tree: StrictTree, path: str) -> tuple[object, ...]:
+    """``_ident`` of ``path`` beneath the tree: () when missing or when a link is on the way."""
+    try:
+        info = tree.lstat(path)
+    except OSError:
+        return ()
+    return () if info is None else _ident_of(info)
+
+
+def _ident_of(info: os.stat_result) -> tuple[object, ...]:
     kind = "dir" if stat.S_ISDIR(info.st_mode) else ("link" if stat.S_ISLNK(info.st_mode) else "file")
     if kind == "dir":
         return ("dir", info.st_mode, info.st_ino)

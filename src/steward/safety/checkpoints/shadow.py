@@ -33,12 +33,13 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from steward.atomic import write_atomic
 from steward.errors import StewardError
+from steward.tools._beneath import StrictTree
 
 GIT_TIMEOUT_S = 300.0
 """A git that runs longer than this is stopped (a first checkpoint of a huge tree is slow)."""
@@ -120,6 +121,8 @@ class Checkpoint:
     dotgits: dict[str, list[str]] = field(default_factory=dict)
     #: Files left out (larger than the cap), workspace-relative.
     skipped: list[str] = field(default_factory=list)
+    #: What is neither a file, a link nor a directory (a FIFO, a socket, a device): left out.
+    special: list[str] = field(default_factory=list)
     #: "call", or "rewind" for the state recorded just before a rewind (so it can be undone).
     kind: str = "call"
 
@@ -141,8 +144,10 @@ class RewindReport:
     before: Checkpoint
     restored: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
-    #: Files the checkpoint could not hold (too large, or ignored), left as they are.
+    #: Files the checkpoint could not hold (too large, or not a file), left as they are.
     left: list[str] = field(default_factory=list)
+    #: What could not be restored, each with the reason ("path (permission denied)").
+    failed: list[str] = field(default_factory=list)
 
 
 def gitdir_key(repo: str) -> str:
@@ -580,42 +585,58 @@ class Shadow:
         return True
 
     # --- restoring ----------------------------------------------------------------------
+    # Whatever is written into the workspace goes through a ``StrictTree``: beneath the
+    # workspace's fd, component by component, no symlink followed. Git never writes there
+    # itself (it follows links in a work tree's leading directories): blobs come out of the
+    # shadow with ``cat-file`` and are written by us.
 
-    def restore_unit_missing(self, run_id: str, unit: str, checkpoint: Checkpoint) -> None:
-        """Write the unit's files of ``checkpoint`` that are missing now (existing ones stay)."""
+    def tree(self) -> StrictTree:
+        """The workspace, to write into beneath its fd (close it)."""
+        return StrictTree.open(self.workspace)
+
+    def restore_unit_missing(self, run_id: str, unit: str, checkpoint: Checkpoint) -> list[str]:
+        """Write the unit's files of ``checkpoint`` that are missing now (existing ones stay);
+        return what could not be written."""
         commit = checkpoint.units.get(unit)
         if not commit:
-            return
+            return []
         git = self._unit(run_id, unit)
-        git.worktree.mkdir(parents=True, exist_ok=True)
-        git.run("read-tree", commit)
-        git.run("checkout-index", "-a", "-q", check=False)
+        failed: list[str] = []
+        with self.tree() as tree:
+            present = {p for p, _ in tree.walk(unit)}
+            missing = [e for e in _tree_entries(git, commit) if e.path not in present]
+            _write_entries(git, tree, unit, missing, failed)
+        return failed
 
     def restore_gitdir(self, run_id: str, checkpoint: Checkpoint, path: str, *, prune: bool = True) -> None:
         """Put the ``.git`` entry at ``path`` back as it was at ``checkpoint``.
 
         ``prune``: also remove files of that git directory that did not exist then (objects
         excepted: keeping them costs nothing and keeps any history made since)."""
+        with self.tree() as tree:
+            self._restore_gitdir(tree, run_id, checkpoint, path, prune=prune)
+
+    def _restore_gitdir(
+        self, tree: StrictTree, run_id: str, checkpoint: Checkpoint, path: str, *, prune: bool
+    ) -> None:
         entry = checkpoint.dotgits.get(path)
-        absolute = self.workspace / path
         if entry is None:
-            remove_path(absolute)
+            tree.remove(path)
             return
         kind, detail = entry[0], entry[1]
         if kind == "link":
-            remove_path(absolute)
-            absolute.parent.mkdir(parents=True, exist_ok=True)
-            absolute.symlink_to(detail)
+            if tree.readlink(path) != detail:
+                tree.symlink(path, detail)
             return
         if kind == "file":
-            if not absolute.is_file() or absolute.is_symlink() or _read_text(absolute) != detail:
-                remove_path(absolute)
-                absolute.parent.mkdir(parents=True, exist_ok=True)
-                absolute.write_text(detail, encoding="utf-8")
+            content = detail.encode("utf-8", "surrogateescape")
+            if tree.read(path) != content:
+                tree.write(path, content)
             return
-        if absolute.is_symlink() or (absolute.exists() and not absolute.is_dir()):
-            remove_path(absolute)
-        self._write_tree(run_id, checkpoint.gitdirs, f"g/{detail}/", absolute, prune=prune)
+        info = tree.lstat(path)
+        if info is not None and not stat.S_ISDIR(info.st_mode):
+            tree.remove(path)
+        self._write_tree(tree, run_id, checkpoint.gitdirs, f"g/{detail}/", path, prune=prune)
 
     def restore_missing_history(self, run_id: str, checkpoint: Checkpoint, dotgit: str, key: str) -> int:
         """Write back what a git directory lost of its history since ``checkpoint``; how many files.
@@ -624,57 +645,47 @@ class Shadow:
         repository lost its ``HEAD`` too (the directory was emptied), its refs, logs and index
         come back as well; otherwise deleted refs stay deleted (``git branch -d`` is work)."""
         git = self._gitdirs(run_id)
-        target = self.workspace / dotgit
-        if not checkpoint.gitdirs or not target.is_dir():
-            return 0
-        core: tuple[str, ...] = ("objects/",)
-        if not os.path.lexists(target / "HEAD"):
-            core = ("objects/", "refs/", "logs/", "HEAD", "packed-refs", "index", "info/", "description")
-        prefix = f"g/{key}/"
-        listing = git.run("ls-tree", "-r", "-z", checkpoint.gitdirs, "--", prefix.rstrip("/"))
-        missing: dict[str, str] = {}
-        for item in listing.split(b"\0"):
-            meta, _, name = item.partition(b"\t")
-            relative = name.decode("utf-8", "surrogateescape")[len(prefix) :]
-            wanted = any(relative == c or (c.endswith("/") and relative.startswith(c)) for c in core)
-            if meta and wanted and not os.path.lexists(target / relative):
-                missing[relative] = meta.decode().split()[2]
-        blobs = _read_blobs(git, list(missing.values()))
-        for relative, sha in missing.items():
-            destination = target / relative
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            destination.write_bytes(blobs.get(sha, b""))
-            destination.chmod(0o444 if relative.startswith("objects/") else 0o644)
-        return len(missing)
+        with self.tree() as tree:
+            info = tree.lstat(dotgit)
+            if not checkpoint.gitdirs or info is None or not stat.S_ISDIR(info.st_mode):
+                return 0
+            present = {p for p, _ in tree.walk(dotgit)}
+            core: tuple[str, ...] = ("objects/",)
+            if "HEAD" not in present:
+                core = ("objects/", "refs/", "logs/", "HEAD", "packed-refs", "index", "info/", "description")
+            prefix = f"g/{key}/"
+            missing = [
+                _Entry(e.path[len(prefix) :], e.mode, e.sha)
+                for e in _tree_entries(git, checkpoint.gitdirs, prefix)
+                if e.path[len(prefix) :] not in present
+                and any(
+                    e.path[len(prefix) :] == c or (c.endswith("/") and e.path[len(prefix) :].startswith(c))
+                    for c in core
+                )
+            ]
+            failed: list[str] = []
+            _write_entries(git, tree, dotgit, missing, failed, exact=_gitdir_mode)
+        return len(missing) - len(failed)
 
-    def _write_tree(self, run_id: str, tree: str, prefix: str, target: Path, *, prune: bool) -> None:
+    def _write_tree(
+        self, tree: StrictTree, run_id: str, gitdirs: str, prefix: str, target: str, *, prune: bool
+    ) -> None:
         git = self._gitdirs(run_id)
-        listing = git.run("ls-tree", "-r", "-z", tree, "--", prefix.rstrip("/")) if tree else b""
-        wanted: dict[str, tuple[str, str]] = {}
-        for item in listing.split(b"\0"):
-            if not item:
-                continue
-            meta, _, name = item.partition(b"\t")
-            mode, _kind, sha = meta.decode().split()
-            wanted[name.decode("utf-8", "surrogateescape")[len(prefix) :]] = (mode, sha)
-        target.mkdir(parents=True, exist_ok=True)
-        present = dict(_walk_files(target))
+        wanted = {e.path[len(prefix) :]: e for e in _tree_entries(git, gitdirs, prefix)} if gitdirs else {}
+        os.close(tree.open_dir(target, make=True))
+        present = dict(tree.walk(target))
         for relative in present:
             if relative not in wanted and prune and not relative.startswith("objects/"):
-                remove_path(target / relative)
-        blobs = _read_blobs(git, [sha for (_mode, sha) in wanted.values()])
-        for relative, (mode, sha) in wanted.items():
-            destination = target / relative
-            content = blobs.get(sha, b"")
-            if relative in present and _file_sha(destination, mode) == sha:
-                continue
-            remove_path(destination)
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            if mode == "120000":
-                destination.symlink_to(content.decode("utf-8", "surrogateescape"))
-            else:
-                destination.write_bytes(content)
-                destination.chmod(0o755 if mode == "100755" else 0o644)
+                tree.remove(f"{target}/{relative}")
+        changed = [
+            _Entry(relative, entry.mode, entry.sha)
+            for relative, entry in wanted.items()
+            if relative not in present or _file_sha(tree, f"{target}/{relative}", entry.mode) != entry.sha
+        ]
+        failed: list[str] = []
+        _write_entries(git, tree, target, changed, failed, exact=_gitdir_mode)
+        if failed:
+            raise CheckpointError(f"could not write {', '.join(failed[:5])}")
 
     def rewind(
         self,
@@ -684,24 +695,58 @@ class Shadow:
         repositories: Sequence[str],
         dotgits: Mapping[str, tuple[object, ...]],
     ) -> RewindReport:
-        """Restore the workspace as it was at ``target``; the state before is recorded first."""
+        """Restore the workspace as it was at ``target``; the state before is recorded first.
+        What cannot be restored (a directory a command made unwritable) is reported, the rest
+        restored all the same."""
         before = self.record(run_id, repositories=repositories, dotgits=dotgits, tool="rewind", kind="rewind")
         report = RewindReport(target, before)
         for letter, path in self.changes(run_id, target, before):
             (report.removed if letter == "A" else report.restored).append(path)
-        for unit in sorted(set(before.units) | set(target.units), key=len):
-            git = self._unit(run_id, unit)
-            git.worktree.mkdir(parents=True, exist_ok=True)
-            git.run("read-tree", "--reset", "-u", target.units.get(unit) or _EMPTY_TREE)
-        for path in sorted(
-            set(before.dotgits) | set(target.dotgits), key=lambda p: p.count("/"), reverse=True
-        ):
-            if path not in target.dotgits:
-                remove_path(self.workspace / path)
-            elif before.dotgits.get(path) != target.dotgits.get(path) or before.gitdirs != target.gitdirs:
-                self.restore_gitdir(run_id, target, path)
-        report.left = list(target.skipped)
+        with self.tree() as tree:
+            for unit in sorted(set(before.units) | set(target.units), key=len):
+                self._rewind_unit(tree, run_id, unit, before.units.get(unit), target.units.get(unit), report)
+            for path in sorted(
+                set(before.dotgits) | set(target.dotgits), key=lambda p: p.count("/"), reverse=True
+            ):
+                try:
+                    if path not in target.dotgits:
+                        tree.remove(path)
+                    elif before.gitdirs != target.gitdirs or before.dotgits.get(path) != target.dotgits[path]:
+                        self._restore_gitdir(tree, run_id, target, path, prune=True)
+                except (OSError, CheckpointError) as exc:
+                    report.failed.append(f"{path} ({_reason(exc)})")
+        report.left = [*target.skipped, *target.special]
         return report
+
+    def _rewind_unit(
+        self,
+        tree: StrictTree,
+        run_id: str,
+        unit: str,
+        now: str | None,
+        then: str | None,
+        report: RewindReport,
+    ) -> None:
+        """Bring one work tree from ``now`` (just recorded) to ``then``: only what differs."""
+        a, b = now or _EMPTY_TREE, then or _EMPTY_TREE
+        if a == b:
+            return
+        git = self._unit(run_id, unit)
+        gone: list[str] = []
+        wanted: list[_Entry] = []
+        for mode, sha, letter, path in _raw_diff(git.run("diff-tree", "-r", "-z", "--no-renames", a, b)):
+            if letter == "D":
+                gone.append(path)
+            else:
+                wanted.append(_Entry(path, mode, sha))
+        for path in gone:
+            full = f"{unit}/{path}" if unit else path
+            try:
+                tree.remove(full)
+                tree.remove_empty_parents(full, stop=unit)
+            except OSError as exc:
+                report.failed.append(f"{full} ({_reason(exc)})")
+        _write_entries(git, tree, unit, wanted, report.failed)
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -960,20 +1005,6 @@ def _read_blobs(git: _Git, shas: Sequence[str]) -> dict[str, bytes]:
     return blobs
 
 
-def _file_sha(path: Path, mode: str) -> str:
-    try:
-        if mode == "120000":
-            data = str(path.readlink()).encode("utf-8", "surrogateescape")
-        else:
-            if path.is_symlink() or not path.is_file():
-                return ""
-            data = path.read_bytes()
-    except OSError:
-        return ""
-    header = f"blob {len(data)}\0".encode()
-    return hashlib.sha1(header + data, usedforsecurity=False).hexdigest()
-
-
 def _read_text(path: Path) -> str:
     try:
         with path.open(encoding="utf-8", errors="surrogateescape") as handle:
@@ -989,26 +1020,96 @@ def _gitdir_from_file(dotgit: Path, text: str) -> Path | None:
     return None
 
 
-def remove_path(path: Path) -> None:
-    """Remove a file, link or whole directory (made writable first: git makes objects 0444)."""
+@dataclass(slots=True, frozen=True)
+class _Entry:
+    """A file of a recorded tree: its path (relative to where it is written), mode and blob."""
+
+    path: str
+    mode: str
+    sha: str
+
+
+def _tree_entries(git: _Git, treeish: str, prefix: str = "") -> list[_Entry]:
+    args = ["ls-tree", "-r", "-z", treeish]
+    if prefix:
+        args += ["--", prefix.rstrip("/")]
+    found = []
+    for item in git.run(*args).split(b"\0"):
+        meta, _, name = item.partition(b"\t")
+        fields = meta.decode().split()
+        if len(fields) == 3:
+            found.append(_Entry(name.decode("utf-8", "surrogateescape"), fields[0], fields[2]))
+    return found
+
+
+def _raw_diff(output: bytes) -> Iterable[tuple[str, str, str, str]]:
+    """(new mode, new blob, status letter, path) from ``diff-tree -r -z`` (raw, no renames)."""
+    parts = output.split(b"\0")
+    for meta, raw in zip(parts[0::2], parts[1::2], strict=False):
+        fields = meta.decode().lstrip(":").split()
+        if len(fields) == 5:
+            yield fields[1], fields[3], fields[4][:1], raw.decode("utf-8", "surrogateescape")
+
+
+_BLOB_BATCH = 512
+"""Blobs read from the shadow at once: a rewind of a big tree never holds all of it in memory."""
+
+
+def _write_entries(
+    git: _Git,
+    tree: StrictTree,
+    base: str,
+    entries: Sequence[_Entry],
+    failed: list[str],
+    *,
+    exact: Callable[[_Entry], int] | None = None,
+) -> None:
+    """Write each entry below ``base`` of the tree from the shadow's blobs; what cannot be
+    written goes to ``failed`` (path and reason) and the others are written all the same.
+    ``exact``: the permission bits to give (a git directory's files), else git's own."""
+    files = [e for e in entries if e.mode != "160000"]  # a gitlink is no file to write
+    for start in range(0, len(files), _BLOB_BATCH):
+        chunk = files[start : start + _BLOB_BATCH]
+        blobs = _read_blobs(git, [e.sha for e in chunk])
+        for entry in chunk:
+            path = f"{base}/{entry.path}" if base else entry.path
+            content = blobs.get(entry.sha)
+            if content is None:
+                failed.append(f"{path} (its content is missing from the checkpoints)")
+                continue
+            try:
+                if entry.mode == "120000":
+                    tree.symlink(path, content.decode("utf-8", "surrogateescape"))
+                else:
+                    mode = exact(entry) if exact is not None else None
+                    tree.write(path, content, executable=entry.mode == "100755", mode=mode)
+            except OSError as exc:
+                failed.append(f"{path} ({_reason(exc)})")
+
+
+def _gitdir_mode(entry: _Entry) -> int:
+    if entry.path.startswith("objects/"):
+        return 0o444  # as git makes them
+    return 0o755 if entry.mode == "100755" else 0o644
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__
+
+
+def _file_sha(tree: StrictTree, path: str, mode: str) -> str:
+    """The blob id of what is at ``path`` now as ``mode`` would hold it; '' when it is not such."""
     try:
-        info = path.lstat()
+        if mode == "120000":
+            target = tree.readlink(path)
+            data = None if target is None else target.encode("utf-8", "surrogateescape")
+        else:
+            data = tree.read(path)
     except OSError:
-        return
-    if not stat.S_ISDIR(info.st_mode):
-        with contextlib.suppress(OSError):
-            path.unlink()
-        return
-
-    def retry(_function: object, failed: str, _exc: object) -> None:
-        # A read-only directory (made so by a command) keeps its entries: open it up, retry.
-        failing = Path(failed)
-        with contextlib.suppress(OSError):
-            failing.parent.chmod(0o700)
-            if failing.is_dir() and not failing.is_symlink():
-                failing.chmod(0o700)
-                shutil.rmtree(failing, ignore_errors=True)
-            else:
-                failing.unlink()
-
-    shutil.rmtree(path, onerror=retry)
+        return ""
+    if data is None:
+        return ""
+    header = f"blob {len(data)}\0".encode()
+    return hashlib.sha1(header + data, usedforsecurity=False).hexdigest()
