@@ -132,3 +132,30 @@ def test_safety_shows_its_layers() -> None:
     assert {"policy", "sandbox", "checkpoints", "secrets"} <= layers
     flat = {p.stem for p in safety.glob("*.py")} - {"__init__"}
     assert len(flat) <= 4, f"modules at safety's top level belong to a layer: {sorted(flat)}"
+
+
+def _server_modules() -> dict[str, Path]:
+    server = SOURCE / "server"
+    return {
+        ".".join(p.relative_to(SOURCE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in server.rglob("*.py")
+    }
+
+
+def test_server_modules_import_one_way() -> None:
+    """The server's modules (app, routes, channels, state...) form no import cycle; a name
+    imported from a package (``from steward.server.routes import runs``) counts as its module."""
+    modules = _server_modules()
+    edges: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        named: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                named |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            elif isinstance(node, ast.Import):
+                named |= {a.name for a in node.names}
+        edges[module] = {t for t in named if t in modules and t not in (module, "steward.server")}
+    assert {"steward.server.app", "steward.server.routes.runs"} <= set(edges)
+    assert "steward.server.routes.runs" in edges["steward.server.app"]  # the walk sees the routers
+    found = cycles(edges)
+    assert not found, "server modules that import each other: " + "; ".join(" <-> ".join(g) for g in found)
