@@ -31,6 +31,7 @@ from steward.run import (
     check_goal,
     check_workspace,
 )
+from steward.run_rules import held
 from steward.run_state import RunState
 from steward.safety.policy.rules import ModeSwitch
 from steward.settings import budget_settings, loop_settings, tool_settings
@@ -138,6 +139,7 @@ class Agent:
         self._builtin_tools = builtin_tools
         self._toolset: Toolset | None = None
         self._toolset_store: EventStore | None = None
+        self._checkpointed: Toolset | None = None  # the tools inside the guard (see ``_guarded``)
         self._mcp: list[Toolset] | None = None
         self._static = _static_prompt(self.name, self.instructions)
         self._owns_store = False  # see ``Agent.open``
@@ -322,8 +324,6 @@ class Agent:
             parts.extend(self._mcp_toolsets())
             from steward.memory.budget import budget_chars
             from steward.rules import RulesToolset
-            from steward.safety.policy.guard import Guard
-            from steward.safety.policy.wrapper import GuardedToolset
             from steward.tools.discovery import DiscoveryToolset
 
             # Rules (nested AGENTS.md, skills) and discovery wrap every tool; the guard and the
@@ -347,13 +347,25 @@ class Agent:
                 budget_chars=budget,
             )
             from steward.safety.checkpoints.wrapper import CheckpointToolset
-            from steward.safety.secrets.wrapper import RedactingToolset
 
-            checkpointed = CheckpointToolset(offered, self.checkpointer)
-            guarded = GuardedToolset(checkpointed, guard=Guard(), policy=self.policy)
-            # Outermost: whatever any layer returns or notes has secret values redacted.
-            self._toolset = RedactingToolset(guarded, self._secret_watch)
+            self._checkpointed = CheckpointToolset(offered, self.checkpointer)
+            self._toolset = self._guarded(self.policy)
         return self._toolset
+
+    def _guarded(self, policy: Policy) -> Toolset:
+        """The agent's tools behind the guard and ``policy`` (a continued run's may be its own)."""
+        if self._checkpointed is None or self._toolset_store is not self.store:
+            self.toolset()
+        assert self._checkpointed is not None
+        if policy is self.policy and self._toolset is not None:
+            return self._toolset
+        from steward.safety.policy.guard import Guard
+        from steward.safety.policy.wrapper import GuardedToolset
+        from steward.safety.secrets.wrapper import RedactingToolset
+
+        guarded = GuardedToolset(self._checkpointed, guard=Guard(), policy=policy)
+        # Outermost: whatever any layer returns or notes has secret values redacted.
+        return RedactingToolset(guarded, self._secret_watch)
 
     def _secret_watch(self, workspace: Path) -> SecretWatch:
         from steward.safety.checkpoints.scan import scanner_for
@@ -435,9 +447,14 @@ class Agent:
         # It goes on with the output schema it was started with, or without one: as recorded.
         # (``output_schema`` is for a run that has not started yet: a job's first claim.)
         schema = first.output_schema if isinstance(first, RunStart) else self._output_schema(output_schema)
+        # And under the rules and step limit it started with, whoever continues it (``run_rules``).
+        policy, limits = None, self.limits
+        if isinstance(first, RunStart):
+            policy = held(self.policy, first.policy) if first.policy is not None else None
+            limits = replace(limits, max_steps=first.max_steps)
         run = self._start(
             goal, workspace=workspace, run_id=row.id, session_id=row.session_id, history=history, fence=fence,
-            output_schema=schema,
+            output_schema=schema, policy=policy, limits=limits,
         )  # fmt: skip
         if found.log:
             await run._rebuild(found.log, found.last_seq)
@@ -484,13 +501,19 @@ class Agent:
         history: History | None,
         fence: int | None,
         output_schema: Mapping[str, Any] | None,
+        policy: Policy | None = None,
+        limits: Limits | None = None,
     ) -> Run:
-        """``start`` with the output schema as given (a resumed run's is the recorded one)."""
+        """``start`` with the output schema as given (a resumed run's is the recorded one), and
+        for a continued run, the policy and limits it started with."""
         check_goal(goal)
         ws = check_workspace(workspace)
         schema = check_schema(output_schema) if output_schema is not None else None
         model = self.model
-        lim = self.limits
+        lim = limits or self.limits
+        sandbox = self.sandbox()  # sets the programs the agent's policy counts as masked
+        rules = policy or self.policy
+        rules.masked = self.policy.masked
         rid = run_id or os.urandom(6).hex()
         memory = WorkingMemory(rid)
         state = RunState(
@@ -523,13 +546,13 @@ class Agent:
             run_id=rid,
             settings=tool_settings(self.config, lim),
             recall=_recaller(memory),
-            sandbox=self.sandbox(),
-            writable=self.policy.write,
+            sandbox=sandbox,
+            writable=rules.write,
             protected=lambda path: protected_reason(ws, path),
         )
         loop = Loop(
             model=model,
-            toolset=self.toolset(),
+            toolset=self._guarded(rules),
             static_prompt=static,
             state=state,
             context=ContextBuilder(budget_settings(self.config, lim)),
@@ -538,10 +561,23 @@ class Agent:
         )
         loop.core_memory = self.core_memory
         return Run(
-            loop, model_name=model.name, max_steps=lim.max_steps, remember=self.remember, store=self.store,
-            prepare=self.prepare, persona=self.persona.name if self.persona is not None else "", fence=fence,
-            modes=ModeSwitch(self.policy),
+            loop, model_name=model.name, max_steps=lim.max_steps, remember=self._remembering(rules),
+            store=self.store, prepare=self.prepare, persona=self.persona.name if self.persona else "",
+            fence=fence, modes=ModeSwitch(rules),
         )  # fmt: skip
+
+    def _remembering(self, policy: Policy) -> Callable[[str], None]:
+        """ "Approve always" for a run under ``policy``: the rule holds for the agent and the run."""
+        if policy is self.policy:
+            return self.remember
+
+        def remember(rule: str) -> None:
+            from steward.safety.policy.rules import Rule
+
+            self.remember(rule)
+            policy.add(Rule.parse(rule, "allow", "approved"))
+
+        return remember
 
     async def run(
         self, goal: str, *, workspace: str | Path = ".", output_schema: Mapping[str, Any] | None = None

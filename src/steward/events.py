@@ -64,6 +64,8 @@ class RunStart(Event):
     persona: str = ""  # the persona the run was started as ("": none); it goes on as the same
     #: The JSON Schema its answer must match (``steward.answers``); None: any text. Resumed with it.
     output_schema: dict[str, Any] | None = None
+    #: The rules it started under (``steward.run_rules``); whoever continues it keeps them.
+    policy: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

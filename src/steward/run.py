@@ -22,6 +22,7 @@ from steward.loop import Loop
 from steward.models.base import Usage
 from steward.ownership import process_owner
 from steward.phases import EndStatus
+from steward.run_rules import record
 from steward.run_state import Pending, RunState
 
 if TYPE_CHECKING:
@@ -244,6 +245,7 @@ class Run:
         if not self._started:
             self._started = True
             schema = self._loop.settings.output_schema
+            modes = self._modes
             yield self._loop.emit(
                 RunStart(
                     goal=st.goal,
@@ -252,6 +254,7 @@ class Run:
                     max_steps=self._max_steps,
                     persona=self._persona,
                     output_schema=dict(schema) if schema is not None else None,
+                    policy=record(modes.policy) if modes is not None else None,
                 )
             )
         finished = False

@@ -278,6 +278,8 @@ def _continue(
         check_model(agent, f" (run {row.id} used {row.model or 'an unknown model'}; pass --model)")
         warn_about_sandbox(agent, flag_given=no_sandbox)  # only once there is a run to go on with
         run = await agent.resume(row.id, force=force)
+        if mode is not None:  # it goes on under the rules it started with; a new mode is a switch
+            run.switch_mode(mode)
         first = _apply(run, action)
         if not json_lines and first is None and run.status == "running":
             typer.echo(f"steward: resuming run {run.id} at step {run.state.counters.step}", err=True)
