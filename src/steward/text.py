@@ -18,3 +18,29 @@ def excerpt(text: str, limit: int) -> str:
     head = max(1, limit * 3 // 5)
     tail = max(1, limit - head - 40)
     return f"{text[:head]}\n[... {len(text) - head - tail:,} chars omitted ...]\n{text[-tail:]}"
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print on a terminal: what is not printable (ESC, CR and the other
+    control characters, bidirectional overrides, bytes of a file name that are not UTF-8) is
+    written as an escape (``\\x1b``, ``\\r``, ``\\xff``), and ``\\`` as ``\\\\``, so what is
+    printed reads back as exactly one name. Every file name Steward prints goes through this."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(_escaped(char) for char in text)
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+
+
+def _escaped(char: str) -> str:
+    if char in _NAMED:
+        return _NAMED[char]
+    if char == " " or char.isprintable():
+        return char
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (os.fsdecode's surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

@@ -72,10 +72,21 @@ def _label(checkpoint: Checkpoint) -> str:
     return f"#{checkpoint.n:<3} {when}  step {checkpoint.step:<4} before {checkpoint.tool}"
 
 
+def _name(path: str) -> str:
+    from steward.text import shown
+
+    return shown(path)
+
+
+def _names(paths: list[str], limit: int) -> str:
+    listed = ", ".join(_name(p) for p in paths[:limit])
+    return listed + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
 def _changes(changes: list[tuple[str, str]], limit: int = 8) -> str:
     if not changes:
         return "no files changed"
-    shown = ", ".join(f"{letter} {path}" for letter, path in changes[:limit])
+    shown = ", ".join(f"{letter} {_name(path)}" for letter, path in changes[:limit])
     more = f", and {len(changes) - limit} more" if len(changes) > limit else ""
     noun = "file" if len(changes) == 1 else "files"
     return f"{len(changes)} {noun} changed: {shown}{more}"
@@ -97,7 +108,11 @@ def checkpoints_command(
         changes = checkpointer.changes_of(target.run_id, found, index)
         typer.echo(f"  {_label(checkpoint)}  {_changes(changes)}")
         if checkpoint.skipped:
-            typer.echo(f"       not recorded (larger than the cap): {', '.join(checkpoint.skipped[:5])}")
+            typer.echo(f"       not recorded (larger than the cap): {_names(checkpoint.skipped, 5)}")
+        if checkpoint.special:
+            typer.echo(
+                f"       not recorded (not a file: a FIFO, socket or device): {_names(checkpoint.special, 5)}"
+            )
     typer.echo(
         f"rewind: steward rewind {target.run_id} --to STEP (as before that step's first call), "
         "--last (undo the last call), or --checkpoint N"
@@ -139,6 +154,8 @@ def rewind_command(
     _print_report(target, report)
     if target.recorded:
         _log_rewind(target, report)
+    if report.failed:
+        raise typer.Exit(1)
 
 
 def _print_report(target: _Target, report: RewindReport) -> None:
@@ -147,12 +164,18 @@ def _print_report(target: _Target, report: RewindReport) -> None:
     )
     for label, paths in (("restored", report.restored), ("removed", report.removed)):
         if paths:
-            shown = ", ".join(paths[:20]) + (f" and {len(paths) - 20} more" if len(paths) > 20 else "")
-            typer.echo(f"  {label} {len(paths)}: {shown}")
+            typer.echo(f"  {label} {len(paths)}: {_names(paths, 20)}")
     if not report.restored and not report.removed:
         typer.echo("  nothing differed: the workspace was already as it was then")
     if report.left:
-        typer.echo(f"  left as they are (never recorded, larger than the cap): {', '.join(report.left[:10])}")
+        typer.echo(
+            f"  left as they are (never recorded: too large, or not a file): {_names(report.left, 10)}"
+        )
+    if report.failed:
+        typer.echo(
+            f"  could not restore {len(report.failed)}: {_names(report.failed, 20)}; the rest is restored. "
+            "Clear what is in the way (a directory made read-only, a mount) and rewind again."
+        )
     typer.echo(f"undo this rewind: steward rewind {target.run_id} --checkpoint {report.before.n}")
 
 

@@ -375,55 +375,70 @@ class Shadow:
             self._counts[run_id] = number + 1
         checkpoint = Checkpoint(number + 1, step, call_id, tool, time.time(), kind=kind)
         for unit in ["", *(r for r in repositories if r)]:
-            commit, skipped = self._snapshot(run_id, unit, started if not unit else None)
+            commit, found = self._snapshot(run_id, unit, started if not unit else None)
             checkpoint.units[unit] = commit
-            checkpoint.skipped.extend(f"{unit}/{p}" if unit else p for p in skipped)
+            checkpoint.skipped.extend(f"{unit}/{p}" if unit else p for p in found.skipped)
+            checkpoint.special.extend(f"{unit}/{p}" if unit else p for p in found.special)
         checkpoint.gitdirs, checkpoint.dotgits = self._snapshot_gitdirs(run_id, dotgits)
         self._append(run_id, checkpoint)
         return checkpoint
 
     def _snapshot(
         self, run_id: str, unit: str, started: subprocess.Popen[bytes] | None = None
-    ) -> tuple[str, list[str]]:
+    ) -> tuple[str, _Status]:
         """Bring the unit's index up to the work tree; return the commit of its tree."""
         git = self._unit(run_id, unit)
         if not git.worktree.is_dir():
             if started is not None:
                 started.kill()
                 started.communicate()
-            return self._commit(git, _EMPTY_TREE), []
+            return self._commit(git, _EMPTY_TREE), _Status()
         status = git.collect(started, "status") if started is not None else git.run(*_STATUS)
-        paths, staged, skipped = self._classify(status, unit, git.worktree)
-        if paths:
-            listed = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
-            git.run("update-index", "--add", "--remove", "--replace", "-z", "--stdin", stdin=listed)
+        found = self._classify(status, unit, git.worktree)
+        for option, paths in (("--remove", found.paths), ("--force-remove", [*found.gone, *found.special])):
+            if paths:
+                listed = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
+                git.run("update-index", "--add", option, "--replace", "-z", "--stdin", stdin=listed)
         head = _head(git)
-        if not (paths or staged) and head is not None:
-            return head, skipped
+        if not (found.paths or found.gone or found.special or found.staged) and head is not None:
+            return head, found
         tree = git.run("write-tree").decode().strip()
-        return self._commit(git, tree), skipped
+        return self._commit(git, tree), found
 
-    def _classify(self, status: bytes, unit: str, worktree: Path) -> tuple[list[str], bool, list[str]]:
+    def _classify(self, status: bytes, unit: str, worktree: Path) -> _Status:
         """From a unit's status: the paths to update (changed first, then new), whether the
-        index holds changes not yet committed, and new files too large to record."""
-        changed: list[str] = []
+        index holds changes not yet committed, new files too large to record, and what git
+        cannot hold (a FIFO, socket or device where a file was: left out, never opened)."""
+        found = _Status()
         added: list[str] = []
-        skipped: list[str] = []
-        staged = False
+        changed: list[str] = []
         for kind, path, xy in _status_entries(status):
             if not unit and (path == ".steward/" or path.startswith(".steward/")):
                 continue  # the runtime's own state: never recorded, never restored
             if kind == "?" and not path.endswith("/"):  # a trailing '/': a nested repository
                 try:
-                    size = os.lstat(worktree / path).st_size
+                    info = os.lstat(worktree / path)
                 except OSError:
                     continue
-                (skipped if size > self.settings.max_file_bytes else added).append(path)
+                if not _recordable(info.st_mode):
+                    found.special.append(path)
+                    continue
+                (found.skipped if info.st_size > self.settings.max_file_bytes else added).append(path)
             elif kind in ("1", "u"):
                 if xy[1] != ".":
                     changed.append(path)
-                staged = staged or xy[0] != "."
-        return [*changed, *added], staged, skipped
+                found.staged = found.staged or xy[0] != "."
+        if changed:
+            # Not followed: a tracked file below a folder now swapped for a link is gone.
+            with StrictTree.open(worktree) as tree:
+                for path in changed:
+                    now = tree.lstat(path)
+                    if now is None:
+                        found.gone.append(path)
+                    else:
+                        (found.paths if _recordable(now.st_mode) else found.special).append(path)
+        found.paths.extend(added)
+        return found
 
     def _commit(self, git: _Git, tree: str) -> str:
         head = _head(git)
@@ -491,7 +506,7 @@ class Shadow:
             if ident and ident[0] == "link":
                 described[path] = ["link", str(ident[1])]
             elif ident and ident[0] == "file":
-                text = _read_text(absolute)
+                text = self._read_text(path)
                 described[path] = ["file", text]
                 target = _gitdir_from_file(absolute, text)
                 if target is not None and target.is_relative_to(self.workspace) and target.is_dir():
@@ -507,6 +522,16 @@ class Shadow:
         return described, dirs
 
     # --- reading ------------------------------------------------------------------------
+
+    def _read_text(self, path: str) -> str:
+        """The start of a workspace file ('' when it is not a regular file: a FIFO is never
+        opened to be read, it would block the checkpoint)."""
+        try:
+            with self.tree() as tree:
+                data = tree.read(path, limit=65536)
+        except OSError:
+            return ""
+        return "" if data is None else data.decode("utf-8", "surrogateescape")
 
     def changes(self, run_id: str, older: Checkpoint, newer: Checkpoint) -> list[tuple[str, str]]:
         """(status letter, path) of the files that differ between two checkpoints of a run."""
@@ -821,6 +846,22 @@ Marks = list[object]
 
 
 @dataclass(slots=True)
+class _Status:
+    """What a unit's ``git status`` found to record."""
+
+    paths: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    staged: bool = False
+    skipped: list[str] = field(default_factory=list)
+    special: list[str] = field(default_factory=list)
+
+
+def _recordable(mode: int) -> bool:
+    """A file, a link or a directory: what git can hold (a FIFO would fail the whole update)."""
+    return stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode)
+
+
+@dataclass(slots=True)
 class _GitdirState:
     """What the last checkpoint of a run recorded of its git directories."""
 
@@ -1003,14 +1044,6 @@ def _read_blobs(git: _Git, shas: Sequence[str]) -> dict[str, bytes]:
         blobs[header[0]] = out[position : position + size]
         position += size + 1
     return blobs
-
-
-def _read_text(path: Path) -> str:
-    try:
-        with path.open(encoding="utf-8", errors="surrogateescape") as handle:
-            return handle.read(65536)
-    except OSError:
-        return ""
 
 
 def _gitdir_from_file(dotgit: Path, text: str) -> Path | None:

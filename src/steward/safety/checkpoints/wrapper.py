@@ -58,10 +58,11 @@ class CheckpointToolset(WrapperToolset):
                 checkpointer.before, ctx.run_id or "adhoc", step=ctx.step, tool=name
             )
         except (CheckpointError, OSError) as exc:
-            # Nothing that can change files runs unrecorded: the user turns checkpoints off.
+            # Nothing that can change files runs unrecorded. (What a command may leave in the
+            # way, a FIFO or an odd name, is left out of a checkpoint, not a reason to fail it.)
             return ToolResult(
-                f"Not run: the workspace could not be checkpointed before {name} ({exc}). Fix the "
-                "cause, or turn checkpoints off with [checkpoints] enabled = false in steward.toml.",
+                f"Not run: the workspace could not be checkpointed before {name} ({exc}). "
+                "Fix the cause named here, then try again.",
                 is_error=True,
                 category="checkpoint",
             )
