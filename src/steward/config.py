@@ -403,6 +403,29 @@ def _anchor_script_path(data: dict[str, Any], base: Path) -> None:
             data["model"] = f"scripted:{base / script}"
 
 
+def anchored_store_url(url: str, base: Path) -> str:
+    """``url`` with a relative SQLite file path made absolute against ``base``.
+
+    ``sqlite:///db/x.db`` names ``db/x.db`` relative to wherever the process happens to be; in a
+    config file it means the file's folder, and in ``STEWARD_DB`` the current directory (as
+    SQLAlchemy reads it), fixed once so a later change of directory cannot move the store.
+    ``sqlite:////abs/x.db`` (four slashes), ``:memory:`` and other databases stay as they are.
+    """
+    scheme, sep, rest = url.partition(":///")
+    if not sep or scheme.split("+", 1)[0].lower() != "sqlite":
+        return url
+    path, mark, query = rest.partition("?")
+    if not path or path == ":memory:" or path.startswith("file:") or Path(path).is_absolute():
+        return url
+    return f"{scheme}:///{base / path}{mark}{query}"
+
+
+def _anchor_store_url(data: dict[str, Any], base: Path) -> None:
+    store = data.get("store")
+    if isinstance(store, dict) and isinstance(store.get("url"), str):
+        store["url"] = anchored_store_url(store["url"], base)
+
+
 def _exists(path: Path, *, optional: bool) -> bool:
     """``path.is_file()``, but a directory we may not look into is an error only if it matters."""
     try:
@@ -586,13 +609,17 @@ def load_config(
         if _exists(path, optional=n == 0):
             data = _read_toml(path)
             _anchor_script_path(data, path.parent)
+            _anchor_store_url(data, path.absolute().parent)
             layers.append((str(path), data))
     if persona:
         layers.append((persona_source, dict(persona)))
     if env.get("STEWARD_MODEL"):
         layers.append(("STEWARD_MODEL", {"model": env["STEWARD_MODEL"]}))
     if env.get("STEWARD_DB"):
-        layers.append(("STEWARD_DB", {"store": {"url": env["STEWARD_DB"]}}))
+        url = env["STEWARD_DB"]
+        with contextlib.suppress(OSError):  # a current directory that is gone: SQLAlchemy says so
+            url = anchored_store_url(url, Path.cwd())
+        layers.append(("STEWARD_DB", {"store": {"url": url}}))
     if overrides:
         layers.append(("command line", dict(overrides)))
     merged: dict[str, Any] = {}
