@@ -41,9 +41,23 @@ import itertools
 import os
 import re
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from steward.safety.sealed import (
+    HOME_PLACEHOLDER_DIRS,
+    HOME_PLACEHOLDER_FILES,
+    HOME_REASON,
+    PYTHON_REASON,
+    STARTUP_MODULES,
+    USER_CONFIG_REASON,
+    home_dot_entries,
+    homes_within,
+    startup_paths,
+    user_config_dir,
+)
+from steward.safety.sealed import reason_by_name as sealed_reason_by_name
 from steward.store.state_dir import STATE_DIR  # the runtime's own state directory, protected
 
 PERSONAS_DIR = "personas"
@@ -100,6 +114,10 @@ _STATE_REASON = "it is the runtime's own state (its database and logs); agents m
 _RC_REASON = "it is a shell start-up file that would run in a shell on the host, outside the sandbox"
 _PROJECT_CONFIG_REASON = "it is Steward's own configuration (policy and sandbox); only the user changes it"
 _PERSONAS_REASON = "it holds persona files (an agent's tools and policy); only the user changes them"
+_SEALED_LINK_REASON = (
+    "the path written leads there through a symlink, and that file is run by the host later; write it "
+    "by its own name, so that the question asked names it"
+)
 _LINK_REASON = (
     "it is a hard link to a protected file (a git hook or git config), so writing it would change that file"
 )
@@ -127,6 +145,9 @@ class Protection:
     reasons: dict[Path, str] = field(default_factory=dict)
     #: The repositories found before the command (the root included).
     repositories: tuple[Path, ...] = ()
+    #: Which of the paths above are sealed by what they are (``steward.safety.sealed``): the file
+    #: tools ask before writing those (the guard flags them) rather than refuse.
+    sealed: set[Path] = field(default_factory=set)
 
 
 def find_protected(workspace: Path, *, home_like: bool = False) -> Protection:
@@ -156,18 +177,51 @@ def find_protected(workspace: Path, *, home_like: bool = False) -> Protection:
         # runs its hooks too (a push into it), so they stay read-only like any other's.
         if ".git" not in layout.split("/"):
             _protect_git_dir(found, root / layout if layout else root, worktree=None, depth=0)
+    _protect_homes(found, root)
+    _protect_sealed(found, root, scan.sealed, scan.sites)
     return found
+
+
+def _protect_sealed(found: Protection, root: Path, sealed: Sequence[str], sites: Sequence[str]) -> None:
+    """Files the host runs later, by what they are (``steward.safety.sealed``), wherever they are.
+    A new one cannot be foreseen by name (a ``.pth``, a new environment): the comparison after the
+    call removes it; the start-up modules of an existing environment get placeholders meanwhile."""
+    for relative in sealed:
+        reason = sealed_reason_by_name(tuple(relative.split("/"))) or PYTHON_REASON
+        _add(found, root / relative, "existing", reason, sealed=True)
+    for relative, reason in startup_paths(root, [p for p in sealed if p.endswith(".pth")]).items():
+        _add(found, root / relative, "existing", reason, sealed=True)
+    for site in sites:
+        for name in sorted(STARTUP_MODULES):
+            _add(found, root / site / name, "file", PYTHON_REASON, sealed=True)
+
+
+def _protect_homes(found: Protection, root: Path) -> None:
+    """A home directory in the workspace: Steward's user configuration (refused to the file
+    tools), then every dotfile and dot-folder (asked about), with placeholders for the ones that
+    matter most when missing (``.config``, ``.local``, start-up files)."""
+    config_dir = user_config_dir().resolve(strict=False)
+    if _within(config_dir, found.root) and config_dir.parent.exists():
+        _add(found, config_dir, "dir", USER_CONFIG_REASON)
+    for home in homes_within(root):
+        for name in home_dot_entries(home):
+            _add(found, home / name, "existing", HOME_REASON, sealed=True)
+        for name in HOME_PLACEHOLDER_DIRS:
+            _add(found, home / name, "dir", HOME_REASON, sealed=True)
+        for name in (*HOME_PLACEHOLDER_FILES, *sorted(RC_FILES)):
+            _add(found, home / name, "file", HOME_REASON, sealed=True)
 
 
 def _within(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
 
 
-def _add(found: Protection, path: Path, kind: str, reason: str) -> None:
+def _add(found: Protection, path: Path, kind: str, reason: str, *, sealed: bool = False) -> None:
     """Record ``path`` (followed through symlinks) if it lies in the workspace.
 
     ``kind`` says what to do when it is missing: ``file`` / ``dir`` / ``commondir`` need a
     placeholder, ``create_dir`` may be created beforehand, ``existing`` is left alone.
+    ``sealed``: a file sealed by what it is, which the file tools ask about rather than refuse.
     """
     real = path.resolve(strict=False)
     if not _within(real, found.root) or real == found.root or real in found.reasons:
@@ -176,6 +230,8 @@ def _add(found: Protection, path: Path, kind: str, reason: str) -> None:
     if not exists and kind == "existing":
         return
     found.reasons[real] = reason
+    if sealed:
+        found.sealed.add(real)
     if exists:
         found.existing.append(real)
     elif kind == "create_dir":
@@ -274,7 +330,8 @@ def _protect_config_references(found: Protection, config: Path, worktree: Path, 
         if not value or value.startswith("~"):
             continue  # '~' is a home directory: outside the workspace
         if section == "core" and key == "hookspath":
-            _add(found, worktree / value, "create_dir", _HOOKS_REASON)
+            for directory in _hooks_and_their_scripts(worktree / value):
+                _add(found, directory, "create_dir", _HOOKS_REASON)
         elif section in ("include", "includeif") and key == "path":
             included = config.parent / value
             _add(found, included, "file", _CONFIG_REASON)
@@ -284,6 +341,35 @@ def _protect_config_references(found: Protection, config: Path, worktree: Path, 
             program = (worktree / words[0]).resolve(strict=False)
             if program.is_file() and _within(program, found.root):
                 _add(found, program, "file", _PROGRAM_REASON)
+
+
+def _hooks_and_their_scripts(hooks: Path) -> list[Path]:
+    """A ``core.hooksPath`` directory, and the scripts its hooks run: husky's hooks path is
+    ``.husky/_``, whose hooks run the scripts beside it (``.husky/pre-commit``)."""
+    directories = [hooks]
+    if hooks.name == "_" and hooks.parent.name:
+        directories.append(hooks.parent)
+    return directories
+
+
+def hooks_dirs(root: Path, repositories: Sequence[str]) -> list[Path]:
+    """Where git runs hooks from, besides ``.git/hooks``: each repository's ``core.hooksPath``
+    inside the workspace, and the scripts those hooks run (husky), as real paths."""
+    root = root.resolve(strict=False)
+    found: list[Path] = []
+    for repo in repositories:
+        worktree = root / repo if repo else root
+        dotgit = worktree / ".git"
+        gitdir = _read_gitdir_file(dotgit) if dotgit.is_file() else dotgit
+        if gitdir is None or not gitdir.is_dir():
+            continue
+        for section, key, value in _config_values(gitdir / "config"):
+            if section == "core" and key == "hookspath" and value and not value.startswith("~"):
+                for directory in _hooks_and_their_scripts(worktree / value):
+                    real = directory.resolve(strict=False)
+                    if _within(real, root) and real != root and real not in found:
+                        found.append(real)
+    return found
 
 
 def _submodule_git_dirs(modules: Path, limit: int = 50) -> list[Path]:
@@ -327,10 +413,15 @@ def protected_reason(workspace: Path, path: Path) -> str | None:
         return None  # outside the workspace: the path rules of the tools refuse it
     found = find_protected(root)
     for protected, reason in found.reasons.items():
-        if real == protected or real.is_relative_to(protected):
+        # Sealed files are asked about (the guard flags them), not refused.
+        if protected not in found.sealed and (real == protected or real.is_relative_to(protected)):
             return _message(root, real, reason)
     if _is_hard_link_to(real, _protected_files(found)):
         return _message(root, real, _LINK_REASON)
+    written = Path(os.path.normpath(absolute))
+    if real != written and (real in found.sealed or sealed_reason_by_name(real.relative_to(root).parts)):
+        # Asked about by the name written: a link must not carry the write to a sealed file unasked.
+        return _message(root, real, _SEALED_LINK_REASON)
     return None
 
 

@@ -11,7 +11,10 @@ call was and however it was spelled:
   comes from the checkpoint, or from the very directory when it was only moved);
 * a changed or new file that decides which programs git runs (``config``, ``config.worktree``,
   ``commondir``, ``gitdir``, anything in ``hooks/``) of any existing git directory is restored;
-* a changed protected file of the workspace root (``steward.toml``, shell start-up files).
+* a changed protected file of the workspace root (``steward.toml``, shell start-up files);
+* a new, changed or removed file that the host runs later, sealed by what it is wherever it is
+  (``steward.safety.checkpoints.sealed_files``: Python start-up files, hooks folders, editor
+  tasks, a home's dotfiles and Steward's user configuration).
 
 The sandbox already keeps the existing ones of these read-only while a command runs; this is
 what holds for everything else (new paths, tools that run outside the sandbox, a sandbox turned
@@ -20,6 +23,7 @@ off).
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import sys
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from steward.safety.checkpoints.scan import Marker, Scan, WorkspaceScanner, scanner_for
+from steward.safety.checkpoints.sealed_files import SealedFiles, SealedState
 from steward.safety.checkpoints.shadow import (
     Checkpoint,
     CheckpointError,
@@ -60,6 +65,8 @@ class Before:
     scan: Scan
     sensitive: dict[str, tuple[object, ...]]
     run_id: str
+    #: Files the host runs later, as they were (``steward.safety.checkpoints.sealed_files``).
+    sealed: SealedState | None = None
 
 
 @dataclass(slots=True)
@@ -77,8 +84,9 @@ class Undone:
         )
         return (
             f"Undone after the call: {shown}. Repository metadata (a .git, a bare repository, hooks, git "
-            "configuration, pointers) and Steward's protected files may not be created or changed by an "
-            "agent: git on the host would obey them. The rest of the call's changes were kept."
+            "configuration, pointers), Steward's protected files and files the host runs later may not be "
+            "created or changed by an agent: programs on the host would obey them. The rest of the call's "
+            "changes were kept."
         )
 
 
@@ -95,6 +103,7 @@ class Checkpointer:
         self.settings = settings or CheckpointSettings()
         self.shadow = Shadow(self.workspace, self.settings)
         self.scanner: WorkspaceScanner = scanner_for(self.workspace, secret_patterns)
+        self.sealed = SealedFiles(self.workspace)
 
     # --- around a call ------------------------------------------------------------------
 
@@ -119,7 +128,7 @@ class Checkpointer:
                 tool=tool,
                 started=started,
             )
-        return Before(checkpoint, scan, self._sensitive(scan), run_id)
+        return Before(checkpoint, scan, self._sensitive(scan), run_id, self.sealed.snapshot(scan, tool=tool))
 
     def after(self, before: Before) -> Undone:
         """Revert what may not change (see the module docstring); say what was reverted."""
@@ -132,6 +141,7 @@ class Checkpointer:
             self._dotgits,
             self._layouts,
             self._sensitive_files,
+            self._sealed_files,
             self._lost_objects,
         ):
             try:
@@ -173,6 +183,12 @@ class Checkpointer:
             keep = 0
             while keep < len(parts) and len(str(self.workspace / "/".join(parts[: keep + 1]))) < _NAMEABLE:
                 keep += 1
+            if keep == len(parts):  # short enough to name: a folder that cannot be read (mode 000)
+                undone.items.append(
+                    f"{relative[:80]} could not be checked: it cannot be read (Steward changes no "
+                    "permissions; make it readable to have it checked)"
+                )
+                continue
             if keep < _DEEP:  # no call makes a tree that deep by accident: leave it, say so
                 undone.items.append(f"{relative[:80]}... could not be checked (its path is too long)")
                 continue
@@ -296,6 +312,15 @@ class Checkpointer:
             inner = "/".join(parts[index + 1 :])
             return self.shadow.gitdir_blob(run_id, checkpoint, gitdir_key(repo), inner)
         return self.shadow.blob(run_id, checkpoint, path)
+
+    # --- files the host runs later, sealed by what they are --------------------------------
+
+    def _sealed_files(self, before: Before, now: Scan, undone: Undone) -> None:
+        """New sealed files removed, changed ones restored through the same restore as the root's
+        protected files (``steward.safety.checkpoints.sealed_files``)."""
+        if before.sealed is not None:
+            restore = functools.partial(self._restore_file, before)
+            undone.items.extend(self.sealed.check(before.sealed, now, restore, exclude=before.sensitive))
 
     # --- listing and rewinding ----------------------------------------------------------
 

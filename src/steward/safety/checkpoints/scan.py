@@ -14,7 +14,9 @@ What it finds:
 * every *git-directory layout*: a directory holding ``HEAD`` and either ``objects/`` and
   ``refs/`` or a ``commondir`` file: what git would take for a repository (a bare one, a
   submodule's under ``.git/modules``, a linked worktree's under ``.git/worktrees``);
-* secret files by name (``steward.safety.secrets.values``).
+* secret files by name (``steward.safety.secrets.values``);
+* files sealed by what they are (``steward.safety.sealed``: a site directory's ``.pth`` files,
+  ``.envrc``, ``.vscode/tasks.json`` ...), made before or during the run, wherever they are.
 
 Timestamps are coarse (the kernel stamps with a clock that ticks every few milliseconds), so a
 directory changed in the same tick as it was listed could keep the ``ctime`` seen then: a
@@ -34,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from steward.safety.sealed import is_site_dir, sealed_in_dir
 from steward.secret_paths import DEFAULT_SECRET_FILES, NOT_SECRET
 
 _RACY_NS = 50_000_000
@@ -66,6 +69,8 @@ class _Dir:
     layout: bool
     secrets: tuple[str, ...]
     unreadable: bool = False
+    sealed: tuple[str, ...] = ()
+    site: bool = False
 
 
 @dataclass(slots=True)
@@ -78,6 +83,10 @@ class Scan:
     secrets: list[str] = field(default_factory=list)
     #: Directories that could not be listed (their contents are unknown).
     unreadable: list[str] = field(default_factory=list)
+    #: Files sealed by what they are (``steward.safety.sealed.sealed_in_dir``), workspace-relative.
+    sealed: list[str] = field(default_factory=list)
+    #: Site directories of Python environments (``steward.safety.sealed.is_site_dir``).
+    sites: list[str] = field(default_factory=list)
     dirs: int = 0
     listed: int = 0
     #: Directories listed anew by this walk (their entries changed since the last one).
@@ -158,26 +167,34 @@ class WorkspaceScanner:
                 or info.st_ctime_ns >= cached.listed_ns - _RACY_NS
                 or cached.unreadable
             ):
-                cached = self._list(absolute, info)
+                cached = self._list(absolute, info, relative)
                 self._cache[relative] = cached
                 found.listed += 1
                 found.relisted.append(relative)
-            if cached.unreadable:
-                found.unreadable.append(relative)
-            if cached.dotgit:
-                marker = self._dotgit(_join(relative, ".git"), _join(absolute, ".git"))
-                if marker is not None:
-                    found.markers[marker.path] = marker
-            if cached.layout and relative.rpartition("/")[2] != ".git":
-                found.markers[relative] = Marker(relative, "layout", ("dir", info.st_dev, info.st_ino))
-            found.secrets.extend(_join(relative, name) for name in cached.secrets)
+            self._collect(found, relative, absolute, info, cached)
             stack.extend(_join(relative, name) for name in cached.subdirs)
         for gone in [key for key in self._cache if key not in seen]:
             del self._cache[gone]
         found.secrets.sort()
+        found.sealed.sort()
         return found
 
-    def _list(self, absolute: str, info: os.stat_result) -> _Dir:
+    def _collect(self, found: Scan, relative: str, absolute: str, info: os.stat_result, cached: _Dir) -> None:
+        """Add what one directory's (cached) listing holds to ``found``."""
+        if cached.unreadable:
+            found.unreadable.append(relative)
+        if cached.dotgit:
+            marker = self._dotgit(_join(relative, ".git"), _join(absolute, ".git"))
+            if marker is not None:
+                found.markers[marker.path] = marker
+        if cached.layout and relative.rpartition("/")[2] != ".git":
+            found.markers[relative] = Marker(relative, "layout", ("dir", info.st_dev, info.st_ino))
+        found.secrets.extend(_join(relative, name) for name in cached.secrets)
+        found.sealed.extend(_join(relative, name) for name in cached.sealed)
+        if cached.site:
+            found.sites.append(relative)
+
+    def _list(self, absolute: str, info: os.stat_result, relative: str) -> _Dir:
         listed_ns = time.time_ns()
         subdirs: list[str] = []
         secrets: list[str] = []
@@ -185,16 +202,9 @@ class WorkspaceScanner:
         dotgit = False
         try:
             entries = _entries(absolute)
-        except PermissionError:
-            # A directory made unreadable from inside the sandbox: make it readable again so
-            # nothing can hide in it (the same user owns it; git on the host could be given
-            # it back by the next command).
-            try:
-                Path(absolute).chmod(stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
-                entries = _entries(absolute)
-            except OSError:
-                return _Dir(info.st_ino, info.st_ctime_ns, listed_ns, (), False, False, (), True)
         except OSError:
+            # Unreadable (mode 000, a path too long): reported as such and skipped. Steward never
+            # changes a permission: the directory is the user's, and so is opening it up.
             return _Dir(info.st_ino, info.st_ctime_ns, listed_ns, (), False, False, (), True)
         for name, is_dir, is_file in entries:
             names.add(name)
@@ -205,7 +215,11 @@ class WorkspaceScanner:
             elif is_file and self._secret(name):
                 secrets.append(name)
         layout = "HEAD" in names and (("objects" in names and "refs" in names) or "commondir" in names)
-        return _Dir(info.st_ino, info.st_ctime_ns, listed_ns, tuple(subdirs), dotgit, layout, tuple(secrets))
+        parts = tuple(relative.split("/")) if relative else ()
+        return _Dir(
+            info.st_ino, info.st_ctime_ns, listed_ns, tuple(subdirs), dotgit, layout, tuple(secrets),
+            sealed=sealed_in_dir(parts, names), site=is_site_dir(parts),
+        )  # fmt: skip
 
     def _dotgit(self, relative: str, absolute: str) -> Marker | None:
         try:

@@ -62,6 +62,10 @@ git_config        flag      writing ``.git/hooks/*`` or ``.git/config`` (also vi
                             ``filter.*.clean``, ``alias.*='!…'`` …)
 unparsable        flag      the command line could not be read completely (syntax error, over
                             100,000 characters, nesting deeper than 8 levels)
+host_code         flag      ``write_file``/``edit_file`` of a file the host runs later, by what it
+                            is (``steward.safety.sealed``: a ``.pth`` or ``sitecustomize.py``,
+                            ``.vscode/tasks.json``, ``.envrc``, a home's dotfiles ...); never
+                            approved unattended (autonomous mode refuses it)
 ================  ========  ===================================================================
 
 ``network`` is set when any command talks to the network: downloaders, ``ssh``/``scp``/``nc``,
@@ -126,11 +130,12 @@ import re
 import shlex
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from steward.safety.policy.shell_parse import ParsedShell, SimpleCommand, basename, normalized, parse_shell
 from steward.safety.protected import RC_FILES
+from steward.safety.sealed import HOME_REASON, reason_by_name
 from steward.safety.types import Finding, GuardVerdict, Opaque, Severity
 
 __all__ = ["Guard"]
@@ -1395,3 +1400,17 @@ def _file_write_findings(path: str, workspace: Path) -> Iterator[Finding]:
         category, _, message = judged
         # The file tools stay inside the workspace, so these are asked about rather than refused.
         yield Finding(category, "flag", message, path)
+    sealed = _sealed_reason(resolved[0], scope)
+    if sealed is not None:
+        yield Finding("host_code", "flag", f"{sealed}; a person reviews it before it is written", path)
+
+
+def _sealed_reason(path: str, scope: _Scope) -> str | None:
+    """Why a file the host runs later is sealed (``steward.safety.sealed``), by its names alone."""
+    if not _within(path, scope.workspace) or path == scope.workspace:
+        return None
+    reason = reason_by_name(tuple(PurePosixPath(path).relative_to(scope.workspace).parts))
+    in_home = _within(path, scope.home) and path != scope.home and _within(scope.home, scope.workspace)
+    if reason is None and in_home and PurePosixPath(path).relative_to(scope.home).parts[0].startswith("."):
+        reason = HOME_REASON
+    return reason

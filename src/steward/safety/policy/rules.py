@@ -404,6 +404,10 @@ def _unattended(decision: Decision, verdict: GuardVerdict) -> Decision:
     if decision.unsure:
         why = "what may match a deny or ask rule is not run unattended (autonomous mode)"
         return Decision("deny", f"{decision.reason}; {why}: write the command out in full", decision.rule)
+    if any(f.category == "host_code" for f in verdict.findings):
+        # Code the host runs later (a .pth, an editor task, a dotfile) is the user's to review.
+        return Decision("deny", f"{decision.reason}; a file the host runs later is not written "
+                        "unattended (autonomous mode)", decision.rule)  # fmt: skip
     if any(f.category == "unparsable" for f in verdict.findings):
         # What the guard cannot read, nobody has judged: without a human it is refused.
         return Decision("deny", f"{decision.reason}; a command the guard cannot read is not run "

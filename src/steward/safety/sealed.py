@@ -1,0 +1,202 @@
+"""Files that a program on the host runs or loads later, known by what they are, wherever they are.
+
+The agent may change the project; it may not plant code that runs on the host, outside the
+sandbox, without the user's review. These files are *sealed*: read-only while a command runs
+(``steward.safety.protected`` hands them to the sandbox), undone and reported after a call
+(``steward.safety.checkpoints.sealed_files``), and asked about before a file tool writes one
+(the guard flags the write; in autonomous mode nobody is there to review it, so it is refused).
+
+What a file is decides, not where it is:
+
+* **Python environments** — a directory ``lib/pythonX.Y/site-packages`` (or ``dist-packages``)
+  anywhere, made before or during the run, whatever the environment's folder is called: its
+  ``*.pth`` files, ``sitecustomize.py`` and ``usercustomize.py`` run at every ``python`` start;
+  a ``pyvenv.cfg`` decides which Python an environment runs. The directories a ``.pth`` file
+  puts on ``sys.path`` (an editable install's ``src/``) hold start-up modules as well, and a
+  module a ``.pth`` file imports (``__editable___*_finder.py``) runs at start-up too.
+* **Git hooks wherever git looks for them** — the ``core.hooksPath`` directory of each
+  repository, and for husky (a hooks path named ``_``, whose hooks source the scripts beside
+  it) the directory above it (``.husky/*``).
+* **Editor and tool files that run commands** — ``.vscode/tasks.json`` and
+  ``.vscode/settings.json``, ``.idea/workspace.xml`` (run configurations), ``.envrc`` (direnv).
+* **A home directory in the workspace** — every dotfile and dot-folder of it (shell start-up
+  files, ``.gitconfig``, ``.config/**``, ``.local/bin``), and Steward's own user configuration.
+
+This module only classifies (by name, and for ``.pth`` files by a bounded read); it changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+
+SITE_DIR_NAMES = frozenset({"site-packages", "dist-packages"})
+STARTUP_MODULES = frozenset({"sitecustomize.py", "usercustomize.py"})
+EDITOR_FILES = {
+    ".vscode": frozenset({"tasks.json", "settings.json"}),
+    ".idea": frozenset({"workspace.xml"}),
+}
+ANYWHERE = frozenset({".envrc", "pyvenv.cfg"})
+HOME_PLACEHOLDER_DIRS = (".config", ".local")
+"""Dot-folders of a home that get an empty read-only placeholder while a command runs, when missing."""
+HOME_PLACEHOLDER_FILES = (".gitconfig", ".bash_aliases", ".pythonrc.py", ".inputrc")
+HOME_WALKED = (".config", ".local/bin")
+"""Dot-folders of a home compared file by file after a call (every other one by its entry)."""
+NOT_HOME_DOTS = frozenset({".git", ".steward"})
+"""Dot entries of a home protected by their own rules (repository metadata, Steward's state)."""
+
+_PYTHON_DIR = re.compile(r"python\d+(?:\.\d+)?t?")
+_PTH_CAP = 64 * 1024
+_PTH_LINES = 1000
+
+PYTHON_REASON = (
+    "Python runs it at start-up in that environment (a .pth file, sitecustomize or usercustomize), "
+    "on the host, outside the sandbox"
+)
+ENV_CONFIG_REASON = "pyvenv.cfg decides which Python and standard library an environment runs on the host"
+EDITOR_REASON = "an editor runs the commands it names on the host when the folder is opened"
+ENVRC_REASON = "direnv runs it in the user's shell on the host when they enter the folder"
+HOOK_SCRIPT_REASON = "git hooks (core.hooksPath) run it on the host whenever git is used in that repository"
+HOME_REASON = (
+    "it is a dotfile or dot-folder of the home directory: shells, git, editors and programs on the host "
+    "read it"
+)
+USER_CONFIG_REASON = (
+    "it is Steward's own user configuration (sandbox and policy for every workspace); only the user "
+    "changes it"
+)
+
+
+def is_site_dir(parts: tuple[str, ...]) -> bool:
+    """Whether a directory (its path's parts) is a Python environment's site directory."""
+    if len(parts) < 2 or parts[-1] not in SITE_DIR_NAMES:
+        return False
+    if parts[-2] == "Lib":  # the Windows layout, in a workspace shared with such a machine
+        return True
+    return len(parts) >= 3 and _PYTHON_DIR.fullmatch(parts[-2]) is not None and parts[-3] in ("lib", "lib64")
+
+
+def sealed_in_dir(parts: tuple[str, ...], names: Iterable[str]) -> tuple[str, ...]:
+    """The entries of one directory (its path's parts, workspace-relative) sealed by name alone."""
+    site = is_site_dir(parts)
+    editor = EDITOR_FILES.get(parts[-1], frozenset()) if parts else frozenset()
+    return tuple(
+        sorted(
+            name
+            for name in names
+            if name in ANYWHERE
+            or name in editor
+            or (site and (name.endswith(".pth") or name in STARTUP_MODULES))
+        )
+    )
+
+
+_BY_NAME = {".envrc": ENVRC_REASON, "pyvenv.cfg": ENV_CONFIG_REASON}
+
+
+def reason_by_name(parts: tuple[str, ...]) -> str | None:
+    """Why a workspace-relative path is sealed, from its names alone (None: it is not).
+
+    Used for the file tools, before anything is written: it holds whether or not the file or its
+    environment exists yet."""
+    if not parts:
+        return None
+    name = parts[-1]
+    reason = _BY_NAME.get(name)
+    if reason is None and (name in STARTUP_MODULES or (name.endswith(".pth") and is_site_dir(parts[:-1]))):
+        reason = PYTHON_REASON
+    if reason is None and len(parts) >= 2 and name in EDITOR_FILES.get(parts[-2], ()):
+        reason = EDITOR_REASON
+    if reason is None and ".husky" in parts[:-1]:
+        reason = HOOK_SCRIPT_REASON
+    return reason
+
+
+# --- what .pth files add ----------------------------------------------------------------------
+
+
+def pth_effects(site: Path, text: str) -> tuple[list[Path], list[str]]:
+    """What one ``.pth`` file of ``site`` does at start-up: the directories it puts on ``sys.path``
+    and the modules it imports (``import x`` lines run as code)."""
+    directories: list[Path] = []
+    modules: list[str] = []
+    for raw in text.splitlines()[:_PTH_LINES]:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith(("import ", "import\t")):
+            modules.extend(re.findall(r"\bimport\s+([A-Za-z_][\w]*)", line))
+            continue
+        directories.append(Path(os.path.normpath(site / line)))
+    return directories, modules
+
+
+def read_pth(path: Path) -> str:
+    """A ``.pth`` file's text, bounded, never following a symlink out (best effort: '' if unreadable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, _PTH_CAP).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def startup_paths(root: Path, pth_files: Iterable[str]) -> dict[str, str]:
+    """Workspace-relative paths that the ``.pth`` files (workspace-relative) make run at start-up:
+    start-up modules in the directories they add, and the modules they import."""
+    found: dict[str, str] = {}
+    for relative in pth_files:
+        site = root / PurePosixPath(relative).parent
+        directories, modules = pth_effects(site, read_pth(root / relative))
+        for directory in directories[:200]:
+            if directory.is_relative_to(root) and directory != root / PurePosixPath(relative).parent:
+                for name in sorted(STARTUP_MODULES):
+                    found[(directory / name).relative_to(root).as_posix()] = PYTHON_REASON
+        for module in modules[:50]:
+            for candidate in (site / f"{module}.py", site / module / "__init__.py"):
+                if candidate.is_relative_to(root):
+                    found[candidate.relative_to(root).as_posix()] = PYTHON_REASON
+    return found
+
+
+# --- homes ------------------------------------------------------------------------------------
+
+
+def homes_within(root: Path) -> list[Path]:
+    """The home directories that are ``root`` or lie inside it."""
+    root = root.resolve(strict=False)
+    found: set[Path] = set()
+    home = Path.home().resolve(strict=False)
+    if home == root or home.is_relative_to(root):
+        found.add(home)
+    if root == Path("/root") or root.parent == Path("/home"):
+        found.add(root)
+    if root == Path("/home"):
+        with contextlib.suppress(OSError):
+            found.update(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+    return sorted(found)
+
+
+def home_dot_entries(home: Path) -> list[str]:
+    """The names of a home's dot entries that are sealed (all but repository metadata and state)."""
+    try:
+        with os.scandir(home) as listing:
+            names = [e.name for e in listing if e.name.startswith(".")]
+    except OSError:
+        return []
+    return sorted(n for n in names if n not in NOT_HOME_DOTS)
+
+
+def user_config_dir() -> Path:
+    """Where Steward's user configuration lives (``steward.config.user_config_path``'s folder)."""
+    from steward.config import user_config_path
+
+    return user_config_path().parent
