@@ -108,6 +108,11 @@ class Checkpointer:
     # --- around a call ------------------------------------------------------------------
 
     def before(self, run_id: str, *, step: int = 0, call_id: str = "", tool: str = "") -> Before:
+        from steward.safety.sandbox.bubblewrap import sweep_placeholders
+
+        # The read-only placeholders a killed process left are no part of the workspace: gone
+        # before it is recorded, or the call would be taken for one that changed them.
+        sweep_placeholders(self.workspace)
         # git stats every file while we walk the directories: the two overlap.
         started = self.shadow.begin(run_id) if self.settings.enabled else None
         try:

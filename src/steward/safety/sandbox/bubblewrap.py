@@ -280,7 +280,6 @@ class _Placeholders:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[Path, int] = {}
-        self._swept: set[Path] = set()
 
     def acquire(
         self,
@@ -317,11 +316,11 @@ class _Placeholders:
         return claimed
 
     def sweep(self, root: Path) -> None:
-        """Once per workspace and process: remove placeholders left by processes now gone."""
+        """Remove the placeholders of processes now gone, and this process's own that none of
+        its sandboxes holds: before every sandbox and every checkpoint, by whichever process
+        comes next (a killed worker's are swept by the one that takes its job over)."""
         with self._lock:
-            if root not in self._swept:
-                self._swept.add(root)
-                _sweep_stale(root)
+            _sweep_stale(root, held=set(self._counts))
 
     def release(self, paths: Sequence[Path]) -> None:
         with self._lock:
@@ -348,7 +347,12 @@ def _note(root: Path, made: Sequence[Path]) -> None:
         pass  # best effort: without the note a killed process leaves an empty placeholder behind
 
 
-def _sweep_stale(root: Path) -> None:
+def sweep_placeholders(root: Path) -> None:
+    """Remove the read-only placeholders that a killed process left in the workspace ``root``."""
+    _PLACEHOLDERS.sweep(root)
+
+
+def _sweep_stale(root: Path, held: set[Path]) -> None:
     """Remove the placeholders that processes now gone noted and could not remove themselves."""
     from steward._proc import pid_alive
 
@@ -362,12 +366,14 @@ def _sweep_stale(root: Path) -> None:
         pid_text, _, path = line.partition(" ")
         if not path or not pid_text.isdigit():
             continue
-        if pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
+        pid = int(pid_text)
+        if Path(path) in held or (pid != os.getpid() and pid_alive(pid)):
             kept.append(line)
         else:
             _remove_if_empty(Path(path))
-    with contextlib.suppress(OSError):
-        ledger.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+    if len(kept) != len(lines):
+        with contextlib.suppress(OSError):
+            ledger.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
 
 
 _COMMONDIR_HERE = b".\n"
