@@ -508,6 +508,9 @@ class Agent:
         for a continued run, the policy and limits it started with."""
         check_goal(goal)
         ws = check_workspace(workspace)
+        from steward.safety.sandbox.bubblewrap import sweep_placeholders
+
+        sweep_placeholders(ws)  # a killed process's placeholders (a resumed run's, a job taken over)
         schema = check_schema(output_schema) if output_schema is not None else None
         model = self.model
         lim = limits or self.limits

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings
 
@@ -79,3 +80,18 @@ async def test_the_next_call_after_a_killed_one_is_its_own(
     assert (workspace / "next.txt").read_text() == "next\n"
     assert not (workspace / "steward.toml").exists()
     assert not (workspace / ".git").exists() and not (workspace / "personas").exists()
+
+
+async def test_a_run_started_or_resumed_sweeps_them_before_any_call(
+    workspace: Path, state_dir: Path, tmp_path: Path
+) -> None:
+    from steward import Agent
+
+    kill_mid_call(workspace, state_dir)
+    assert (workspace / "steward.toml").exists()
+    script = tmp_path / "script.yaml"
+    script.write_text(yaml.safe_dump([{"text": "nothing to do"}]))
+    result = await Agent(model=f"scripted:{script}").run("look around", workspace=workspace)
+    assert result.solved
+    assert not (workspace / "steward.toml").exists() and not (workspace / ".git").exists()
+    assert not (workspace / "personas").exists()
