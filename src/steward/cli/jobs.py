@@ -75,12 +75,24 @@ def submit(
         Path | None,
         typer.Option("--schema", help="A JSON Schema file the job's answer must validate against."),
     ] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            "--mode",
+            help="structured (ask before risky calls) or autonomous; default: as configured. "
+            "Jobs it delegates to run no wider.",
+        ),
+    ] = None,
 ) -> None:
     """Queue a job for a worker of its role; prints the job's id."""
     from steward.answers import load_schema_file
     from steward.run import check_workspace
 
     ws = check_workspace(workspace)
+    if mode is not None and mode not in ("structured", "autonomous"):
+        from steward.cli.options import fail
+
+        raise fail(f"--mode {mode!r} is not a mode; use structured or autonomous")
     output_schema = load_schema_file(schema) if schema is not None else None
 
     async def main() -> int:
@@ -90,7 +102,7 @@ def submit(
             before = await queue.jobs.by_key(idempotency_key) if idempotency_key else None
             handle = await queue.submit(
                 role, goal, workspace=ws, priority=priority, idempotency_key=idempotency_key, user=user,
-                max_attempts=max_attempts, output_schema=output_schema,
+                max_attempts=max_attempts, output_schema=output_schema, mode=mode,
             )  # fmt: skip
             typer.echo(handle.id)
             if before is not None:

@@ -268,7 +268,14 @@ class Worker:
         if job.parent_id is not None:  # a delegated job gets no more than the jobs above it had
             chain = await ancestors(self.jobs, job, 16)
             above = [find_persona(j.role, workspace) if j.role else plain for j in chain]
-            configs = [load_config(workspace, persona=p.layer()) for p in above]
+            # Each ancestor as it actually runs: its job's own mode (given at submit or switched
+            # since) over what the files say, which may be wider.
+            configs = [
+                load_config(
+                    workspace, persona=p.layer(), overrides={"policy": {"mode": j.mode}} if j.mode else None
+                )
+                for p, j in zip(above, chain, strict=True)
+            ]
             layer = inherited_layer(persona, list(zip(above, configs, strict=True)))
             persona = narrowed(persona, above)
         overrides = {"model": job.model} if job.model else None
