@@ -48,6 +48,9 @@ Restore = Callable[[str, Ident], bool]
 it could (the checkpointer's own restore, beneath the workspace's fd)."""
 
 FILE_TOOLS = frozenset({"write_file", "edit_file"})
+NEW_ALLOWED = frozenset({"pyvenv.cfg"})
+"""Sealed once they exist, but an agent may make them: a new environment's ``pyvenv.cfg`` is what
+makes it one (its start-up files stay sealed)."""
 _COPY_BYTES = 256 * 1024
 _WALK_FILES = 200_000  # a guard against a runaway walk, far above any real folder of this kind
 
@@ -99,7 +102,7 @@ class SealedFiles:
             if path in skipped:
                 continue
             was, is_now = state.idents.get(path, ()), ident(self.root / path)
-            if _same(was, is_now):
+            if _same(was, is_now) or (not was and path.rpartition("/")[2] in NEW_ALLOWED):
                 continue
             reason = state.reasons.get(path) or current[path]
             items.append(self._put_back(path, was, is_now, restore, reason))

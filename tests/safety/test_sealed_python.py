@@ -1,0 +1,160 @@
+"""Python environments in the workspace are sealed by what they are, whatever their folder's name.
+
+Each attack is a real sandboxed bash call with the checkpoint before and the comparison after, as
+an agent makes it; then the user's next ``python`` of that environment runs on the host, and
+whether the planted code ran is read off the disk.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings
+
+from .conftest import RunBash
+
+PYTHON = shutil.which("python3")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"),
+    pytest.mark.skipif(PYTHON is None, reason="needs python3 on PATH"),
+]
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> BubblewrapSandbox:
+    return BubblewrapSandbox(SandboxSettings(cpu_s=20, max_processes=64, tmpfs_mb=64))
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+@pytest.fixture
+def marker(tmp_path: Path) -> Path:
+    """Where planted code would leave its mark when it runs on the host."""
+    return tmp_path / "planted-code-ran"
+
+
+def make_env(where: Path) -> Path:
+    """A real environment (``python3 -m venv``); returns its site directory."""
+    assert PYTHON is not None
+    subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(where)], check=True)
+    (site,) = where.glob("lib/python3*/site-packages")
+    return site
+
+
+def start_python(env: Path) -> None:
+    """The user's next ``python`` in that environment, on the host."""
+    subprocess.run([str(env / "bin" / "python"), "-c", "pass"], check=False, timeout=60)
+
+
+def payload(marker: Path) -> str:
+    return f"import os; open({str(marker)!r}, 'w').write('ran')"
+
+
+async def test_a_pth_file_or_startup_module_planted_in_an_environment_never_runs(
+    sandbox: BubblewrapSandbox, workspace: Path, marker: Path, checkpointed_bash: RunBash
+) -> None:
+    site = make_env(workspace / "tools-env")  # not called .venv: found by what it is
+    (site / "user-owned.pth").write_text("# the user's own\n")
+    site_rel = site.relative_to(workspace).as_posix()
+    (workspace / "payload.txt").write_text(payload(marker) + "\n")
+    attacks = [
+        f'echo "{payload(marker)}" > {site_rel}/evil.pth',
+        f"cp payload.txt {site_rel}/zz-copied.pth",
+        f"cd {site_rel} && ln -s ../../../../payload.txt linked.pth",
+        f"python3 -c \"open('{site_rel}/aa.pth', 'w').write(open('payload.txt').read())\"",
+        f"cat payload.txt >> {site_rel}/user-owned.pth",
+        f"cp payload.txt {site_rel}/sitecustomize.py",
+        f"mv payload.txt {site_rel}/usercustomize.py",
+        "echo 'include-system-site-packages = true' >> tools-env/pyvenv.cfg",
+    ]
+    for attack in attacks:
+        await checkpointed_bash(sandbox, workspace, attack)
+    start_python(workspace / "tools-env")
+    assert not marker.exists()
+    assert sorted(p.name for p in site.iterdir()) == ["user-owned.pth"]
+    assert (site / "user-owned.pth").read_text() == "# the user's own\n"
+    assert "include-system-site-packages = false" in (workspace / "tools-env" / "pyvenv.cfg").read_text()
+
+
+async def test_an_environment_made_during_the_run_gets_no_startup_code(
+    sandbox: BubblewrapSandbox, workspace: Path, marker: Path, checkpointed_bash: RunBash
+) -> None:
+    result = await checkpointed_bash(
+        sandbox,
+        workspace,
+        "python3 -m venv --without-pip made-now && site=$(echo made-now/lib/python3*/site-packages) && "
+        f'echo "{payload(marker)}" > $site/evil.pth && echo "{payload(marker)}" > $site/sitecustomize.py',
+    )
+    assert "evil.pth removed" in result.content
+    start_python(workspace / "made-now")
+    assert not marker.exists()
+    (site,) = (workspace / "made-now").glob("lib/python3*/site-packages")
+    assert not (site / "evil.pth").exists() and not (site / "sitecustomize.py").exists()
+    assert (workspace / "made-now" / "pyvenv.cfg").exists()  # the environment itself is the agent's
+
+
+async def test_the_source_folder_of_an_editable_install_gets_no_startup_module(
+    sandbox: BubblewrapSandbox, workspace: Path, marker: Path, checkpointed_bash: RunBash
+) -> None:
+    site = make_env(workspace / ".venv")
+    (workspace / "src" / "proj").mkdir(parents=True)
+    (workspace / "src" / "proj" / "__init__.py").write_text("")
+    (site / "__editable__.proj-0.1.pth").write_text(f"{workspace / 'src'}\n")
+    (site / "__editable___other_finder.py").write_text("def install():\n    pass\n")
+    (site / "__editable__.other-0.1.pth").write_text(
+        "import __editable___other_finder; __editable___other_finder.install()\n"
+    )
+    for attack in (
+        f'echo "{payload(marker)}" > src/sitecustomize.py',
+        f"printf '%s\\n' \"{payload(marker)}\" > src/usercustomize.py",
+        f'echo "{payload(marker)}" >> {site.relative_to(workspace)}/__editable___other_finder.py',
+    ):
+        await checkpointed_bash(sandbox, workspace, attack)
+    start_python(workspace / ".venv")
+    assert not marker.exists()
+    assert not (workspace / "src" / "sitecustomize.py").exists()
+    assert not (workspace / "src" / "usercustomize.py").exists()
+    assert (site / "__editable___other_finder.py").read_text() == "def install():\n    pass\n"
+
+
+async def test_the_rest_of_an_environment_and_the_project_stay_writable(
+    sandbox: BubblewrapSandbox, workspace: Path, checkpointed_bash: RunBash
+) -> None:
+    site = make_env(workspace / "env")
+    result = await checkpointed_bash(
+        sandbox,
+        workspace,
+        f"mkdir {site.relative_to(workspace)}/pkg && echo x=1 > {site.relative_to(workspace)}/pkg/__init__.py && echo ok > notes.txt",
+    )
+    assert not result.is_error, result.content
+    assert (site / "pkg" / "__init__.py").read_text() == "x=1\n"
+    assert (workspace / "notes.txt").read_text() == "ok\n"
+
+
+async def test_without_the_sandbox_the_comparison_still_undoes_them(
+    workspace: Path, marker: Path, checkpointed_bash: RunBash
+) -> None:
+    site = make_env(workspace / "env")
+    (site / "kept.pth").write_text("# kept\n")
+    site_rel = site.relative_to(workspace).as_posix()
+    await checkpointed_bash(
+        None,
+        workspace,
+        f'echo "{payload(marker)}" > {site_rel}/evil.pth; echo "{payload(marker)}" > {site_rel}/kept.pth; '
+        f'echo "{payload(marker)}" > {site_rel}/sitecustomize.py',
+    )
+    start_python(workspace / "env")
+    assert not marker.exists()
+    assert (
+        site / "kept.pth"
+    ).read_text() == "# kept\n"  # restored from the copy: .venv-like folders are ignored
+    assert not (site / "evil.pth").exists() and not (site / "sitecustomize.py").exists()
