@@ -92,6 +92,8 @@ def check_answer(text: str, schema: Mapping[str, Any]) -> tuple[str | None, str 
         body = fenced.group(1).strip()
     try:
         value = json.loads(body, parse_constant=_not_json)
+    except RecursionError:
+        return None, "it nests arrays and objects too deep to read; send a flatter answer"
     except ValueError as exc:
         where = f" at line {exc.lineno}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         what = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
@@ -101,6 +103,11 @@ def check_answer(text: str, schema: Mapping[str, Any]) -> tuple[str | None, str 
     except Unresolvable as exc:
         raise ConfigError(
             f"the output schema cannot be applied: {exc}. Keep every $ref inside the schema (#/$defs/...)."
+        ) from None
+    except RecursionError:  # a $ref that leads back to itself before reading any of the answer
+        raise ConfigError(
+            "the output schema cannot be applied: a $ref leads back to itself without end; "
+            "each $ref must reach a schema that checks something"
         ) from None
     if error is not None:
         return None, f"at {error.json_path}: {error.message}"

@@ -25,7 +25,7 @@ from steward.jobs.api import Queue
 from steward.server.channels import watch_channels
 from steward.server.errors import ApiError, install_error_handlers
 from steward.server.hub import EventHub
-from steward.server.limits import BodyLimit
+from steward.server.limits import RequestLimits
 from steward.server.outbox import Outbox
 from steward.server.routes import channels, jobs, runs, sessions, system
 from steward.server.state import ServerOptions, ServerState
@@ -92,7 +92,7 @@ def create_app(options: ServerOptions) -> FastAPI:
             CORSMiddleware, allow_origins=options.settings.cors_origins, allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
         )  # fmt: skip
-    app.add_middleware(BodyLimit, limit=options.settings.max_body_kb * 1024)
+    app.add_middleware(RequestLimits, limit=options.settings.max_body_kb * 1024)
     return app
 
 

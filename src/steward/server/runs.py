@@ -54,12 +54,16 @@ async def run_out(state: ServerState, job: Job, row: RunRow | None = None) -> s.
 
 
 def checked_schema(given: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``given`` when it is a JSON Schema that can be applied (a 400 that says why otherwise):
+    tried on a few answers now, so a ``$ref`` that loops fails the request, not the run's end."""
     if given is None:
         return None
-    from steward.answers import check_schema
+    from steward.answers import check_answer, check_schema
 
     try:
         check_schema(given)
+        for sample in ("null", "{}", "[]", '""', "0"):
+            check_answer(sample, given)
     except StewardError as exc:
         raise ApiError(400, f"output_schema: {exc}") from None
     return given

@@ -7,6 +7,7 @@ import contextlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -235,11 +236,14 @@ def _signed(secret: str, body: bytes, given: str | None, timestamp: str | None) 
     expected = signature(secret, body, timestamp.strip()).encode()
     if not hmac.compare_digest(given.strip().lower().encode("latin-1", "replace"), expected):
         return "with a signature that is not the channel's"
-    try:
-        skew = abs(time.time() - float(timestamp))
-    except ValueError:
-        return "with a timestamp that is not Unix seconds"
+    # Digits (and a fraction) only: float() also reads "nan", "inf" and "1e400", none a time.
+    if _UNIX_SECONDS.fullmatch(timestamp.strip()) is None:
+        return "with a timestamp that is not Unix seconds (digits, e.g. 1700000000)"
+    skew = abs(time.time() - float(timestamp))
     return None if skew <= MAX_SKEW_S else f"signed {int(skew)} s away from now (a replay?)"
+
+
+_UNIX_SECONDS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
 
 
 # Documented as they are sent: problem details (as the rest of the API's errors are).
