@@ -220,14 +220,22 @@ def nested(workspace: Path) -> Path:
     return sub
 
 
-async def test_a_moved_nested_repository_is_moved_back(
-    sandbox: BubblewrapSandbox, workspace: Path, nested: Path, checkpointed_bash: RunBash
+async def test_a_moved_nested_repository_keeps_its_history_where_it_now_is(
+    sandbox: BubblewrapSandbox, workspace: Path, state_dir: Path, nested: Path, checkpointed_bash: RunBash
 ) -> None:
     result = await checkpointed_bash(sandbox, workspace, "mv libs/sub libs/elsewhere")
-    assert result.is_error and "moved back" in result.content
+    assert not result.is_error, result.content  # moving a repository is legitimate
+    moved = workspace / "libs" / "elsewhere"
+    assert git(moved, "log", "--format=%s") == "nested history\n"
+    assert not nested.exists()
+    await checkpointed_bash(sandbox, workspace, "echo 2 > libs/elsewhere/lib.py")
+    cp = checkpointer(workspace, state_dir)
+    cp.rewind("test-run", cp.checkpoints("test-run")[0])  # and a rewind puts it all back
     assert git(nested, "log", "--format=%s") == "nested history\n"
-    assert (nested / "lib.py").read_text() == "x = 1\n"
-    assert not (workspace / "libs" / "elsewhere" / ".git").exists()
+    assert (nested / "lib.py").read_text() == "x = 1\n" and not moved.exists()
+    cp.rewind("test-run", cp.checkpoints("test-run")[-1])  # undone: where it was moved, as it was
+    assert git(moved, "log", "--format=%s") == "nested history\n" and not nested.exists()
+    assert (moved / "lib.py").read_text() == "2\n"
 
 
 @pytest.mark.parametrize(
@@ -237,7 +245,6 @@ async def test_a_moved_nested_repository_is_moved_back(
         "mv libs/sub/.git /tmp/stolen; mkdir libs/sub/.git",
         "rm -rf libs/sub",
         "cd libs/sub && git update-ref -d HEAD; rm -rf .git/objects",
-        "mv libs/sub libs/old && git init -q libs/sub",
     ],
 )
 async def test_a_swapped_or_deleted_nested_repository_keeps_its_history(
@@ -349,7 +356,8 @@ async def test_a_file_in_the_way_does_not_stop_the_comparison(
     result = await checkpointed_bash(sandbox, workspace, command)
     assert result.is_error
     assert not (workspace / "evil.git" / "HEAD").exists()
-    assert git(nested, "log", "--format=%s") == "nested history\n"  # moved back over the file
+    assert git(workspace / "libs" / "sub2", "log", "--format=%s") == "nested history\n"  # moved with it
+    assert (workspace / "libs" / "sub").read_text() == "x\n"
 
 
 async def test_a_symlinked_python_in_the_workspace_is_put_back(

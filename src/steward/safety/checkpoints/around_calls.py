@@ -6,15 +6,20 @@ compares. What a call may never leave behind is reverted from the checkpoint, wh
 call was and however it was spelled:
 
 * a ``.git`` entry or a git-directory layout that was not there before (anywhere: no depth
-  limit, no skipped directory) is removed; one that moved is moved back;
+  limit, no skipped directory, a fresh one where a moved one was) is removed, and so is a
+  submodule's git directory made under a ``modules/`` folder; a repository that was *moved*
+  keeps its history where it now is (moving is legitimate) and is watched there;
 * an existing repository's ``.git`` that is gone, swapped or rewritten is put back (its history
-  comes from the checkpoint, or from the very directory when it was only moved);
+  comes from the checkpoint);
 * a changed or new file that decides which programs git runs (``config``, ``config.worktree``,
   ``commondir``, ``gitdir``, anything in ``hooks/``) of any existing git directory is restored;
 * a changed protected file of the workspace root (``steward.toml``, shell start-up files);
 * a new, changed or removed file that the host runs later, sealed by what it is wherever it is
   (``steward.safety.checkpoints.sealed_files``: Python start-up files, hooks folders, editor
   tasks, a home's dotfiles and Steward's user configuration).
+
+Every write here goes beneath the workspace's fd with no symlink followed
+(``steward.tools._beneath.StrictTree``): nothing a command left can lead it out.
 
 The sandbox already keeps the existing ones of these read-only while a command runs; this is
 what holds for everything else (new paths, tools that run outside the sandbox, a sandbox turned
@@ -67,6 +72,8 @@ class Before:
     run_id: str
     #: Files the host runs later, as they were (``steward.safety.checkpoints.sealed_files``).
     sealed: SealedState | None = None
+    #: What was below each git directory's ``modules/`` (``Checkpointer._modules_of``).
+    modules: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -133,7 +140,8 @@ class Checkpointer:
                 tool=tool,
                 started=started,
             )
-        return Before(checkpoint, scan, self._sensitive(scan), run_id, self.sealed.snapshot(scan, tool=tool))
+        sealed = self.sealed.snapshot(scan, tool=tool)
+        return Before(checkpoint, scan, self._sensitive(scan), run_id, sealed, self._modules_of(scan))
 
     def after(self, before: Before) -> Undone:
         """Revert what may not change (see the module docstring); say what was reverted."""
@@ -145,6 +153,7 @@ class Checkpointer:
             self._unwalkable,
             self._dotgits,
             self._layouts,
+            self._new_modules,
             self._sensitive_files,
             self._sealed_files,
             self._lost_objects,
@@ -205,21 +214,17 @@ class Checkpointer:
     # --- .git entries -------------------------------------------------------------------
 
     def _dotgits(self, before: Before, now: Scan, undone: Undone) -> None:
+        """Moving a repository is legitimate: its history goes with it and stays where it now
+        is. A ``.git`` that is new (anywhere, an old path taken by a fresh one included) is
+        removed; an existing one that is gone, swapped or rewritten comes back from the checkpoint."""
         old, new = before.scan.dotgits(), now.dotgits()
-        # A git directory found at a new path with the identity (device, inode) of one gone
-        # from its old path was moved: it goes back whole, rather than removed and rebuilt.
-        gone = {m.ident: p for p, m in old.items() if m.ident[0] == "dir" and p not in new}
-        moved = {p: gone[m.ident] for p, m in new.items() if p not in old and m.ident in gone}
+        moved = _moves(old, new)
         with self.shadow.tree() as tree:
             for path in sorted(new, key=lambda p: -p.count("/")):
-                if path not in old and path not in moved and not _inside(path, old):
+                fresh = path not in old or (old[path].ident != new[path].ident and path in moved.values())
+                if fresh and path not in moved and not _inside(path, old):
                     tree.remove(path)
                     undone.items.append(f"new {path} removed")
-            for origin, path in sorted(moved.items()):
-                tree.remove(path)  # an empty .git left in its place (not a repository to the scan)
-                tree.rename(origin, path)  # what is in the way of its parents is removed, not followed
-                undone.items.append(f"{origin} moved back to {path}")
-                self._restore_missing_files(before, path, undone)
         for path, marker in sorted(old.items(), key=lambda item: item[0].count("/")):
             current = new.get(path)
             changed = current is None or current.ident != marker.ident
@@ -250,6 +255,38 @@ class Checkpointer:
                 shown = f"{path}/" if path else "the workspace root"
                 undone.items.append(f"new repository at {shown} disabled (removed {', '.join(removed)})")
 
+    # --- submodules' git directories that did not exist -----------------------------------
+
+    def _modules_of(self, scan: Scan) -> frozenset[str]:
+        """Each entry below the ``modules/`` of every git directory, down to the submodules'
+        own git directories (not into them: their files are judged as any git directory's),
+        and each folder listed on the way, as ``path/``. A submodule's name may hold '/'
+        (``modules/vendor/lib``): the folders on the way count."""
+        found: set[str] = set()
+        gitdirs = [p for p, m in scan.dotgits().items() if m.ident[0] == "dir"] + list(scan.layouts())
+        with self.shadow.tree() as tree:
+            stack = [f"{gitdir}/modules" if gitdir else "modules" for gitdir in gitdirs]
+            while stack:
+                directory = stack.pop()
+                names = tree.listdir(directory)
+                if "HEAD" in names and not directory.endswith("/modules"):
+                    continue  # a submodule's git directory
+                found.add(f"{directory}/")
+                for name in names:
+                    found.add(f"{directory}/{name}")
+                    stack.append(f"{directory}/{name}")
+        return frozenset(found)
+
+    def _new_modules(self, before: Before, now: Scan, undone: Undone) -> None:
+        """What git would take for a submodule's git directory, made by a command (hooks, a
+        config with fsmonitor, waiting for ``git submodule update``), is removed whole; what
+        appears inside an existing one is not this stage's (a lost ``HEAD`` comes back)."""
+        with self.shadow.tree() as tree:
+            for path in sorted(self._modules_of(now) - before.modules):
+                listed_before = path.rpartition("/")[0] + "/" in before.modules
+                if not path.endswith("/") and listed_before and tree.remove(path):
+                    undone.items.append(f"new {path} removed")
+
     # --- files that decide what git runs, and the root's protected files ------------------
 
     def _sensitive(self, scan: Scan) -> dict[str, tuple[object, ...]]:
@@ -275,23 +312,41 @@ class Checkpointer:
         return found
 
     def _sensitive_files(self, before: Before, now: Scan, undone: Undone) -> None:
-        current = self._sensitive(now)
+        # A moved git directory's files are judged where it now is, against what they were.
+        moved = {origin: path for path, origin in _moves(before.scan.dotgits(), now.dotgits()).items()}
+        back = {new: old for old, new in moved.items()}
+        current = {_renamed(p, back): ident for p, ident in self._sensitive(now).items()}
         for path in sorted(set(before.sensitive) | set(current)):
             was = before.sensitive.get(path, ())
+            at = _renamed(path, moved)
+            if not was and current.get(path) and self._moved_placeholder(at):
+                continue
             if path not in before.sensitive:
                 # A program file of a git directory that did not exist before (a new hook).
                 if current[path] and _within_known(path, before):
                     with self.shadow.tree() as tree:
-                        tree.remove(path)
-                    undone.items.append(f"new {path} removed")
+                        tree.remove(at)
+                    undone.items.append(f"new {at} removed")
                 continue
             if current.get(path, ()) == was:
                 continue
-            if self._restore_file(before, path, was):
-                undone.items.append(f"{path} restored" if was else f"new {path} removed")
+            if self._restore_file(before, path, was, at=at):
+                undone.items.append(f"{at} restored" if was else f"new {at} removed")
 
-    def _restore_file(self, before: Before, path: str, was: tuple[object, ...]) -> bool:
-        """Put ``path`` back as ``was`` (its identity at the checkpoint); whether it was changed."""
+    def _moved_placeholder(self, path: str) -> bool:
+        """The sandbox's harmless ``commondir`` placeholder ("this directory"), moved along with
+        its git directory by a command (its sandbox could then not remove it): removed quietly."""
+        with self.shadow.tree() as tree:
+            if path.endswith("/commondir") and tree.read(path, limit=3) == b".\n":
+                return tree.remove(path)
+        return False
+
+    def _restore_file(
+        self, before: Before, path: str, was: tuple[object, ...], *, at: str | None = None
+    ) -> bool:
+        """Put ``path`` back as ``was`` (its identity at the checkpoint), at ``at`` when it has
+        moved since (with its git directory); whether anything was changed."""
+        recorded, path = path, at or path
         with self.shadow.tree() as tree:
             if not was:
                 return tree.remove(path)
@@ -299,7 +354,7 @@ class Checkpointer:
             # A hooks directory is judged by its files, one by one.
             content = None
             if was[0] != "dir" and checkpoint is not None:
-                content = self._content_then(before.run_id, checkpoint, path)
+                content = self._content_then(before.run_id, checkpoint, recorded)
             if content is None:
                 return False
             if was[0] == "link":  # git keeps a link as its target's text
@@ -379,6 +434,31 @@ def _host_links(workspace: Path) -> list[str]:
 def _inside(path: str, gitdirs: dict[str, Marker]) -> bool:
     """Whether ``path`` lies inside one of the ``.git`` directories (not at it)."""
     return any(path.startswith(g + "/") for g, m in gitdirs.items() if m.ident[0] == "dir")
+
+
+def _moves(old: dict[str, Marker], new: dict[str, Marker]) -> dict[str, str]:
+    """``.git`` entries found at a new path that are the very one gone from an old path (the
+    same inode: a directory, or a ``gitdir:`` file as it was): new path -> old path."""
+    gone = {_identity(m): p for p, m in old.items() if p not in new or new[p].ident != m.ident}
+    moved = {}
+    for path, marker in new.items():
+        origin = gone.get(_identity(marker)) if path not in old or old[path].ident != marker.ident else None
+        if origin is not None and origin != path:
+            moved[path] = origin
+    return moved
+
+
+def _identity(marker: Marker) -> tuple[object, ...]:
+    # A rename changes a file's ctime, not its inode, size or mtime.
+    return marker.ident[:4] if marker.ident[0] == "file" else marker.ident
+
+
+def _renamed(path: str, moves: dict[str, str]) -> str:
+    """``path`` with the first of ``moves``' prefixes it lies under replaced."""
+    for origin, target in moves.items():
+        if path.startswith(origin + "/"):
+            return target + path[len(origin) :]
+    return path
 
 
 def _within_known(path: str, before: Before) -> bool:

@@ -82,6 +82,7 @@ _CONFIG = (
 _ATTRIBUTES = "* -text -eol -filter -ident -working-tree-encoding -diff -merge -crlf\n"
 _GITDIRS = "gitdirs"
 _STATUS = ("status", "--porcelain=v2", "-z", "--no-renames", "--ignore-submodules=all")
+_TREE_ONLY = frozenset({"cat-file", "commit-tree", "diff-tree", "ls-tree", "rev-parse", "write-tree"})
 _SENSITIVE_FILES = frozenset({"config", "config.worktree", "commondir", "gitdir"})
 
 
@@ -220,13 +221,19 @@ class _Git:
 
     def run(self, *args: str, stdin: bytes | None = None, check: bool = True) -> bytes:
         argv = self.argv(*args)
+        env, cwd = self.env(), self.worktree if self.worktree.is_dir() else self.shadow.path
+        if args[0] in _TREE_ONLY:
+            # Not given the work tree at all: whatever a command made of it (a folder on its
+            # path swapped for a link) cannot make git refuse to start.
+            del env["GIT_WORK_TREE"]
+            cwd = self.shadow.path
         try:
             done = subprocess.run(
                 argv,
                 input=stdin,
                 capture_output=True,
-                env=self.env(),
-                cwd=self.worktree if self.worktree.is_dir() else self.shadow.path,
+                env=env,
+                cwd=cwd,
                 timeout=GIT_TIMEOUT_S,
                 check=False,
             )
@@ -740,6 +747,9 @@ class Shadow:
                         self._restore_gitdir(tree, run_id, target, path, prune=True)
                 except (OSError, CheckpointError) as exc:
                     report.failed.append(f"{path} ({_reason(exc)})")
+            for unit in set(before.units) - set(target.units):  # a repository that was not there
+                with contextlib.suppress(OSError):
+                    tree.remove_empty_parents(f"{unit}/.git")
         report.left = [*target.skipped, *target.special]
         return report
 
