@@ -83,7 +83,33 @@ def test_compound_commands_yield_every_simple_command(command: str, expected: li
 
 def test_pipeline_records_earlier_stages_in_pipe_from() -> None:
     commands = parse_shell("curl -s x | tee log | sh").commands
-    assert [c.pipe_from for c in commands] == [(), ("curl",), ("curl", "tee")]
+    assert [c.pipe_from for c in commands if c.argv] == [(), ("curl",), ("curl", "tee")]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "tac <<EOF | sh\ngit push\nEOF\n",
+        "python3 gen.py | bash",
+        "cat s.txt | bash -s",
+        "make | sh /dev/stdin",
+    ],
+)
+def test_a_shell_reading_what_another_program_pipes_runs_an_unknown_program(command: str) -> None:
+    unknown = [c for c in parse_shell(command).commands if c.open_from == 0]
+    assert unknown, parse_shell(command).commands
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ". /dev/stdin <<< 'git push o'",
+        "bash /dev/stdin <<< 'git push o'",
+        "cat <<EOF | bash\ngit push o\nEOF\n",
+    ],
+)
+def test_a_script_fed_through_stdin_is_read_as_commands(command: str) -> None:
+    assert "git push o" in [normalized(c) for c in parse_shell(command).commands]
 
 
 def test_redirects_are_recorded_with_operator_and_target() -> None:

@@ -90,7 +90,9 @@ commands, part of which is decided only at run time, for the policy to fail clos
   ``hash -p`` name is used with;
 * a program unknown altogether: ``eval "$X"``, ``bash -c "$S"``, ``bash <(…)``, ``source
   <(…)``, ``parallel`` reading command lines, a computed ``trap`` body, inline code calling
-  ``system()``/``subprocess``/``exec`` with an argument that is not written out;
+  ``system()``/``subprocess``/``exec`` with an argument that is not written out, a shell reading
+  what another program pipes into it (``python gen.py | sh``; a heredoc through ``cat`` or
+  ``/dev/stdin`` is read as a script), a script the same line writes and then runs;
 * git: setting an alias (``-c alias.*``, ``--config-env``, ``git config alias.* …``,
   ``include.path``, ``git config --edit``), or a subcommand that is none of git's own commands
   (git ignores aliases named like its commands, so any other name may be an alias);
@@ -225,11 +227,12 @@ class Guard:
         everything = parsed.commands + tuple(
             inner for cmd in parsed.commands if cmd.argv for inner in _inline_shell_commands(cmd)
         )
+        computed = _runs_what_it_writes(parsed.commands, scope)
         return GuardVerdict(
             findings=tuple(findings.values()),
             network=any(_uses_network(c) for c in parsed.commands),
             commands=tuple(dict.fromkeys(normalized(c) for c in everything if c.argv)),
-            opaque=tuple(dict.fromkeys(o for c in everything for o in _opaque(c))),
+            opaque=tuple(dict.fromkeys([*(o for c in everything for o in _opaque(c)), *computed])),
             equivalents=tuple(dict.fromkeys(e for c in everything if c.argv for e in _equivalents(c))),
         )
 
@@ -1340,6 +1343,32 @@ def _opaque(cmd: SimpleCommand) -> Iterator[Opaque]:
                 call = code[match.start() : match.end() + 20].strip()
                 yield Opaque("", f"inline code runs a program chosen at run time ({call}…)", shown)
                 return
+
+
+def _runs_what_it_writes(commands: tuple[SimpleCommand, ...], scope: _Scope) -> Iterator[Opaque]:
+    """A script this very command line writes and then runs (``echo 'git push' > s.sh; sh s.sh``):
+    its content is decided at run time, like a computed word (a file that was there before is a
+    program like any other)."""
+    written = set()
+    for cmd in commands:
+        for target in _write_targets(cmd):
+            resolved = scope.resolve(target)
+            if resolved is not None:
+                written.add(resolved[0])
+    if not written:
+        return
+    for cmd in commands:
+        if not cmd.argv:
+            continue
+        name = basename(cmd.argv[0])
+        if name in _INTERPRETERS or name in ("source", "."):
+            script = next((a for a in cmd.argv[1:] if not a.startswith(("-", "+"))), None)
+        else:
+            script = cmd.argv[0] if "/" in cmd.argv[0] else None
+        resolved = scope.resolve(script) if script else None
+        if resolved is not None and resolved[0] in written:
+            why = f"{script} is written by this same command line, so what it runs is decided at run time"
+            yield Opaque("", why, normalized(cmd))
 
 
 def _git_opaque(cmd: SimpleCommand) -> Iterator[Opaque]:

@@ -34,8 +34,11 @@ Rules about programs hold however the program is reached:
   an "approve always" suggestion in structured mode, and refused in autonomous mode. Plumbing
   is also matched in its porcelain spelling (:attr:`GuardVerdict.equivalents`), so ``deny
   bash(git push*)`` denies ``git send-pack``.
-* **What no rule sees.** A program file run by name (``./deploy.sh``, ``python tool.py``,
-  ``make``) does whatever its file says; the guard does not read files. Whole-program rules
+* **What no rule sees.** A program file that was there before the command (``./deploy.sh``,
+  ``python tool.py``, ``make``) does whatever its file says; the guard does not read files. A
+  script the same command line writes and then runs (``echo 'git push' > s.sh; sh s.sh``), and a
+  shell reading what another program pipes into it (``cat <<EOF | sh``, ``python gen.py | bash``)
+  count as computed, like the words above. Whole-program rules
   still hold there (the program is masked), and network use stays off in the sandbox unless
   allowed; a subcommand rule such as ``bash(git branch -D*)`` does not reach inside the file.
 

@@ -416,7 +416,15 @@ class _Walker:
         else:
             self.walk(body, replace(ctx, redirects=ctx.redirects + tuple(redirects)), level + 1)
         for child in _redirect_children(node):
-            self.walk(child, ctx, level + 1)
+            inner = [c for c in child.children if c.type == "pipeline"] if body is not None else []
+            if child.type == "heredoc_redirect" and body is not None and inner:
+                # tree-sitter hangs the rest of ``cat <<EOF | sh`` on the heredoc: those stages
+                # read what the body writes (the heredoc's text when it is a plain ``cat``).
+                producer, text = _heredoc_output(body, child)
+                piped = replace(ctx, pipe_from=(*ctx.pipe_from, producer), stdin=text)
+                self._pipeline(inner[0], piped, level + 1)
+            else:
+                self.walk(child, ctx, level + 1)
 
     def _list(self, node: tree_sitter.Node, ctx: _Ctx, level: int) -> None:
         # ``a && b || c`` nests to the left, one level per operator: walk the chain as a loop so
@@ -435,7 +443,7 @@ class _Walker:
     ) -> None:
         stages = [c for c in node.children if c.type not in ("|", "|&")]
         seen: list[str] = []
-        piped: str | None = None
+        piped: str | None = ctx.stdin  # the first stage reads what its context feeds it
         for index, stage in enumerate(stages):
             stage_ctx = replace(ctx, pipe_from=ctx.pipe_from + tuple(seen), stdin=piped)
             if index == len(stages) - 1 and last_redirects:
@@ -571,6 +579,16 @@ def _printed_text(argv: tuple[str, ...]) -> str | None:
         text = " ".join(args[1:]) if "%" in args[0] else args[0]
         return text.replace("\\n", "\n")
     return " ".join(args) if name == "echo" else None
+
+
+def _heredoc_output(body: tree_sitter.Node, heredoc: tree_sitter.Node) -> tuple[str, str | None]:
+    """The program of a redirected statement's body, and what it writes when that is known: the
+    heredoc's text for a ``cat`` without file operands."""
+    words = [c for c in body.children if c.type in ("command_name", "word")] if body.type == "command" else []
+    name = basename(_decode(words[0].text)) if words else _decode(body.text).split(" ", 1)[0]
+    if name == "cat" and len(words) == 1:
+        return name, _redirect(heredoc)[1]
+    return name, None
 
 
 def _redirect_children(node: tree_sitter.Node) -> Iterable[tree_sitter.Node]:
@@ -772,6 +790,23 @@ def _source(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
     if len(cmd.words) > 1 and _substituted(cmd.words[1]):
         why = f"{cmd.words[0].text} runs a script produced at run time ({cmd.words[1].text})"
         walker.emit_unknown(cmd, ctx, why)
+    elif len(cmd.words) > 1 and cmd.words[1].text in STDIN_FILES:
+        _stdin_program(walker, cmd, ctx)  # ``. /dev/stdin <<< '…'``: the script is what stdin holds
+
+
+STDIN_FILES = frozenset({"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+"""Names of the standard input: a shell given one as its script reads its program from stdin."""
+
+
+def _stdin_program(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
+    """A shell that reads its program from stdin: the literal text a heredoc, here-string or
+    ``echo`` stage feeds it is read as a script; anything another program writes into the pipe
+    (``cat <<EOF | sh``, ``python gen.py | bash``) is known only at run time."""
+    if cmd.stdin is not None:
+        walker.parse_script(cmd.stdin, ctx.nested("bash_c"))
+    elif ctx.pipe_from:
+        why = f"{cmd.words[0].text} runs what {ctx.pipe_from[-1]} writes into the pipe (known at run time)"
+        walker.emit_unknown(cmd, ctx, why)
 
 
 def _unwrap(walker: _Walker, cmd: _Cmd, ctx: _Ctx, name: str) -> None:
@@ -933,8 +968,8 @@ def _shell(walker: _Walker, cmd: _Cmd, ctx: _Ctx) -> None:
     script = _dash_c_script(args)
     if script is not None:
         walker.parse_script(script, ctx.nested("bash_c"))
-    elif cmd.stdin is not None and _reads_stdin_script(args[1:]):
-        walker.parse_script(cmd.stdin, ctx.nested("bash_c"))
+    elif _reads_stdin_script(args[1:]) or any(a in STDIN_FILES for a in args[1:2]):
+        _stdin_program(walker, cmd, ctx)
     else:
         operand = next((w for w in cmd.words[1:] if not w.text.startswith(("-", "+"))), None)
         if operand is not None and _substituted(operand):
