@@ -7,6 +7,7 @@ that run's state; a run that waits for a human is answered through ``Run.answer`
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from steward.answers import check_schema, schema_prompt
 from steward.config import Config, Limits, ProviderSettings
 from steward.context import ContextBuilder
-from steward.errors import ConfigError
+from steward.errors import ConfigError, StewardError
 from steward.events import RunStart
 from steward.loop import Loop
 from steward.memory.recall import recall_toolset
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from steward.memory.blocks import CoreMemory, MemoryBlock
     from steward.memory.session import History
     from steward.personas import Persona
+    from steward.recovery import Recovered
     from steward.safety.checkpoints.around_calls import Checkpointer
     from steward.safety.policy.rules import Policy
     from steward.safety.secrets.values import SecretWatch
@@ -368,13 +370,10 @@ class Agent:
         return RedactingToolset(guarded, self._secret_watch)
 
     def _secret_watch(self, workspace: Path) -> SecretWatch:
-        from steward.safety.checkpoints.scan import scanner_for
-        from steward.safety.secrets.values import SecretWatch
+        from steward.safety.secrets.watches import secret_watch
 
-        scanner = scanner_for(workspace, tuple(self.config.sandbox.secret_files))
-        # The list of secret files is looked at again at most once a second (a complete scan);
-        # the files found are checked for changes on every call.
-        return SecretWatch(lambda: [scanner.root / p for p in scanner.scan().secrets], rescan_s=1.0)
+        # Secret files' values, and those the configuration hands to processes (MCP env, headers).
+        return secret_watch(workspace, self.config)
 
     def checkpointer(self, workspace: Path) -> Checkpointer:
         """Checkpoints and change detection for ``workspace`` (one per workspace and process)."""
@@ -430,6 +429,24 @@ class Agent:
             raise ConfigError("resuming a run needs its store: Agent(store=await open_store(url))")
         persona = self.persona.name if self.persona is not None else ""
         found = await recover(store, run_id, max_attempts=max_attempts, force=force, persona=persona)
+        try:
+            return await self._rebuilt(store, found, fence=fence, output_schema=output_schema)
+        except BaseException:
+            if fence is None:  # (a job's row is its worker's to settle)
+                # Refused after all (a model that cannot load, a log that diverges, Ctrl-C): not
+                # a crash, so the run is left as it was found.
+                row = found.row
+                with contextlib.suppress(StewardError):
+                    await store.set_status(
+                        row.id, row.status, row.end_status, output=row.output, owner=row.owner,
+                        attempts=row.attempts,
+                    )  # fmt: skip
+            raise
+
+    async def _rebuilt(
+        self, store: EventStore, found: Recovered, *, fence: int | None, output_schema: dict[str, Any] | None
+    ) -> Run:
+        """The run ``recover`` took over, brought to where its log ends."""
         row, first, attempts = found.row, found.start, found.attempts
         history = None
         if row.session_id is not None:

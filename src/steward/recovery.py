@@ -139,6 +139,7 @@ async def recover(
             else "without a persona"
         )
         raise ConfigError(f"run {row.id} was started {started}; continue it the same way")
+    check_workspace_there(row, first)
     attempts = row.attempts
     if row.status == "running":  # its process stopped without closing it: a crash
         if row.owner and not force and owner_alive(row.owner):
@@ -152,6 +153,27 @@ async def recover(
     await store.set_status(row.id, "running", attempts=attempts, owner=process_owner())
     start = first if isinstance(first, RunStart) else None
     return Recovered(row, log, last_seq, attempts, start)
+
+
+def check_workspace_there(row: RunRow, first: Event | None = None) -> None:
+    """A run goes on only in the folder it started in (its files, checkpoints and protected
+    paths are that folder's); refused before anything about the run changes."""
+    import os
+    from pathlib import Path
+
+    workspace = first.workspace if isinstance(first, RunStart) else row.workspace
+    if not workspace:  # a row from before workspaces were recorded: the run's own check decides
+        return
+    try:
+        there = Path(workspace).is_dir() and os.access(workspace, os.R_OK | os.X_OK)
+    except (OSError, ValueError):
+        there = False
+    if not there:
+        raise ConfigError(
+            f"run {row.id} works in {workspace}, which is not a folder this user can read now. A run "
+            f"goes on only where it started: put the folder back at {workspace} (or make it readable) "
+            "and resume it, or start a new run. The run is unchanged"
+        )
 
 
 async def _close_crashed(store: EventStore, row: RunRow, last_seq: int, attempts: int, limit: int) -> None:

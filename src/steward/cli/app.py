@@ -273,6 +273,7 @@ def _continue(
             if row.status == "running" and row.owner and owner_alive(row.owner):
                 hint = f" (process {row.owner} is running it)"
             raise fail(f"run {row.id} is {row.end_status or row.status}, not waiting{hint}", EXIT_NOT_SOLVED)
+        _check_there(row, workspace)
         if not agent.model_spec:
             agent.model_spec = row.model  # the model the run was started with
         check_model(agent, f" (run {row.id} used {row.model or 'an unknown model'}; pass --model)")
@@ -286,6 +287,19 @@ def _continue(
         return await drive(run, json_lines=json_lines, quiet=quiet, first=first)
 
     raise typer.Exit(run_async(go, config, workspace, persona=persona))
+
+
+def _check_there(row: RunRow, workspace: Path) -> None:
+    """A run whose folder is gone is refused first, saying what ``-w`` did and did not do."""
+    from steward.errors import ConfigError
+    from steward.recovery import check_workspace_there
+
+    try:
+        check_workspace_there(row)
+    except ConfigError as exc:
+        given = workspace.resolve()
+        moved = f". (Its store was found through {given}; the run itself stays tied to {row.workspace}.)"
+        raise fail(f"{exc}{moved if str(given) != row.workspace else ''}") from None
 
 
 async def _reply_to_job(config: Config, workspace: Path, run_id: str, action: tuple[str, str] | None) -> bool:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from steward.events import Event
     from steward.store.events import EventStore, RunRow
 
 runs_app = typer.Typer(
@@ -90,10 +91,27 @@ def show(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Works
             )
             typer.echo(f"waiting: {how}")
         elif row.status != "done":
-            typer.echo(f"{row.status}: `steward resume {row.id}` continues it where it stopped")
+            typer.echo(f"{row.status}: {_how_to_go_on(row, events)}")
         return 0
 
     raise typer.Exit(asyncio.run(main()))
+
+
+def _how_to_go_on(row: RunRow, events: list[Event]) -> str:
+    """What continues a run that did not finish, if anything does."""
+    from steward.errors import ConfigError
+    from steward.recovery import check_workspace_there, resumable_prefix
+
+    if events and events[-1].type == "done" and len(resumable_prefix(events)) == len(events):
+        return "it ended for good (it kept stopping its process); start a new run"
+    try:
+        check_workspace_there(row)
+    except ConfigError:
+        return f"its workspace {row.workspace} is gone or unreadable; put it back there to resume the run"
+    import shlex
+
+    here = "" if row.workspace == str(Path.cwd()) else f" -w {shlex.quote(row.workspace)}"
+    return f"`steward resume {row.id}{here}` continues it where it stopped"
 
 
 def _timeline_line(kind: str, d: dict[str, object]) -> str | None:  # noqa: PLR0911 - one line per kind
