@@ -21,7 +21,7 @@ from steward.config import Config
 from steward.errors import RunError, ScriptError
 from steward.store.events import open_store
 
-SLOW = [
+SLOW: list[dict[str, Any]] = [
     {"tool": "bash", "args": {"command": "touch started; sleep 60"}},
     {"agent_step": {"phase": "end", "summary": "e", "end_status": "solved", "end_message": "all done"}},
 ]
