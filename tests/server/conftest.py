@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "kit"))  # `from server_kit import ...` in the tests
 
+from chat_kit import Receiver
 from server_kit import Deployment
 
 
@@ -30,3 +32,14 @@ def sqlite_deployment(tmp_path: Path) -> Iterator[Deployment]:
         yield made
     finally:
         made.stop()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    made = Receiver()
+    thread = threading.Thread(target=made.server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield made
+    made.server.shutdown()
+    made.server.server_close()
+    thread.join(5)

@@ -52,7 +52,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     asyncio.run(
         _execute(
             url,
-            "DROP TABLE IF EXISTS events, runs, sessions, memory_blocks, archive, jobs, channel_messages, "
+            "DROP TABLE IF EXISTS events, runs, sessions, memory_blocks, archive, jobs, channel_messages, channel_signatures, "
             "schema_version CASCADE",
         )
     )

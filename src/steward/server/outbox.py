@@ -24,6 +24,7 @@ from sqlalchemy import exc as sa_exc
 from steward.jobs.store import ENDED
 from steward.store.engine import write_transaction
 from steward.store.schema import channel_messages as messages_table
+from steward.store.schema import channel_signatures as signatures_table
 from steward.store.schema import jobs as jobs_table
 
 if TYPE_CHECKING:
@@ -103,6 +104,25 @@ class Outbox:
         except sa_exc.IntegrityError:
             return False
         return True
+
+    async def take_signature(self, channel: str, signature: str, now: float, keep_s: float) -> bool:
+        """Remember a signed message's ``signature`` for ``keep_s`` seconds; False when it was
+        taken before (by any server on the store): the message is a replay. Signatures older
+        than that are dropped here: their timestamps are refused by now anyway."""
+        t = signatures_table
+        try:
+            async with write_transaction(self._engine) as conn:
+                await conn.execute(t.delete().where(t.c.seen_at < now - keep_s))
+                await conn.execute(t.insert().values(signature=signature, channel=channel, seen_at=now))
+        except sa_exc.IntegrityError:
+            return False
+        return True
+
+    async def give_back_signature(self, signature: str) -> None:
+        """The message was not handled (the server failed): its repeat is taken then."""
+        t = signatures_table
+        async with write_transaction(self._engine) as conn:
+            await conn.execute(t.delete().where(t.c.signature == signature))
 
     async def forget(self, key: str) -> None:
         async with write_transaction(self._engine) as conn:

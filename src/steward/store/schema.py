@@ -164,6 +164,18 @@ channel_messages = sa.Table(
 )
 
 
+channel_signatures = sa.Table(
+    "channel_signatures",
+    metadata,
+    # A signed chat message is taken once: its signature is kept for as long as its timestamp is
+    # accepted (``steward.server.outbox``), and a second insert of it fails on the key.
+    sa.Column("signature", sa.Text, primary_key=True),
+    sa.Column("channel", sa.Text, nullable=False),
+    sa.Column("seen_at", sa.Double, nullable=False),
+    sa.Index("ix_channel_signatures_seen", "seen_at"),
+)
+
+
 def _v1_runs_and_events(conn: Connection) -> None:
     # The tables as version 1 made them (later columns come from later migrations).
     sa.Table(
@@ -219,6 +231,10 @@ def _v6_channel_messages(conn: Connection) -> None:
     channel_messages.create(conn, checkfirst=True)
 
 
+def _v7_channel_signatures(conn: Connection) -> None:
+    channel_signatures.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_runs_and_events,
     _v2_resume_sessions_memory,
@@ -226,6 +242,7 @@ MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v4_job_replies,
     _v5_job_sessions,
     _v6_channel_messages,
+    _v7_channel_signatures,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -297,4 +297,20 @@ async def webhook(name: str, request: Request, state: State) -> Any:
             f"{SIGNATURE_HEADER}: sha256=HEX, the HMAC-SHA256 with the channel's secret of "
             f"TIMESTAMP.BODY (the timestamp, a dot, the raw body); within {MAX_SKEW_S} s"
         )
-    return await _Conversation(state, name, channel, _parse(body)).receive()
+    message = _parse(body)
+    # Taken once, by whichever server on the store sees it first: a captured message sent again
+    # (with or without an id) does nothing, however soon.
+    taken = signature(channel.secret, body, str(request.headers.get(TIMESTAMP_HEADER)).strip())
+    if not await state.outbox.take_signature(name, taken, time.time(), KEEP_SIGNATURES_S):
+        log.warning("channel %s: dropped a signed message received before (a replay?)", name)
+        return Delivered(status="duplicate", detail="this signed message was received before; dropped")
+    try:
+        return await _Conversation(state, name, channel, message).receive()
+    except BaseException:
+        with contextlib.suppress(Exception):  # not handled: a repeat of it is handled then
+            await state.outbox.give_back_signature(taken)
+        raise
+
+
+# A signature is kept while its timestamp is accepted: from MAX_SKEW_S before now to after.
+KEEP_SIGNATURES_S = 2 * MAX_SKEW_S + 60
