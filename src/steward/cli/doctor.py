@@ -83,7 +83,13 @@ def _layers(workspace: Path, config: Config) -> None:
     typer.echo(
         "change detection: on (repository metadata and protected files compared after every such call)"
     )
-    secrets = scanner_for(workspace.resolve(), tuple(config.sandbox.secret_files)).scan().secrets
+    scan = scanner_for(workspace.resolve(), tuple(config.sandbox.secret_files)).scan()
+    from steward.safety.sealed import CLASSES, found_here
+
+    typer.echo(f"sealed (what the host runs later: read-only in commands, undone after, asked for by the "
+               f"file tools; here {found_here(workspace.resolve(), scan.sealed, scan.sites)}):")  # fmt: skip
+    typer.echo("".join(f"  - {line}\n" for line in CLASSES), nl=False)
+    secrets = scan.secrets
     shown = ", ".join(secrets[:5]) + (f" and {len(secrets) - 5} more" if len(secrets) > 5 else "")
     noun = "secret file" if len(secrets) == 1 else "secret files"
     found = f"{len(secrets)} {noun} here" + (f" ({shown})" if secrets else "")

@@ -200,3 +200,30 @@ def user_config_dir() -> Path:
     from steward.config import user_config_path
 
     return user_config_path().parent
+
+
+# --- for steward doctor -----------------------------------------------------------------------
+
+CLASSES = (
+    "Python environments' .pth, sitecustomize.py, usercustomize.py and pyvenv.cfg (any folder, "
+    "editable installs' source folders too)",
+    "git hooks folders (core.hooksPath, husky's .husky/*)",
+    ".vscode/tasks.json and settings.json, .idea/workspace.xml, .envrc at any depth",
+    "a home directory's dotfiles and dot-folders, and Steward's user configuration",
+)
+"""What is sealed, in a sentence each (``steward doctor`` lists them)."""
+
+
+def found_here(root: Path, sealed: Iterable[str], sites: Iterable[str]) -> str:
+    """What of it this workspace holds now, in a few words (from a scan's ``sealed``/``sites``)."""
+    files = list(sealed)
+    environments = len(list(sites))
+    editors = sum(1 for p in files if not p.endswith((".pth", ".py")) and not p.endswith("pyvenv.cfg"))
+    homes = [str(h) for h in homes_within(root)]
+    parts = [
+        f"{environments} Python environment{'s' if environments != 1 else ''}",
+        f"{editors} editor or direnv file{'s' if editors != 1 else ''}",
+    ]
+    if homes:
+        parts.append(f"the home directory {', '.join(homes)}")
+    return ", ".join(parts)
