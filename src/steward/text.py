@@ -20,14 +20,26 @@ def excerpt(text: str, limit: int) -> str:
     return f"{text[:head]}\n[... {len(text) - head - tail:,} chars omitted ...]\n{text[-tail:]}"
 
 
-def shown(text: str) -> str:
+def shown(text: str, *, lines: bool = False) -> str:
     """``text`` safe to print on a terminal: what is not printable (ESC, CR and the other
     control characters, bidirectional overrides, bytes of a file name that are not UTF-8) is
     written as an escape (``\\x1b``, ``\\r``, ``\\xff``), and ``\\`` as ``\\\\``, so what is
-    printed reads back as exactly one name. Every file name Steward prints goes through this."""
+    printed reads back as exactly one name. Every file name Steward prints goes through this.
+
+    ``lines``: for prose (a model's answer, a tool's output), newlines and tabs stay and a
+    backslash is itself; control sequences are escaped all the same."""
+    if lines:
+        if _plain(text):
+            return text
+        return "".join(c if c in "\n\t\\" else _escaped(c) for c in text)
     if text.isprintable() and "\\" not in text:
         return text
     return "".join(_escaped(char) for char in text)
+
+
+def _plain(text: str) -> bool:
+    """Printable but for newlines and tabs (the common case, checked at C speed)."""
+    return text.isprintable() or text.replace("\n", "").replace("\t", "").isprintable()
 
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}

@@ -191,8 +191,9 @@ def _log_rewind(target: _Target, report: RewindReport) -> None:
             event = RewindEvent(
                 checkpoint=report.to.n,
                 step=report.to.step,
-                restored=report.restored[:1000],
-                removed=report.removed[:1000],
+                # As printed (escaped): a name that is not UTF-8 cannot be stored as text.
+                restored=[_name(p) for p in report.restored[:1000]],
+                removed=[_name(p) for p in report.removed[:1000]],
                 undo_checkpoint=report.before.n,
                 seq=(events[-1].seq if events else 0) + 1,
                 run_id=target.run_id,

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.live import Live
-from rich.markup import escape
+from rich.markup import escape as escape_markup
 from rich.spinner import Spinner
 from rich.text import Text
 
@@ -33,6 +33,7 @@ from steward.events import (
     ToolUse,
     WaitingEvent,
 )
+from steward.text import shown
 
 _PHASE_STYLE = {
     "plan": "bold blue",
@@ -44,6 +45,12 @@ _PHASE_STYLE = {
     "end": "bold green",
 }
 _MARK = {"done": "[green]✓[/]", "failed": "[red]✗[/]", "in_progress": "[cyan]→[/]", "pending": "○"}
+
+
+def escape(text: str) -> str:
+    """What a run brings (file names, outputs, a model's text) as printed: no terminal control
+    sequence reaches the user's terminal (``steward.text.shown``), no rich markup is read."""
+    return escape_markup(shown(text, lines=True))
 
 
 def _short(value: Any, limit: int = 100) -> str:

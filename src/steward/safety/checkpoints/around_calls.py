@@ -49,6 +49,7 @@ from steward.safety.checkpoints.shadow import (
 )
 from steward.safety.protected import PROJECT_CONFIG, RC_FILES
 from steward.secret_paths import DEFAULT_SECRET_FILES
+from steward.text import shown
 from steward.tools._beneath import StrictTree
 
 if TYPE_CHECKING:
@@ -86,11 +87,12 @@ class Undone:
         return bool(self.items)
 
     def message(self) -> str:
-        shown = ", ".join(self.items[:12]) + (
+        # Names escaped: a file named with terminal control sequences is shown, not obeyed.
+        listed = ", ".join(shown(item) for item in self.items[:12]) + (
             f" and {len(self.items) - 12} more" if len(self.items) > 12 else ""
         )
         return (
-            f"Undone after the call: {shown}. Repository metadata (a .git, a bare repository, hooks, git "
+            f"Undone after the call: {listed}. Repository metadata (a .git, a bare repository, hooks, git "
             "configuration, pointers), Steward's protected files and files the host runs later may not be "
             "created or changed by an agent: programs on the host would obey them. The rest of the call's "
             "changes were kept."
