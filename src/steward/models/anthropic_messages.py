@@ -140,7 +140,17 @@ class AnthropicModel(Model):
 
     # --- client and errors ---------------------------------------------------------------
 
+    def check(self) -> None:
+        # The client finds the credentials (the key, a token, a profile) without a request;
+        # made now, a missing key stops the run before it starts, and the client is kept.
+        self._client = self._make_client()
+
     async def _get_client(self) -> AsyncAnthropic:
+        if self._client is None:
+            self._client = self._make_client()
+        return self._client
+
+    def _make_client(self) -> AsyncAnthropic:
         if self._client is not None:
             return self._client
         import anthropic
@@ -159,9 +169,7 @@ class AnthropicModel(Model):
         except anthropic.CredentialsError as exc:  # a profile named by the environment is broken
             raise self._no_credentials(exc) from exc
         if client.api_key is None and client.auth_token is None and client.credentials is None:
-            await client.close()
-            raise self._no_credentials(None)
-        self._client = client
+            raise self._no_credentials(None)  # (its connection pool is still empty: nothing to close)
         return client
 
     def _no_credentials(self, exc: Exception | None) -> ModelError:
