@@ -102,6 +102,24 @@ async def test_an_environment_made_during_the_run_gets_no_startup_code(
     assert (workspace / "made-now" / "pyvenv.cfg").exists()  # the environment itself is the agent's
 
 
+@pytest.mark.parametrize("linked", ["site-packages", "python3*"])
+async def test_a_site_folder_swapped_for_a_link_brings_no_startup_code(
+    sandbox: BubblewrapSandbox, workspace: Path, marker: Path, checkpointed_bash: RunBash, linked: str
+) -> None:
+    (workspace / "elsewhere").mkdir()
+    (workspace / "elsewhere" / "evil.pth").write_text(payload(marker) + "\n")
+    if linked == "site-packages":  # lib/python3.X/site-packages -> a folder holding a .pth
+        swap = "cd e2/lib/python3* && rm -rf site-packages && ln -s ../../../elsewhere site-packages"
+    else:  # lib/python3.X -> a folder whose site-packages holds it
+        swap = (
+            "mkdir -p py/site-packages && cp elsewhere/evil.pth py/site-packages/ && "
+            "cd e2/lib && v=$(ls) && rm -rf $v && ln -s ../../py $v"
+        )
+    await checkpointed_bash(sandbox, workspace, f"python3 -m venv --without-pip e2 && ({swap})")
+    start_python(workspace / "e2")
+    assert not marker.exists()
+
+
 async def test_the_source_folder_of_an_editable_install_gets_no_startup_module(
     sandbox: BubblewrapSandbox, workspace: Path, marker: Path, checkpointed_bash: RunBash
 ) -> None:

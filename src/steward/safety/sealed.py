@@ -80,10 +80,22 @@ def is_site_dir(parts: tuple[str, ...]) -> bool:
     return len(parts) >= 3 and _PYTHON_DIR.fullmatch(parts[-2]) is not None and parts[-3] in ("lib", "lib64")
 
 
-def sealed_in_dir(parts: tuple[str, ...], names: Iterable[str]) -> tuple[str, ...]:
-    """The entries of one directory (its path's parts, workspace-relative) sealed by name alone."""
+def sealed_in_dir(
+    parts: tuple[str, ...], names: Iterable[str], subdirs: Iterable[str] = ()
+) -> tuple[str, ...]:
+    """The entries of one directory (its path's parts, workspace-relative) sealed by name alone.
+
+    ``subdirs``: which entries are real directories. A *symlink* where an environment's site
+    directory (or its ``pythonX.Y``) belongs is sealed itself: the walk does not follow links, and
+    Python would read the start-up files behind it."""
     site = is_site_dir(parts)
     editor = EDITOR_FILES.get(parts[-1], frozenset()) if parts else frozenset()
+    real = set(subdirs)
+    linked: frozenset[str] | re.Pattern[str] = frozenset()
+    if len(parts) >= 2 and _PYTHON_DIR.fullmatch(parts[-1]) and parts[-2] in ("lib", "lib64"):
+        linked = SITE_DIR_NAMES
+    elif parts and parts[-1] in ("lib", "lib64"):
+        linked = _PYTHON_DIR
     return tuple(
         sorted(
             name
@@ -91,8 +103,13 @@ def sealed_in_dir(parts: tuple[str, ...], names: Iterable[str]) -> tuple[str, ..
             if name in ANYWHERE
             or name in editor
             or (site and (name.endswith(".pth") or name in STARTUP_MODULES))
+            or (name not in real and _named(linked, name))
         )
     )
+
+
+def _named(linked: frozenset[str] | re.Pattern[str], name: str) -> bool:
+    return name in linked if isinstance(linked, frozenset) else linked.fullmatch(name) is not None
 
 
 _BY_NAME = {".envrc": ENVRC_REASON, "pyvenv.cfg": ENV_CONFIG_REASON}

@@ -218,7 +218,7 @@ class WorkspaceScanner:
         parts = tuple(relative.split("/")) if relative else ()
         return _Dir(
             info.st_ino, info.st_ctime_ns, listed_ns, tuple(subdirs), dotgit, layout, tuple(secrets),
-            sealed=sealed_in_dir(parts, names), site=is_site_dir(parts),
+            sealed=sealed_in_dir(parts, names, subdirs), site=is_site_dir(parts),
         )  # fmt: skip
 
     def _dotgit(self, relative: str, absolute: str) -> Marker | None:
