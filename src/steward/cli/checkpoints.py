@@ -59,6 +59,35 @@ def _find(run: str, workspace: Path) -> _Target:
     return _Target(run, workspace.resolve(), config, False)
 
 
+def _w(workspace: Path) -> str:
+    """`` -w WORKSPACE`` for a command printed to be run from here, when it is not here."""
+    import shlex
+
+    return "" if workspace == Path.cwd().resolve() else f" -w {shlex.quote(str(workspace))}"
+
+
+def _not_here(target: _Target, command: str) -> typer.Exit:
+    """The run is neither in this workspace's store nor among its checkpoints: say so, and
+    where it ran when another workspace's checkpoints hold it."""
+    from steward.safety.checkpoints.around_calls import settings_from_config
+    from steward.safety.checkpoints.shadow import default_state_dir
+
+    base = settings_from_config(target.config).state_dir or default_state_dir()
+    safe = "".join(c for c in target.run_id if c.isalnum() or c in "-_")
+    found = None
+    if safe:
+        for runs in sorted((base / "checkpoints").glob(f"*/runs/{safe}"))[:1]:
+            named = runs.parent.parent / "workspace"
+            found = named.read_text(encoding="utf-8").strip() if named.is_file() else None
+    where = (
+        f"it ran in {_name(found)}: steward {command}{_w(Path(found))}"
+        if found
+        else f"name the workspace it ran in: steward {command} -w DIR"
+    )
+    here = _name(str(target.workspace))
+    return _fail(f"run {_name(target.run_id)} is not in this workspace's store ({here}); {where}")
+
+
 def _checkpointer(target: _Target) -> Checkpointer:
     from steward.safety.checkpoints.around_calls import checkpointer_for
 
@@ -100,6 +129,8 @@ def checkpoints_command(
     target = _find(run, workspace)
     checkpointer = _checkpointer(target)
     found = checkpointer.checkpoints(target.run_id)
+    if not found and not target.recorded:
+        raise _not_here(target, f"checkpoints {target.run_id}")
     if not found:
         typer.echo(f"no checkpoints for run {target.run_id} in {target.workspace}")
         raise typer.Exit(0)
@@ -113,8 +144,9 @@ def checkpoints_command(
             typer.echo(
                 f"       not recorded (not a file: a FIFO, socket or device): {_names(checkpoint.special, 5)}"
             )
+    command = f"steward rewind {target.run_id}{_w(target.workspace)}"
     typer.echo(
-        f"rewind: steward rewind {target.run_id} --to STEP (as before that step's first call), "
+        f"rewind: {command} --to STEP (as before that step's first call), "
         "--last (undo the last call), or --checkpoint N"
     )
 
@@ -134,6 +166,9 @@ def rewind_command(
     target = _find(run, workspace)
     checkpointer = _checkpointer(target)
     found = checkpointer.checkpoints(target.run_id)
+    if not found and not target.recorded:
+        where = f"--to {to}" if to is not None else ("--last" if last else f"--checkpoint {checkpoint}")
+        raise _not_here(target, f"rewind {target.run_id} {where}")
     calls = [c for c in found if c.kind == "call"]
     chosen: Checkpoint | None
     if checkpoint is not None:
@@ -146,9 +181,10 @@ def rewind_command(
             chosen = next((c for c in calls if c.step > (to or 0)), None)
     if chosen is None:
         steps = sorted({c.step for c in calls})
+        listing = f"steward checkpoints {target.run_id}{_w(target.workspace)}"
         raise _fail(
             f"run {target.run_id} has no such checkpoint; steps with checkpoints: "
-            f"{', '.join(map(str, steps)) or 'none'} (`steward checkpoints {target.run_id}` lists them)"
+            f"{', '.join(map(str, steps)) or 'none'} (`{listing}` lists them)"
         )
     report = checkpointer.rewind(target.run_id, chosen)
     _print_report(target, report)
@@ -176,7 +212,8 @@ def _print_report(target: _Target, report: RewindReport) -> None:
             f"  could not restore {len(report.failed)}: {_names(report.failed, 20)}; the rest is restored. "
             "Clear what is in the way (a directory made read-only, a mount) and rewind again."
         )
-    typer.echo(f"undo this rewind: steward rewind {target.run_id} --checkpoint {report.before.n}")
+    undo = f"steward rewind {target.run_id}{_w(target.workspace)} --checkpoint {report.before.n}"
+    typer.echo(f"undo this rewind: {undo}")
 
 
 def _log_rewind(target: _Target, report: RewindReport) -> None:

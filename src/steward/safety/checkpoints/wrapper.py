@@ -72,7 +72,7 @@ class CheckpointToolset(WrapperToolset):
                 (
                     "checkpoint",
                     f"checkpoint {before.checkpoint.n} before {name} at step {ctx.step}; "
-                    f"undo with: steward rewind {ctx.run_id} --to {ctx.step}",
+                    f"undo with: steward rewind {ctx.run_id}{_w(checkpointer.workspace)} --to {ctx.step}",
                 ),
             )
         try:
@@ -111,6 +111,16 @@ async def _one_at_a_time(lock: Path) -> AsyncIterator[None]:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _w(workspace: Path) -> str:
+    """`` -w WORKSPACE`` in a printed command when the workspace is not where it is run from."""
+    import shlex
+
+    with contextlib.suppress(OSError):
+        if workspace == Path.cwd().resolve():
+            return ""
+    return f" -w {shlex.quote(str(workspace))}"
 
 
 def _after(checkpointer: Checkpointer, before: Before) -> Undone:
