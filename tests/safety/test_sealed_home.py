@@ -111,3 +111,25 @@ def test_a_workspace_that_holds_the_home_directory_seals_it_too(home: Path, tmp_
     assert not (home / ".config" / "steward" / "config.toml").exists()
     assert not (home / ".bash_aliases").exists()
     assert load_config(tmp_path).sandbox.enabled
+
+
+async def test_a_home_inside_the_workspace_keeps_its_credentials_out_of_sight(home: Path) -> None:
+    from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings
+    from steward.tools.base import ToolContext
+    from steward.tools.shell import bash
+
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "config").write_text("Host PRIVATE-HOST-NAME\n")
+    (home / ".kube").mkdir()
+    (home / ".kube" / "config").write_text("token: KUBE-SECRET\n")
+    workspace = home.parent.parent
+    box = BubblewrapSandbox(SandboxSettings(cpu_s=20, tmpfs_mb=64))
+    result = await bash.call(
+        {
+            "command": "cat home/someone/.ssh/config home/someone/.kube/config; ls -a home/someone/.ssh",
+            "timeout_s": 20,
+        },
+        ToolContext(workspace=workspace, sandbox=box),
+    )
+    assert "PRIVATE-HOST-NAME" not in result.content and "KUBE-SECRET" not in result.content
+    assert (home / ".ssh" / "config").read_text() == "Host PRIVATE-HOST-NAME\n"

@@ -1091,16 +1091,18 @@ def _is_home_like(root: Path) -> bool:
 
 
 def _credential_args(root: Path, scratch: _Scratch) -> list[str]:
-    """A workspace that is a home directory keeps its credentials out of sight."""
-    if not _is_home_like(root):
-        return []
+    """A workspace that is or holds a home directory keeps its credentials out of sight."""
+    from steward.safety.sealed import homes_within
+
+    homes = [*([root] if _is_home_like(root) else []), *(h for h in homes_within(root) if h != root)]
     args: list[str] = []
-    for name in _CREDENTIALS:
-        path = root / name
-        if path.is_dir() and not path.is_symlink():
-            args += ["--tmpfs", str(path)]
-        elif path.exists() or path.is_symlink():
-            args += ["--ro-bind", str(scratch.empty_file), str(path)]
+    for home in homes:
+        for name in _CREDENTIALS:
+            path = home / name
+            if path.is_dir() and not path.is_symlink():
+                args += ["--tmpfs", str(path)]
+            elif path.exists() or path.is_symlink():
+                args += ["--ro-bind", str(scratch.empty_file), str(path)]
     return args
 
 
