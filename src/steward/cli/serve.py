@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
 
 import typer
 
-from steward.cli.options import EXIT_OK, EXIT_USAGE
+from steward.cli.options import EXIT_OK, EXIT_USAGE, fail
 
 
 def serve(
@@ -65,14 +67,9 @@ def serve(
         typer.echo(f"steward: {workspace} is not a folder; pass --workspace DIR", err=True)
         raise typer.Exit(EXIT_USAGE)
     config = load_config(home)
-    first_token = None
-    if not tokens.entries():
-        first_token = tokens.create("default")
+    _check_the_extra()
     _warn_if_exposed(host)
-
-    import uvicorn
-
-    from steward.server.app import ServerOptions, create_app
+    from steward.server.app import ServerOptions
 
     options = ServerOptions(
         store_url=store_url(config, home), home=home, tokens=tokens, settings=config.server, workers=workers,
@@ -80,32 +77,122 @@ def serve(
     )  # fmt: skip
     for root in options.roots():
         if not root.is_dir():
+            raise fail(f"[server] roots names {root}, which is not a folder; create it or fix the list")
+    _check_store(options.store_url)
+    listening = _listen(host, port)  # bound here: a port in use is said before anything is served
+    raise typer.Exit(_serve(options, listening, tokens))
+
+
+def _check_the_extra() -> None:
+    """The serve extra is installed, or the command that installs it is named (nothing is made)."""
+    try:
+        import fastapi  # noqa: F401
+        import fastapi_offline  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        missing = exc.name or "fastapi"
+        raise fail(
+            f"steward serve needs the serve extra ({missing} is not installed): pip install 'steward[serve]'"
+        ) from None
+
+
+def _check_store(url: str) -> None:
+    """The store is reachable and its schema up to date before the server says it serves."""
+    import asyncio
+
+    from steward.errors import ConfigError, StewardError
+    from steward.store.events import open_store
+
+    async def check() -> None:
+        store = await open_store(url)
+        await store.close()
+
+    try:
+        asyncio.run(check())
+    except (ConfigError, StewardError) as exc:
+        raise fail(f"cannot serve: {exc}") from None
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` (listening starts with the server)."""
+    shown = f"[{host}]" if ":" in host else host
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise fail(f"cannot listen on {host}: {why}; pass --host with an address of this machine") from None
+    listening = socket.socket(family, kind, proto)
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(address)
+    except OSError as exc:
+        listening.close()
+        raise fail(
+            f"cannot listen on {shown}:{port}: {exc.strerror or exc}; pass another --port (or --host), "
+            "or stop what uses it"
+        ) from None
+    return listening
+
+
+def _serve(options: Any, listening: socket.socket, tokens: Any) -> int:
+    """Serve until stopped; the exit code. Announced (and a first token made) once it serves."""
+    import logging
+
+    import uvicorn
+
+    from steward.server.app import create_app
+
+    app = create_app(options)
+    host, port = listening.getsockname()[:2]
+    shown = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def announce() -> None:
+        typer.echo(f"steward: serving on {shown}  (API /v1, docs /docs, page /)", err=True)
+        if not tokens.entries():  # made only now: a server that never served leaves no token behind
+            first = tokens.create("default")
             typer.echo(
-                f"steward: [server] roots names {root}, which is not a folder; create it or fix the list",
+                f"steward: a token was made for this server (shown once; more with --new-token NAME):\n"
+                f"  {first}\n  open {shown}/#token={first}",
                 err=True,
             )
-            raise typer.Exit(EXIT_USAGE)
-    app = create_app(options)
-    _Server = _server_class()  # noqa: N806 - a class
-    shown = f"[{host}]" if ":" in host else host
-    typer.echo(f"steward: serving on http://{shown}:{port}  (API /v1, docs /docs, page /)", err=True)
-    if first_token is not None:
-        typer.echo(
-            f"steward: a token was made for this server (shown once; more with --new-token NAME):\n"
-            f"  {first_token}\n  open http://{shown}:{port}/#token={first_token}",
-            err=True,
-        )
-    server = _Server(
+
+    server = _server_class()(
         uvicorn.Config(
-            app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5, server_header=False,
-            proxy_headers=False,
-            # The standard loop: uvloop forks the whole server to start each tool's process
-            # (several times slower than asyncio's spawn, and the server's runs start many).
+            app, log_level="warning", timeout_graceful_shutdown=5, server_header=False, proxy_headers=False,
+            # The standard loop: uvicorn forks the whole server to start each tool's process
+            # with uvloop (several times slower than asyncio's spawn, and runs start many).
             loop="asyncio",
-        )
+        ),
+        announce,
     )  # fmt: skip
-    server.run()
-    raise typer.Exit(EXIT_OK)
+    failures = _StartupFailures()
+    logging.getLogger("uvicorn.error").addFilter(failures)
+    # uvicorn exits (SystemExit) when the application did not start: said below.
+    with listening, contextlib.suppress(SystemExit):
+        server.run(sockets=[listening])
+    if not server.started:
+        why = failures.reason or "see the lines above"
+        typer.echo(f"steward: the server did not start: {why}", err=True)
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+class _StartupFailures:
+    """Keeps a failed start-up's reason as one line instead of uvicorn's traceback."""
+
+    def __init__(self) -> None:
+        self.reason = ""
+
+    def filter(self, record: Any) -> bool:
+        message = str(record.getMessage())
+        if "Traceback (most recent call last)" in message:
+            last = [line for line in message.strip().splitlines() if line.strip()][-1]
+            kind, sep, said = last.partition(": ")
+            self.reason = said if sep and "." in kind and " " not in kind else last
+            return False
+        return not (self.reason and message.startswith("Application startup failed"))
 
 
 def _server_class() -> type[Any]:
@@ -115,7 +202,16 @@ def _server_class() -> type[Any]:
 
     class Server(uvicorn.Server):
         """Ends the event streams when asked to stop: uvicorn waits for open connections first,
-        and a stream of a waiting run never closes by itself."""
+        and a stream of a waiting run never closes by itself. Says it serves once it does."""
+
+        def __init__(self, config: uvicorn.Config, announce: Callable[[], None]) -> None:
+            super().__init__(config)
+            self.announce = announce
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                self.announce()
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             state = (
