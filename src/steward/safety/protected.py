@@ -58,7 +58,7 @@ from steward.safety.sealed import (
     user_config_dir,
 )
 from steward.safety.sealed import reason_by_name as sealed_reason_by_name
-from steward.store.state_dir import STATE_DIR  # the runtime's own state directory, protected
+from steward.state_dir import STATE_DIR  # the runtime's own state directory, protected
 
 PERSONAS_DIR = "personas"
 """The workspace's persona files (``steward.personas``): an agent that could edit one could

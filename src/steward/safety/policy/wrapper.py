@@ -18,7 +18,7 @@ from steward.models.base import ToolSpec
 from steward.safety.policy.approvals import call_hash
 from steward.safety.policy.rules import WRITE_TOOLS, Policy
 from steward.safety.types import GuardVerdict
-from steward.store.state_dir import make_dir
+from steward.state_dir import make_dir
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 

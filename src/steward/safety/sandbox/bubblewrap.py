@@ -75,7 +75,7 @@ from steward.errors import ToolError
 from steward.safety.checkpoints.scan import scanner_for
 from steward.safety.protected import Protection, find_protected
 from steward.secret_paths import DEFAULT_SECRET_FILES
-from steward.store.state_dir import make_dir
+from steward.state_dir import make_dir
 
 if TYPE_CHECKING:
     from steward.config import Config, SandboxConfig
