@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from steward.store.state_dir import GITIGNORE, make_dir
+from steward.state_dir import GITIGNORE, make_dir
 
 
 def test_a_new_steward_folder_gets_a_gitignore_of_everything(tmp_path: Path) -> None:

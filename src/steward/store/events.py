@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from steward.errors import FencedOut, StewardError, StoreError
 from steward.events import Event, decode_event
+from steward.state_dir import make_dir
 from steward.store.engine import (
     by_id_or_prefix,
     make_engine,
@@ -38,7 +39,6 @@ from steward.store.schema import events as events_table
 from steward.store.schema import jobs as jobs_table
 from steward.store.schema import migrate
 from steward.store.schema import runs as runs_table
-from steward.store.state_dir import make_dir
 
 
 @dataclass(frozen=True, slots=True)
