@@ -17,7 +17,12 @@ cached scan of ``steward.safety.checkpoints.scan``: no depth limit, no skipped d
 * a ``.git`` *file* (``gitdir: PATH``, used by worktrees and submodules) and the git
   directory it names; a *symlinked* ``.git`` is followed to its target;
 * ``.steward/``, ``steward.toml`` and the shell start-up files at the workspace root
-  (``RC_FILES``).
+  (``RC_FILES``);
+* files the host runs later, sealed by what they are wherever they are
+  (``steward.safety.sealed``): Python start-up files of every environment, editor tasks and
+  ``.envrc``, a home directory's dotfiles and Steward's user configuration. The file tools ask
+  before writing those (the guard flags them) instead of refusing; the user configuration is
+  refused like ``steward.toml``.
 
 A protected path that does not exist yet gets a read-only placeholder for the command's
 duration, so nothing can be created there *while* it runs (another Steward process or git on
