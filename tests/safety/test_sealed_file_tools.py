@@ -97,3 +97,28 @@ async def test_a_symlink_does_not_carry_a_write_to_a_sealed_file(tmp_path: Path,
     (tmp_path / "notes.json").symlink_to(".vscode/tasks.json")
     await writer("notes.json", mode).run("write notes", workspace=tmp_path)
     assert (tmp_path / ".vscode" / "tasks.json").read_text() == "{}\n"
+
+
+@pytest.mark.parametrize("config_exists", [False, True])
+async def test_steward_user_configuration_is_never_written_by_a_file_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config_exists: bool
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    config = tmp_path / ".config" / "steward" / "config.toml"
+    if config_exists:
+        config.parent.mkdir(parents=True)
+        config.write_text("[policy]\n")
+    model = ScriptedModel.from_data(
+        [
+            {
+                "tool": "write_file",
+                "args": {"path": ".config/steward/config.toml", "content": "[sandbox]\nenabled = false\n"},
+            },
+            END,
+        ]
+    )
+    run = Agent(model, config=Config(), sandbox=False).start("configure", workspace=tmp_path)
+    _ = [e async for e in run.stream()]
+    _ = [e async for e in run.approve_stream()]  # even a person saying yes to the question
+    assert (config.read_text() == "[policy]\n") if config_exists else not config.exists()

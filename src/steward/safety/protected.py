@@ -416,17 +416,24 @@ def protected_reason(workspace: Path, path: Path) -> str | None:
                 return _message(root, candidate, reason)
     if not _within(real, root):
         return None  # outside the workspace: the path rules of the tools refuse it
+    reason = _found_reason(root, real, Path(os.path.normpath(absolute)))
+    return _message(root, real, reason) if reason is not None else None
+
+
+def _found_reason(root: Path, real: Path, written: Path) -> str | None:
+    """Why a path of the workspace (resolved, and as written) is protected, from what is there."""
+    if _within(real, user_config_dir().resolve(strict=False)):  # whether or not it exists yet
+        return USER_CONFIG_REASON
     found = find_protected(root)
     for protected, reason in found.reasons.items():
         # Sealed files are asked about (the guard flags them), not refused.
         if protected not in found.sealed and (real == protected or real.is_relative_to(protected)):
-            return _message(root, real, reason)
+            return reason
     if _is_hard_link_to(real, _protected_files(found)):
-        return _message(root, real, _LINK_REASON)
-    written = Path(os.path.normpath(absolute))
+        return _LINK_REASON
     if real != written and (real in found.sealed or sealed_reason_by_name(real.relative_to(root).parts)):
         # Asked about by the name written: a link must not carry the write to a sealed file unasked.
-        return _message(root, real, _SEALED_LINK_REASON)
+        return _SEALED_LINK_REASON
     return None
 
 
