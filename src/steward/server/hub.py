@@ -9,6 +9,11 @@ ending without one (cancelled before it started, dead).
 
 A client that falls behind the feed's memory reads the gap from the store: nothing is lost,
 and sequence numbers make sure nothing is sent twice.
+
+A run's wait reaches clients only once its job's row says ``waiting`` (the worker writes that
+row just after the run's ``waiting`` event): its ``approval_gate`` and ``waiting`` events are
+held back until then, so a client that replies the instant it sees them is never refused for
+a run that, by its row, still runs. A feed holding a wait reads again every ``HOLD_POLL_S``.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from steward.events import DoneEvent, Event, encode_event
+from steward.events import ApprovalGateEvent, DoneEvent, Event, WaitingEvent, encode_event
 from steward.store.events import EVENTS_CHANNEL, EventStore
 from steward.store.schema import jobs as jobs_table
 from steward.store.schema import runs as runs_table
@@ -30,6 +35,7 @@ _KEPT = 2000  # events a feed keeps in memory for followers that are a little be
 _READ = 500  # events read from the store at once
 _ENDED = ("done", "failed", "cancelled", "dead")
 PING = b": ping\n\n"  # a comment: keeps an idle stream (and the proxies on its way) open
+HOLD_POLL_S = 0.05  # how often a feed holding back a wait looks at its job's row again
 
 
 def sse_message(event: Event) -> bytes:
@@ -55,6 +61,26 @@ def _ended(status: Status | None, last: Event | None) -> bool:
     )  # fmt: skip
 
 
+def publishable(events: list[Event], status: Status | None) -> list[Event]:
+    """``events`` (the newest of a run's log) but a wait its job's row does not show yet: a
+    trailing ``waiting`` (with its ``approval_gate``) is held back until the row says
+    ``waiting`` since that event, and a trailing gate while the job still runs."""
+    if not events or status is None or status[0] in _ENDED:
+        return events  # not a job's run, or an ended one: nothing to reply to
+    job, _run, changed = status
+    last, cut = events[-1], len(events)
+    if isinstance(last, WaitingEvent):
+        if job == "waiting" and changed >= last.ts:
+            return events
+        cut -= 1
+        before = events[cut - 1] if cut else None
+        if isinstance(before, ApprovalGateEvent) and before.id == last.id:
+            cut -= 1
+    elif isinstance(last, ApprovalGateEvent) and job == "running":
+        cut -= 1
+    return events[:cut]
+
+
 @dataclass(slots=True)
 class _Feed:
     run_id: str
@@ -64,6 +90,7 @@ class _Feed:
     ended: bool = False  # its job ended, or its run did and the feed holds its last event
     changed: asyncio.Event = field(default_factory=asyncio.Event)  # replaced on each change
     stale: asyncio.Event = field(default_factory=asyncio.Event)  # set: read the store now
+    holding: bool = False  # a wait is held back until its job's row shows it
 
     def line(self, event: Event) -> bytes:
         """The event's SSE message, encoded once for all the feed's followers."""
@@ -117,13 +144,18 @@ class EventHub:
                     return
                 # Every feed when its poll is due; in between only those PostgreSQL named.
                 due = loop.time() >= full_due
-                feeds = [f for f in self._feeds.values() if not f.ended and (due or f.stale.is_set())]
+                feeds = [
+                    f for f in self._feeds.values() if not f.ended and (due or f.stale.is_set() or f.holding)
+                ]
                 if due:
                     full_due = loop.time() + (self.fallback_poll_s if self._listening else self.poll_s)
                 self._wake.clear()  # before reading: what is heard meanwhile wakes the next pass
                 with contextlib.suppress(Exception):  # a store that is down: try again next tick
                     await self._tick(feeds)
-                await _either(stop, self._wake, timeout=max(0.0, full_due - loop.time()))
+                next_pass = full_due - loop.time()
+                if any(f.holding for f in self._feeds.values()):
+                    next_pass = min(next_pass, HOLD_POLL_S)
+                await _either(stop, self._wake, timeout=max(0.0, next_pass))
 
     async def _tick(self, feeds: list[_Feed]) -> None:
         if not feeds:
@@ -132,11 +164,14 @@ class EventHub:
         statuses = await self._statuses([f.run_id for f in feeds])
         for feed in feeds:
             feed.stale.clear()
+            status = statuses.get(feed.run_id)
             for _ in range(1000):  # bounded: each pass reads up to _READ newer events
-                new = await self.store.events(feed.run_id, after_seq=feed.last_seq, limit=_READ)
+                read = await self.store.events(feed.run_id, after_seq=feed.last_seq, limit=_READ)
+                new = publishable(read, status)
+                feed.holding = len(new) < len(read)
                 last = feed.events[-1] if not new and feed.events else (new[-1] if new else None)
-                feed.add(new, ended=len(new) < _READ and _ended(statuses.get(feed.run_id), last))
-                if len(new) < _READ:
+                feed.add(new, ended=len(read) < _READ and _ended(status, last))
+                if len(read) < _READ:
                     break
 
     async def _statuses(self, run_ids: list[str]) -> dict[str, Status]:
@@ -218,9 +253,10 @@ class EventHub:
                 self._feeds.pop(run_id, None)
 
     async def _recorded(self, run_id: str, seq: int) -> AsyncIterator[Event]:
+        status = (await self._statuses([run_id])).get(run_id)  # before the events, as in _tick
         for _ in range(10**6):  # bounded by the log's length
             batch = await self.store.events(run_id, after_seq=seq, limit=_READ)
-            for event in batch:
+            for event in publishable(batch, status) if len(batch) < _READ else batch:
                 yield event
             if len(batch) < _READ:
                 return
@@ -242,12 +278,17 @@ class EventHub:
         status = (await self._statuses([run_id])).get(run_id)  # before the events, as in _tick
         last = await self.store.last_seq(run_id)
         # The feed keeps what comes from here on; a client further behind reads the store.
-        kept = await self.store.events(run_id, after_seq=max(0, last - 50))
-        last = kept[-1].seq if kept else last  # what was appended between the two reads is kept too
+        read = await self.store.events(run_id, after_seq=max(0, last - 50))
+        kept = publishable(read, status)
+        # What was appended between the two reads is kept too; a wait held back is read again.
+        last = read[len(kept)].seq - 1 if len(kept) < len(read) else (read[-1].seq if read else last)
         feed = self._feeds.setdefault(run_id, _Feed(run_id, last_seq=last))
         if not feed.events and feed.last_seq == last:
             feed.events = kept
+            feed.holding = len(kept) < len(read)
             feed.ended = _ended(status, kept[-1] if kept else None)
+            if feed.holding:
+                self._wake.set()  # the hub's loop polls it from now on
         return feed
 
     async def _after(self, feed: _Feed, seq: int) -> list[Event]:
