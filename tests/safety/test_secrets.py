@@ -380,3 +380,41 @@ def test_reversed_case_changed_and_hex_forms_are_redacted_too() -> None:
     redactor = Redactor({".env": [value]})
     for form in (value[::-1], value.upper(), value.lower(), value.encode().hex()):
         assert form not in redactor.redact(f"out: {form} end"), form
+
+
+# --- values the configuration hands to processes ---------------------------------------------
+
+
+def test_configured_values_are_found_by_where_they_are_configured() -> None:
+    from steward.config import Config, McpServerConfig, SandboxConfig
+    from steward.safety.secrets.configured import configured_secrets
+
+    environ = {
+        "GH": "ghp_8Zx2Lq7Vm3Kp9Wr4",
+        "DATABASE_URL": "postgres://u:Pq8zLm2Xw7@db/x",
+        "DATABASE_HOST": "db.internal",
+    }
+    config = Config(
+        sandbox=SandboxConfig(env=["DATABASE_*"]),
+        mcp_servers={
+            "gh": McpServerConfig(command="x", env={"TOKEN": "${GH}", "MODE": "production"}),
+            "api": McpServerConfig(
+                url="http://127.0.0.1:1/mcp",
+                headers={
+                    "Authorization": "Bearer lit3ralBearer9x",
+                    "x-api-key": "k3y-Literal-77aa",
+                    "Cookie": "sid=Ck9Lm2Xq7Zv3",
+                    "Accept": "application/json",
+                },
+            ),
+        },
+    )
+    found = configured_secrets(config, environ)
+    assert found["[mcp_servers.gh] env TOKEN"] == ["ghp_8Zx2Lq7Vm3Kp9Wr4"]
+    assert "[mcp_servers.gh] env MODE" not in found  # a plain word
+    assert "lit3ralBearer9x" in found["[mcp_servers.api] headers Authorization"]
+    assert found["[mcp_servers.api] headers x-api-key"] == ["k3y-Literal-77aa"]
+    assert "sid=Ck9Lm2Xq7Zv3" in found["[mcp_servers.api] headers Cookie"]
+    assert "[mcp_servers.api] headers Accept" not in found
+    assert found["[sandbox] env DATABASE_URL"][0] == "Pq8zLm2Xw7"
+    assert "[sandbox] env DATABASE_HOST" not in found

@@ -35,6 +35,7 @@ from steward.store.engine import (
     sqlite_path,
     write_transaction,
 )
+from steward.store.redaction import Redact, RedactFor, RunRedaction, redacted
 from steward.store.schema import events as events_table
 from steward.store.schema import jobs as jobs_table
 from steward.store.schema import migrate
@@ -88,9 +89,19 @@ class EventStore:
     anything with side effects, so a crash loses at most events it can make again.
     """
 
-    def __init__(self, engine: AsyncEngine, sync_engine: sa.Engine | None = None, *, where: str = "") -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        sync_engine: sa.Engine | None = None,
+        *,
+        where: str = "",
+        redaction: RedactFor | None = None,
+    ) -> None:
+        """``redaction``: a run's workspace -> what redacts what is written for the run (by
+        default the secrets a run in that workspace has; see ``steward.store.redaction``)."""
         self._engine = engine
-        self._writer = _Writer(engine, sync_engine, where)
+        self._redaction = RunRedaction(engine, redaction)
+        self._writer = _Writer(engine, sync_engine, where, self._redaction)
         self.where = where
 
     @property
@@ -144,6 +155,7 @@ class EventStore:
             raise StewardError(f"run {run_id} already exists; use a new run id") from None
         except (OSError, sa_exc.DBAPIError) as exc:
             raise write_error(self.where, exc, f"could not create run {run_id}") from None
+        self._redaction.remember(run_id, workspace)
 
     def log(self, run_id: str, *, session_id: str | None, last_seq: int, fence: int | None = None) -> RunLog:
         """A buffered writer for one run's log, continuing after ``last_seq``.
@@ -161,10 +173,13 @@ class EventStore:
         if not events:
             return
         try:
+            # Redacted before the transaction: reading secret files must not hold the database.
+            (workspace,) = (await self._redaction.workspaces([run_id])).values()
+            rows = await asyncio.to_thread(self._rows, run_id, workspace, events)
             async with write_transaction(self._engine) as conn:
                 session_id, last = await self._lock_run(conn, run_id)
                 _check_continues(run_id, session_id, last, events)
-                await conn.execute(events_table.insert(), [_row(run_id, event) for event in events])
+                await conn.execute(events_table.insert(), rows)
         except sa_exc.IntegrityError:
             # Only reachable if another writer slipped in; the key keeps the log gap-free anyway.
             raise StewardError(
@@ -175,6 +190,10 @@ class EventStore:
             raise write_error(
                 self.where, exc, f"could not record run {run_id} past seq {events[0].seq - 1}"
             ) from None
+
+    def _rows(self, run_id: str, workspace: str, events: Sequence[Event]) -> list[dict[str, object]]:
+        redact = self._redaction.redactor(workspace)
+        return [_row(run_id, event, redact) for event in events]
 
     async def set_status(
         self,
@@ -189,7 +208,8 @@ class EventStore:
         values: dict[str, object] = {"status": status, "end_status": end_status, "updated_at": time.time()}
         values["owner"] = owner
         if output is not None:
-            values["output"] = output
+            (workspace,) = (await self._redaction.workspaces([run_id])).values()
+            values["output"] = await asyncio.to_thread(lambda: self._redaction.redactor(workspace)(output))
         if attempts is not None:
             values["attempts"] = attempts
         # Like every write, a locked, full or unreachable database is one clear line, not a
@@ -319,7 +339,8 @@ class RunLog:
         if self.error is not None:
             raise self.error
         _check_continues(self.run_id, self.session_id, self.last_seq, (event,))
-        self._writer.put(self, _Op(self, "event", _row(self.run_id, event), event.seq))
+        # Encoded (and redacted) by the writer, off the loop, before its transaction.
+        self._writer.put(self, _Op(self, "event", {}, event.seq, event))
         self.last_seq = event.seq
 
     def status(
@@ -349,6 +370,8 @@ class _Op:
     kind: str  # "event" | "status"
     values: dict[str, object]
     seq: int
+    #: An event not yet encoded into ``values`` (``_encode``).
+    event: Event | None = None
 
 
 _RETRIES = 3  # a busy database or a dropped PostgreSQL connection is tried again this often
@@ -364,10 +387,13 @@ class _Writer:
     waits only for what was queued before it, so a busy store cannot keep a caller waiting.
     """
 
-    def __init__(self, engine: AsyncEngine, sync_engine: sa.Engine | None, where: str) -> None:
+    def __init__(
+        self, engine: AsyncEngine, sync_engine: sa.Engine | None, where: str, redaction: RunRedaction
+    ) -> None:
         self._engine = engine
         self._sync_engine = sync_engine
         self._where = where
+        self._redaction = redaction
         self._queue: list[_Op] = []
         self._task: asyncio.Task[None] | None = None
         self._thread: ThreadPoolExecutor | None = None
@@ -440,13 +466,15 @@ class _Writer:
 
     async def _write_with_retries(self, batch: list[_Op]) -> set[RunLog]:
         """Write the batch; return the logs whose writes were refused (fenced out)."""
+        workspaces = await self._redaction.workspaces(op.log.run_id for op in batch)
         for attempt in range(1, _RETRIES + 1):
             try:
                 if self._sync_engine is not None:
                     if self._thread is None:
                         self._thread = ThreadPoolExecutor(1, thread_name_prefix="steward-store")
                     loop = asyncio.get_running_loop()
-                    return await loop.run_in_executor(self._thread, self._write_sync, batch)
+                    return await loop.run_in_executor(self._thread, self._write_sync, batch, workspaces)
+                await asyncio.to_thread(_encode, batch, workspaces, self._redaction)
                 async with write_transaction(self._engine) as conn:
                     fenced = set()
                     for log in _fenced_logs(batch):
@@ -470,10 +498,11 @@ class _Writer:
                 await asyncio.sleep(0.2 * attempt)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _write_sync(self, batch: list[_Op]) -> set[RunLog]:
+    def _write_sync(self, batch: list[_Op], workspaces: dict[str, str]) -> set[RunLog]:
         # The hot path of every step: plain DB-API calls on the engine's pooled connection
         # (its pragmas set on connect) cost a fraction of building Core statements per batch.
         assert self._sync_engine is not None
+        _encode(batch, workspaces, self._redaction)  # in this thread, before the write lock
         with self._sync_engine.connect() as plain:
             raw = plain.connection.driver_connection
             assert raw is not None
@@ -495,6 +524,22 @@ class _Writer:
             finally:
                 cursor.close()
         return fenced
+
+
+def _encode(batch: list[_Op], workspaces: dict[str, str], redaction: RunRedaction) -> None:
+    """Encode the batch's events into rows, and redact them and each run's output (idempotent:
+    a retried batch is encoded once)."""
+    redactors: dict[str, Redact] = {}
+    for op in batch:
+        if op.event is None and "output" not in op.values:
+            continue
+        run_id = op.log.run_id
+        if run_id not in redactors:
+            redactors[run_id] = redaction.redactor(workspaces.get(run_id, ""))
+        if op.event is not None:
+            op.values, op.event = _row(run_id, op.event, redactors[run_id]), None
+        elif isinstance(output := op.values["output"], str):
+            op.values["output"] = redactors[run_id](output)
 
 
 def _statements(batch: list[_Op]) -> list[tuple[sa.Executable, Any]]:
@@ -621,9 +666,10 @@ def _check_continues(run_id: str, session_id: str | None, last: int, events: Seq
             )
 
 
-def _row(run_id: str, event: Event) -> dict[str, object]:
+def _row(run_id: str, event: Event, redact: Redact) -> dict[str, object]:
     encoded = event.to_dict()
-    data = json.dumps(encoded["data"], ensure_ascii=False, separators=(",", ":"), default=str)
+    clean = redacted(encoded["data"], redact)
+    data = json.dumps(clean, ensure_ascii=False, separators=(",", ":"), default=str)
     return {"run_id": run_id, "seq": event.seq, "ts": encoded["ts"], "type": event.type, "data": data}
 
 

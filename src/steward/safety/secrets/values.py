@@ -486,9 +486,17 @@ class SecretWatch:
     of a file need no rescan: they hold the same values, which are redacted wherever they appear.
     """
 
-    def __init__(self, files: Callable[[], Iterable[Path]], *, rescan_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        files: Callable[[], Iterable[Path]],
+        *,
+        rescan_s: float = 0.0,
+        extra: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
+        """``extra``: values redacted as well, by where they come from (the configuration's)."""
         self._files = files
         self.rescan_s = rescan_s
+        self._extra = {name: list(values) for name, values in (extra or {}).items()}
         self._lock = threading.Lock()
         self._listed: tuple[Path, ...] = ()
         self._listed_at: float | None = None
@@ -515,7 +523,7 @@ class SecretWatch:
                 # Timestamps are coarse: a file changed again within the same tick as this read
                 # would keep its stamp, so one stamped that recently is read again next time.
                 self._racy = any(time.time_ns() - mtime_ns < _RACY_NS for *_, mtime_ns in stamp)
-                by_name: dict[str, list[str]] = {}
+                by_name: dict[str, list[str]] = {name: list(v) for name, v in self._extra.items()}
                 for path in self._listed:
                     by_name.setdefault(path.name, []).extend(secret_values(path))
                 self._current = (stamp, Redactor(by_name))
