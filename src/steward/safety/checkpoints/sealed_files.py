@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from steward.safety.checkpoints.scan import Scan
+from steward.safety.checkpoints.shadow import CheckpointError
 from steward.safety.protected import hooks_dirs
 from steward.safety.sealed import (
     HOME_REASON,
@@ -105,7 +106,10 @@ class SealedFiles:
             if _same(was, is_now) or (not was and path.rpartition("/")[2] in NEW_ALLOWED):
                 continue
             reason = state.reasons.get(path) or current[path]
-            items.append(self._put_back(path, was, is_now, restore, reason))
+            try:
+                items.append(self._put_back(path, was, is_now, restore, reason))
+            except (OSError, CheckpointError) as exc:  # one in the way must not stop the others
+                items.append(f"{path} could not be put back ({type(exc).__name__}: {exc}) ({reason})")
         return items
 
     # --- what is sealed -------------------------------------------------------------------
