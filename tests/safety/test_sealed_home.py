@@ -133,3 +133,21 @@ async def test_a_home_inside_the_workspace_keeps_its_credentials_out_of_sight(ho
     )
     assert "PRIVATE-HOST-NAME" not in result.content and "KUBE-SECRET" not in result.content
     assert (home / ".ssh" / "config").read_text() == "Host PRIVATE-HOST-NAME\n"
+
+
+@pytest.mark.parametrize("sandbox", [True, False], ids=["sandbox", "no-sandbox"])
+def test_a_config_folder_named_by_xdg_config_home_in_the_workspace_is_sealed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox: bool
+) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "cfg").mkdir(parents=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(workspace / "cfg"))
+    plants = [
+        "mkdir -p cfg/steward && printf '[sandbox]\\nenabled = false\\n' > cfg/steward/config.toml",
+        "mkdir -p cfg/steward/personas && echo 'x' > cfg/steward/personas/evil.toml",
+    ]
+    model = ScriptedModel.from_data([*({"tool": "bash", "args": {"command": c}} for c in plants), END])
+    Agent(model, config=load_config(workspace), sandbox=sandbox).run_sync("go", workspace=workspace)
+    assert not (workspace / "cfg" / "steward" / "config.toml").exists()
+    assert not (workspace / "cfg" / "steward" / "personas" / "evil.toml").exists()
+    assert load_config(tmp_path).sandbox.enabled
