@@ -507,11 +507,12 @@ def demo(
 
 
 @app.command()
-def doctor(workspace: Workspace = Path()) -> None:
-    """Check this machine: the sandbox, its limits, the configuration and the model."""
+def doctor(workspace: Workspace = Path(), model: ModelOpt = None) -> None:
+    """Check this machine: the sandbox, its limits, the configuration, the model (its key, its
+    server or script) and the store (reachable, up to date, writable)."""
     from steward.cli.doctor import check
 
-    check(workspace)
+    check(workspace, model)
 
 
 def _checkpoint_commands() -> None:

@@ -12,14 +12,15 @@ from steward.cli.options import EXIT_NOT_SOLVED, EXIT_OK, config_from_flags
 from steward.config import Config
 
 
-def check(workspace: Path) -> None:
-    """Check this machine: the sandbox, its limits, the configuration and the model."""
+def check(workspace: Path, model: str | None = None) -> None:
+    """Check this machine: the sandbox, its limits, the configuration, the model and the store."""
     import platform
 
     from steward import __version__
+    from steward.cli.checkup import check_model, check_store
     from steward.safety.sandbox.bubblewrap import sandbox_from_config
 
-    config = config_from_flags(workspace, None, None)
+    config = config_from_flags(workspace, model, None)
     typer.echo(f"steward {__version__} on Python {platform.python_version()} ({sys.executable})")
     if not config.sandbox.enabled:
         typer.echo("sandbox: turned off in the configuration ([sandbox] enabled = false)")
@@ -38,9 +39,10 @@ def check(workspace: Path) -> None:
         f"approvals wait {policy.approval_timeout_s:g} s then {policy.on_timeout}"
     )
     _layers(workspace, config)
-    typer.echo(f"model: {config.model or 'not configured (set STEWARD_MODEL or --model)'}")
+    model_ok = check_model(config)
+    store_ok = check_store(config, workspace)
     _context(workspace, config)
-    raise typer.Exit(EXIT_OK if status_ok else EXIT_NOT_SOLVED)
+    raise typer.Exit(EXIT_OK if status_ok and model_ok and store_ok else EXIT_NOT_SOLVED)
 
 
 def _layers(workspace: Path, config: Config) -> None:

@@ -145,6 +145,18 @@ class AnthropicModel(Model):
         # made now, a missing key stops the run before it starts, and the client is kept.
         self._client = self._make_client()
 
+    async def probe(self) -> str:
+        import anthropic
+
+        client = self._make_client().with_options(max_retries=0, timeout=min(self._timeout or 10.0, 10.0))
+        try:
+            await client.models.list(limit=1)
+        except anthropic.NotFoundError:  # a compatible server without the list still answers
+            return f"{self.base_url} answers"
+        except anthropic.APIError as exc:
+            raise self._error(exc) from exc
+        return f"{self.base_url} answers and accepts the key"
+
     async def _get_client(self) -> AsyncAnthropic:
         if self._client is None:
             self._client = self._make_client()

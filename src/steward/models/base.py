@@ -250,6 +250,11 @@ class Model(ABC):
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise ``ModelError`` for a configuration that cannot work (no key), without I/O."""
 
+    async def probe(self) -> str:
+        """Whether the model's server answers, in a few words (``steward doctor``), or a
+        ``ModelError`` naming the fix. No model call is made: nothing is billed."""
+        return "nothing to reach"
+
     def warnings(self) -> list[str]:
         """What the user should hear once the model is no longer used (e.g. unused script)."""
         return []

@@ -144,6 +144,22 @@ class OpenAIChatModel(Model):
     def check(self) -> None:
         self._resolve_api_key()
 
+    async def probe(self) -> str:
+        import openai
+
+        self.check()
+        client = self._get_client().with_options(max_retries=0, timeout=min(self._timeout or 10.0, 10.0))
+        try:
+            listed = await client.models.list()
+        except openai.NotFoundError:  # a server without the list (some local ones) still answers
+            return f"{self.base_url} answers"
+        except openai.APIError as exc:
+            raise self._error(exc) from exc
+        names = {m.id for m in listed.data}
+        if names and not names & {self.model, f"{self.model}:latest"}:
+            return f"{self.base_url} answers, but does not list {self.model!r} among its {len(names)} models"
+        return f"{self.base_url} answers and lists {self.model!r}" if names else f"{self.base_url} answers"
+
     def _resolve_api_key(self) -> str:
         key = self._api_key or os.environ.get(self._api_key_env)
         if key:

@@ -170,6 +170,9 @@ class ScriptedModel(Model):
     def replayed(self) -> None:
         self.used += 1
 
+    async def probe(self) -> str:
+        return f"{len(self.replies)} scripted replies read from {self.source}"
+
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         if request.purpose != "step":  # a summary: not part of the script
             yield _summary_reply(request, self.name)

@@ -1,0 +1,124 @@
+"""What ``steward doctor`` checks beyond the sandbox: the model and the store, for real.
+
+The model is resolved the way a run resolves it (its key, its script file) and its server asked
+for its model list, which costs nothing; the store is opened, its schema version read and a
+write transaction tried that changes nothing. Each check prints one line; a problem names the
+fix and makes the doctor's exit code 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from steward.config import Config
+from steward.errors import StewardError
+
+if TYPE_CHECKING:
+    from steward.agent import Agent
+
+PROBE_TIMEOUT_S = 15.0
+
+
+def check_model(config: Config) -> bool:
+    """One line on the configured model; whether it can be used (no model: nothing to check)."""
+    if not config.model:
+        typer.echo("model: not configured (set STEWARD_MODEL, model in steward.toml, or pass --model)")
+        return True
+    from steward.agent import Agent
+
+    agent = Agent(config=config)
+    try:
+        said = asyncio.run(_probe(agent))
+    except (StewardError, TimeoutError) as exc:
+        why = str(exc) or f"no answer within {PROBE_TIMEOUT_S:g} s"
+        typer.echo(f"model: {config.model}: PROBLEM: {why}")
+        return False
+    typer.echo(f"model: {config.model}: {said}")
+    return True
+
+
+async def _probe(agent: Agent) -> str:
+    try:
+        model = agent.model  # the key variable, the provider, the script file: as a run sees them
+        model.check()
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            return await model.probe()
+    finally:
+        await agent.aclose()
+
+
+def check_store(config: Config, workspace: Path) -> bool:
+    """One line on where runs are recorded: reachable, schema up to date, writable."""
+    from steward.agent import store_url
+    from steward.store.engine import parse_url, sqlite_path
+
+    url = store_url(config, workspace)
+    try:
+        path = sqlite_path(parse_url(url))
+    except StewardError as exc:
+        typer.echo(f"store: PROBLEM: {exc}")
+        return False
+    if path is not None and not path.exists():
+        return _store_to_be_made(path)
+    try:
+        said = asyncio.run(_store_state(url))
+    except StewardError as exc:
+        typer.echo(f"store: PROBLEM: {exc}")
+        return False
+    typer.echo(f"store: {said}")
+    return True
+
+
+def _store_to_be_made(path: Path) -> bool:
+    """A SQLite store not made yet: the first run makes it, if its folder can be made there."""
+    import os
+
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        typer.echo(f"store: PROBLEM: {path} cannot be made: {folder} is not writable for this user")
+        return False
+    typer.echo(f"store: {path} (not made yet; the first run makes it)")
+    return True
+
+
+async def _store_state(url: str) -> str:
+    import sqlalchemy as sa
+    from sqlalchemy import exc as sa_exc
+
+    from steward.store.engine import make_engine, open_error, parse_url, write_transaction
+    from steward.store.schema import LATEST_VERSION, current_version, schema_version
+
+    parsed = parse_url(url)
+    where = sa.make_url(url).render_as_string(hide_password=True)
+    engine = make_engine(url)
+    try:
+        try:
+            async with engine.connect() as conn:
+                await conn.execute(sa.text("SELECT 1"))
+        except (OSError, TimeoutError, sa_exc.DBAPIError) as exc:
+            raise open_error(parsed, exc) from None
+        try:
+            version = await current_version(engine)
+        except sa_exc.DBAPIError:  # no schema_version table: nothing was ever recorded there
+            return f"{where}: reachable, empty (the first command makes its tables)"
+        if version > LATEST_VERSION:
+            raise StewardError(
+                f"{where}: its schema is version {version}, made by a newer Steward (this one knows up "
+                f"to {LATEST_VERSION}); upgrade Steward here"
+            )
+        try:
+            async with write_transaction(engine) as conn:  # takes the write lock, changes nothing
+                await conn.execute(schema_version.update().where(sa.false()).values(version=version))
+        except (OSError, sa_exc.DBAPIError) as exc:
+            detail = " ".join(str(getattr(exc, "orig", exc)).split())[:200]
+            raise StewardError(f"{where}: reachable but not writable ({detail})") from None
+    finally:
+        await engine.dispose()
+    behind = "" if version == LATEST_VERSION else f"; the next command updates it to {LATEST_VERSION}"
+    return f"{where}: reachable, schema version {version}{behind}, writable"
