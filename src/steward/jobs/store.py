@@ -405,6 +405,19 @@ class JobStore:
             for row in rows
         ]
 
+    async def next_lease_expiry(self, roles: Sequence[str] = ()) -> float | None:
+        """When the first lease of a running job of ``roles`` (any role when empty) runs out, as
+        it stands now (a heartbeat moves it later); None when no job runs. An idle worker waits
+        no longer than that, so a job whose worker died is taken over as its lease ends, on every
+        engine (PostgreSQL tells of new work, not of a lease running out)."""
+        t = jobs_table
+        query = sa.select(sa.func.min(t.c.lease_expires_at)).where(t.c.status == "running")
+        if roles:
+            query = query.where(t.c.role.in_(list(roles)))
+        async with self._engine.connect() as conn:
+            found = (await conn.execute(query)).scalar_one_or_none()
+        return None if found is None else float(found)
+
     async def expired_waits(self, now: float, *, limit: int = 20) -> builtins.list[Job]:
         """Waiting jobs whose approval's deadline has passed (the default applies to them)."""
         t = jobs_table

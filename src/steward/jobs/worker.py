@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from steward.run import Run
     from steward.store.events import EventStore
 
+_PAST_EXPIRY_S = 0.05  # how long after a lease runs out an idle worker looks for it
 _ANY_ATTEMPTS = 10**9  # the queue counts a job's lost workers (``max_attempts``), not the run
 
 
@@ -74,7 +75,6 @@ class Worker:
 
     async def run(self, stop: asyncio.Event, now: asyncio.Event | None = None) -> None:
         """Claim and run jobs until ``stop``; then drain (``now`` cuts the drain short)."""
-        s = self.settings
         async with self.jobs.listen() as wakeups:
             self._wakeups = wakeups
             listening = self.store.dialect == "postgresql"
@@ -87,9 +87,26 @@ class Worker:
                     sys.stderr.write(
                         f"steward: worker: the queue could not be read: {type(exc).__name__}: {exc}\n"
                     )
-                idle = (s.listen_poll_s if listening else s.poll_s) * (0.5 + random.random())  # noqa: S311
+                idle = await self._idle_seconds(listening)
                 await self._idle(idle, stop.wait(), wakeups.work.wait())
             await self._drain(now)
+
+    async def _idle_seconds(self, listening: bool) -> float:
+        """How long to wait for news before looking at the queue again: the poll (with jitter),
+        but no later than the moment the first lease of a running job runs out, when this worker
+        has room to take it over (a worker that died tells no one)."""
+        s = self.settings
+        idle = (s.listen_poll_s if listening else s.poll_s) * (0.5 + random.random())  # noqa: S311
+        if len(self._running) >= s.concurrency:
+            return idle
+        try:
+            expiry = await self.jobs.next_lease_expiry(s.roles)
+        except Exception:  # the store is down: the poll finds out, and says so
+            return idle
+        if expiry is None:
+            return idle
+        # Just past it: the takeover looks for leases that ended before "now".
+        return min(idle, max(expiry - time.time(), 0.0) + _PAST_EXPIRY_S)
 
     def poke(self) -> None:
         """Look for work now: a job was queued in this process (a server's own pool)."""

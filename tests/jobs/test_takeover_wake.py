@@ -1,0 +1,66 @@
+"""A job whose worker stopped is taken over as its lease runs out, on both engines: an idle
+worker's wait ends no later than the first lease of a running job, whatever its poll interval."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import yaml
+
+from steward.jobs.api import Queue
+from steward.jobs.store import JobStore
+from steward.jobs.worker import Worker, WorkerSettings
+from steward.store.events import open_store
+
+NEVER_S = 3600.0  # a poll so rare that only the lease's end can wake the worker within the test
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    ws = tmp_path / "ws"
+    (ws / "personas").mkdir(parents=True)
+    (ws / "personas" / "s.yaml").write_text(yaml.safe_dump([{"text": "finished"}]))
+    (ws / "personas" / "closer.toml").write_text('role = "closer"\ntools = []\nmodel = "scripted:s.yaml"\n')
+    return ws
+
+
+async def test_the_next_lease_expiry_is_the_first_running_lease_of_the_roles(
+    db_url: str, workspace: Path
+) -> None:
+    async with await open_store(db_url) as store, Queue(store) as queue:
+        jobs = JobStore(store.engine)
+        assert await jobs.next_lease_expiry() is None
+        await queue.submit("closer", "one", workspace=workspace)
+        await queue.submit("closer", "two", workspace=workspace)
+        first = await jobs.claim("w1", lease_s=20)
+        second = await jobs.claim("w2", lease_s=10)
+        assert first is not None and second is not None
+        held = {j.id: j.lease_expires_at for j in await jobs.list(status=("running",))}
+        assert await jobs.next_lease_expiry() == min(v for v in held.values() if v is not None)
+        assert await jobs.next_lease_expiry(("closer",)) == held[second.job.id]
+        assert await jobs.next_lease_expiry(("someone-else",)) is None
+
+
+async def test_an_idle_worker_takes_over_when_the_lease_runs_out_not_at_its_next_poll(
+    db_url: str, workspace: Path
+) -> None:
+    async with await open_store(db_url) as store, Queue(store) as queue:
+        handle = await queue.submit("closer", "finish it", workspace=workspace)
+        frozen = await JobStore(store.engine).claim("frozen-worker", lease_s=1.0)  # never renewed
+        assert frozen is not None and frozen.job.id == handle.id
+        settings = WorkerSettings(
+            poll_s=NEVER_S, listen_poll_s=NEVER_S, sweep_s=NEVER_S, worker_id="idle-worker"
+        )
+        stop = asyncio.Event()
+        worker = asyncio.create_task(Worker(store, settings).run(stop))
+        try:
+            job = await handle.wait(timeout=120)  # the outcome, not a duration: only a wake at the
+        finally:  # lease's end gets it there before the one-hour poll
+            stop.set()
+            await worker
+    assert job.status == "done" and job.result == "finished", job
+    assert job.attempts == 1 and job.fence == frozen.fence + 1  # taken over from the frozen worker
