@@ -77,3 +77,20 @@ async def test_other_files_in_those_folders_stay_writable(
     )
     assert not result.is_error, result.content
     assert (workspace / ".vscode" / "extensions.json").read_text() == "{}\n"
+
+
+async def test_installed_packages_editor_files_do_not_stop_a_reinstall(
+    tmp_path: Path, sandbox: BubblewrapSandbox, checkpointed_bash: RunBash
+) -> None:
+    workspace = tmp_path / "ws"
+    shipped = workspace / "node_modules" / "left-pad" / ".vscode"
+    shipped.mkdir(parents=True)
+    (shipped / "settings.json").write_text("{}\n")
+    result = await checkpointed_bash(
+        sandbox,
+        workspace,
+        "rm -rf node_modules && mkdir -p node_modules/left-pad/.vscode && "
+        "echo '{\"v\": 2}' > node_modules/left-pad/.vscode/settings.json",
+    )
+    assert not result.is_error, result.content
+    assert (shipped / "settings.json").read_text() == '{"v": 2}\n'

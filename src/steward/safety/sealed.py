@@ -18,7 +18,8 @@ What a file is decides, not where it is:
   repository, and for husky (a hooks path named ``_``, whose hooks source the scripts beside
   it) the directory above it (``.husky/*``).
 * **Editor and tool files that run commands** — ``.vscode/tasks.json`` and
-  ``.vscode/settings.json``, ``.idea/workspace.xml`` (run configurations), ``.envrc`` (direnv).
+  ``.vscode/settings.json``, ``.idea/workspace.xml`` (run configurations) at any depth outside
+  installed packages (``node_modules``), and ``.envrc`` (direnv) at any depth.
 * **A home directory in the workspace** — every dotfile and dot-folder of it (shell start-up
   files, ``.gitconfig``, ``.config/**``, ``.local/bin``), and Steward's own user configuration.
 
@@ -41,6 +42,9 @@ EDITOR_FILES = {
     ".idea": frozenset({"workspace.xml"}),
 }
 ANYWHERE = frozenset({".envrc", "pyvenv.cfg"})
+DEPENDENCIES = "node_modules"
+"""Editor files of installed packages are not an editor's to run (nobody opens those folders),
+and sealing them would stop a command from reinstalling the packages."""
 HOME_PLACEHOLDER_DIRS = (".config", ".local")
 """Dot-folders of a home that get an empty read-only placeholder while a command runs, when missing."""
 HOME_PLACEHOLDER_FILES = (".gitconfig", ".bash_aliases", ".pythonrc.py", ".inputrc")
@@ -89,7 +93,7 @@ def sealed_in_dir(
     directory (or its ``pythonX.Y``) belongs is sealed itself: the walk does not follow links, and
     Python would read the start-up files behind it."""
     site = is_site_dir(parts)
-    editor = EDITOR_FILES.get(parts[-1], frozenset()) if parts else frozenset()
+    editor = EDITOR_FILES.get(parts[-1], frozenset()) if parts and DEPENDENCIES not in parts else frozenset()
     real = set(subdirs)
     linked: frozenset[str] | re.Pattern[str] = frozenset()
     if len(parts) >= 2 and _PYTHON_DIR.fullmatch(parts[-1]) and parts[-2] in ("lib", "lib64"):
@@ -126,7 +130,8 @@ def reason_by_name(parts: tuple[str, ...]) -> str | None:
     reason = _BY_NAME.get(name)
     if reason is None and (name in STARTUP_MODULES or (name.endswith(".pth") and is_site_dir(parts[:-1]))):
         reason = PYTHON_REASON
-    if reason is None and len(parts) >= 2 and name in EDITOR_FILES.get(parts[-2], ()):
+    editor = len(parts) >= 2 and name in EDITOR_FILES.get(parts[-2], ()) and DEPENDENCIES not in parts
+    if reason is None and editor:
         reason = EDITOR_REASON
     if reason is None and ".husky" in parts[:-1]:
         reason = HOOK_SCRIPT_REASON
