@@ -37,6 +37,7 @@ from steward.events import (
     SignalEvent,
     ToolResultEvent,
     ToolUse,
+    WaitingEvent,
 )
 from steward.models.base import (
     AssistantMessage,
@@ -95,6 +96,37 @@ def resumable_prefix(events: Sequence[Event]) -> list[Event]:
     return list(events[:end])
 
 
+def without_stops(events: Sequence[Event]) -> list[Event]:
+    """The log without the stops it went on after: the closing events of a cancel or a failure
+    that a retry continued past, and the wait they cut, announced again after them (``Run``
+    does that, so the log's tail says what the run waits for). The loop produced neither; a
+    rebuild must not meet them."""
+    out: list[Event] = []
+    at = 0
+    for _ in range(len(events)):  # bounded: each pass takes at least one event
+        if at >= len(events):
+            break
+        event = events[at]
+        at += 1
+        if not (
+            isinstance(event, DoneEvent) and event.status in ("cancelled", "failed") and at < len(events)
+        ):
+            out.append(event)
+            continue
+        if out and isinstance(out[-1], ErrorEvent) and not out[-1].recoverable:
+            out.pop()  # the failure the stop closed
+        wait = out[-1] if out and isinstance(out[-1], WaitingEvent) else None
+        if wait is not None:  # skip its announcement again: [gate,] waiting, of the same id
+            gated = len(out) > 1 and isinstance(out[-2], ApprovalGateEvent) and out[-2].id == wait.id
+            expected = [ApprovalGateEvent, WaitingEvent] if gated else [WaitingEvent]
+            following = events[at : at + len(expected)]
+            if [type(e) for e in following] == expected and all(
+                getattr(e, "id", None) == wait.id for e in following
+            ):
+                at += len(expected)
+    return out
+
+
 @dataclass(slots=True, frozen=True)
 class Recovered:
     """A recorded run, ready to be rebuilt: its row, the log to run against, and its start."""
@@ -125,8 +157,8 @@ async def recover(
     first = recorded[0] if recorded else None
     if recorded and not isinstance(first, RunStart):
         raise StewardError(f"run {row.id} has no recorded start; there is nothing to resume")
-    log = resumable_prefix(recorded)
-    if recorded and len(log) == len(recorded) and isinstance(recorded[-1], DoneEvent):
+    prefix = resumable_prefix(recorded)
+    if recorded and len(prefix) == len(recorded) and isinstance(recorded[-1], DoneEvent):
         done = recorded[-1]
         if row.status != done.status:  # the process died between the event and the row
             await store.set_status(row.id, done.status, done.end_status, output=done.message)
@@ -152,7 +184,7 @@ async def recover(
             await _close_crashed(store, row, last_seq, attempts, max_attempts)
     await store.set_status(row.id, "running", attempts=attempts, owner=process_owner())
     start = first if isinstance(first, RunStart) else None
-    return Recovered(row, log, last_seq, attempts, start)
+    return Recovered(row, without_stops(prefix), last_seq, attempts, start)
 
 
 def check_workspace_there(row: RunRow, first: Event | None = None) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from steward import run_state as rs
 from steward.errors import ConfigError, StoreError
-from steward.events import Event, RunStart
+from steward.events import Event, RunStart, WaitingEvent
 from steward.loop import Loop
 from steward.models.base import Usage
 from steward.ownership import process_owner
@@ -107,6 +107,10 @@ class Run:
         self._log: RunLog | None = None
         self._suspended: AsyncIterator[Event] | None = None  # the loop, stopped where a rebuild ended
         self._closing: Event | None = None  # the done event of a cancelled run
+        #: Rebuilt waiting from a log that goes on past the wait (a stop's closing events, e.g. a
+        #: cancel while it waited, then a retry): its wait is announced again, so the log's tail
+        #: says what it waits for.
+        self._announce_wait = False
         self._model_name = model_name
         self._max_steps = max_steps
         self._started = False
@@ -233,12 +237,17 @@ class Run:
                 stream = self._events()
         if self.state.status == "waiting":
             self._suspended = None
+            self._announce_wait = bool(events) and events[-1].seq < last_seq
         else:
             self._suspended = stream
 
     async def _events(self) -> AsyncIterator[Event]:
         st = self._loop.state
         if st.status == "waiting":  # e.g. a run resumed while it waits: nothing to do yet
+            if self._announce_wait and st.pending is not None and not await self._wait_shown(st.pending.id):
+                for event in st.pending.events():
+                    yield self._loop.emit(event)
+            self._announce_wait = False
             return
         if st.status != "running":
             raise RuntimeError(f"run {st.run_id} is {st.status}; start a new run")
@@ -266,6 +275,13 @@ class Run:
             # Cancelled, or abandoned by its consumer: either way this run will not go on.
             if not finished and st.status == "running":
                 st.status = "cancelled"
+
+    async def _wait_shown(self, wait_id: str) -> bool:
+        """Whether the stored log ends with the wait ``wait_id`` (announced again already)."""
+        if self._store is None:
+            return False
+        last = await self._store.events(self.id, after_seq=max(0, self._loop.state.seq - 1))
+        return bool(last) and isinstance(last[-1], WaitingEvent) and last[-1].id == wait_id
 
     def cancelled(self) -> Event:
         """Mark the run cancelled (its task was cancelled) and return the closing event."""
