@@ -176,3 +176,50 @@ async def test_without_the_sandbox_the_comparison_still_undoes_them(
         site / "kept.pth"
     ).read_text() == "# kept\n"  # restored from the copy: .venv-like folders are ignored
     assert not (site / "evil.pth").exists() and not (site / "sitecustomize.py").exists()
+
+
+COMPILE = (
+    'python3 -c "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], '
+    'invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)"'
+)
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandbox", "no-sandbox"])
+async def test_a_startup_module_in_any_form_python_imports_never_runs(
+    sandbox: BubblewrapSandbox, workspace: Path, marker: Path, checkpointed_bash: RunBash, sandboxed: bool
+) -> None:
+    site = make_env(workspace / "env")
+    (site / "sitecustomize.py").write_text("# the user's own\n")
+    (site / "_helper.py").write_text("def start():\n    pass\n")
+    (site / "helper.pth").write_text("import _helper; _helper.start()\n")
+    (workspace / "payload.py").write_text(payload(marker) + "\n")
+    rel = site.relative_to(workspace).as_posix()
+    tag = "cpython-" + site.parent.name.removeprefix("python").replace(".", "")
+    attacks = [
+        # The byte code Python would load in place of the user's own source (not checked against it).
+        f"mkdir -p {rel}/__pycache__ && {COMPILE} payload.py {rel}/__pycache__/sitecustomize.{tag}.pyc",
+        f"mkdir -p {rel}/__pycache__ && {COMPILE} payload.py {rel}/__pycache__/_helper.{tag}.pyc",
+        # A module a .pth file imports, as an extension-module name that would be found first.
+        f"cp payload.py {rel}/_helper.abi3.so",
+    ]
+    for attack in attacks:
+        await checkpointed_bash(sandbox if sandboxed else None, workspace, attack)
+    start_python(workspace / "env")
+    assert not marker.exists()
+    assert (site / "sitecustomize.py").read_text() == "# the user's own\n"
+
+
+@pytest.mark.parametrize("form", ["package", "sourceless"])
+async def test_sitecustomize_as_a_package_or_byte_code_never_runs(
+    sandbox: BubblewrapSandbox, workspace: Path, marker: Path, checkpointed_bash: RunBash, form: str
+) -> None:
+    site = make_env(workspace / "env")
+    (workspace / "payload.py").write_text(payload(marker) + "\n")
+    rel = site.relative_to(workspace).as_posix()
+    if form == "package":
+        attack = f"mkdir {rel}/sitecustomize && cp payload.py {rel}/sitecustomize/__init__.py"
+    else:
+        attack = f"{COMPILE} payload.py {rel}/sitecustomize.pyc"
+    await checkpointed_bash(sandbox, workspace, attack)
+    start_python(workspace / "env")
+    assert not marker.exists()

@@ -37,6 +37,9 @@ from pathlib import Path, PurePosixPath
 
 SITE_DIR_NAMES = frozenset({"site-packages", "dist-packages"})
 STARTUP_MODULES = frozenset({"sitecustomize.py", "usercustomize.py"})
+STARTUP_NAMES = frozenset({"sitecustomize", "usercustomize"})
+"""The modules ``site`` imports at start-up: in any form Python imports (source, byte code, an
+extension module, a package), they are sealed."""
 EDITOR_FILES = {
     ".vscode": frozenset({"tasks.json", "settings.json"}),
     ".idea": frozenset({"workspace.xml"}),
@@ -93,6 +96,8 @@ def sealed_in_dir(
     directory (or its ``pythonX.Y``) belongs is sealed itself: the walk does not follow links, and
     Python would read the start-up files behind it."""
     site = is_site_dir(parts)
+    # Byte code Python would load for a start-up module: ``__pycache__`` of a site directory.
+    cache = len(parts) >= 2 and parts[-1] == "__pycache__" and is_site_dir(parts[:-1])
     editor = EDITOR_FILES.get(parts[-1], frozenset()) if parts and DEPENDENCIES not in parts else frozenset()
     real = set(subdirs)
     linked: frozenset[str] | re.Pattern[str] = frozenset()
@@ -106,7 +111,8 @@ def sealed_in_dir(
             for name in names
             if name in ANYWHERE
             or name in editor
-            or (site and (name.endswith(".pth") or name in STARTUP_MODULES))
+            or (site and name.endswith(".pth"))
+            or ((site or cache) and name.split(".", 1)[0] in STARTUP_NAMES)
             or (name not in real and _named(linked, name))
         )
     )
@@ -128,7 +134,8 @@ def reason_by_name(parts: tuple[str, ...]) -> str | None:
         return None
     name = parts[-1]
     reason = _BY_NAME.get(name)
-    if reason is None and (name in STARTUP_MODULES or (name.endswith(".pth") and is_site_dir(parts[:-1]))):
+    startup = any(p.split(".", 1)[0] in STARTUP_NAMES for p in parts[-2:])  # a module or its package
+    if reason is None and (startup or (name.endswith(".pth") and is_site_dir(parts[:-1]))):
         reason = PYTHON_REASON
     editor = len(parts) >= 2 and name in EDITOR_FILES.get(parts[-2], ()) and DEPENDENCIES not in parts
     if reason is None and editor:
@@ -178,15 +185,30 @@ def startup_paths(root: Path, pth_files: Iterable[str]) -> dict[str, str]:
     for relative in pth_files:
         site = root / PurePosixPath(relative).parent
         directories, modules = pth_effects(site, read_pth(root / relative))
-        for directory in directories[:200]:
-            if directory.is_relative_to(root) and directory != root / PurePosixPath(relative).parent:
-                for name in sorted(STARTUP_MODULES):
-                    found[(directory / name).relative_to(root).as_posix()] = PYTHON_REASON
-        for module in modules[:50]:
-            for candidate in (site / f"{module}.py", site / module / "__init__.py"):
+        version = next((p for p in reversed(site.parts) if _PYTHON_DIR.fullmatch(p)), "")
+        places = [(d, m) for d in directories[:200] if d != site for m in sorted(STARTUP_NAMES)]
+        places += [(site, m) for m in modules[:50]]
+        for directory, module in places:
+            for candidate in module_files(directory, module, version):
                 if candidate.is_relative_to(root):
                     found[candidate.relative_to(root).as_posix()] = PYTHON_REASON
     return found
+
+
+def module_files(directory: Path, module: str, python: str = "") -> list[Path]:
+    """Every file by which ``import module`` finds it in ``directory`` (Python's path finder: an
+    extension module, source, a package, sourceless byte code, the cached byte code of a source).
+
+    ``python``: the environment's ``pythonX.Y`` folder name (its cache tag), else this Python's."""
+    import importlib.machinery
+    import sys
+
+    digits = re.sub(r"\D", "", python)
+    tag = f"cpython-{digits}" if digits else sys.implementation.cache_tag
+    names = [f"{module}{suffix}" for suffix in (*importlib.machinery.EXTENSION_SUFFIXES, ".so", ".abi3.so")]
+    names += [f"{module}.py", f"{module}.pyc", f"{module}/__init__.py"]
+    names += [f"__pycache__/{module}.{tag}{opt}.pyc" for opt in ("", ".opt-1", ".opt-2")]
+    return [directory / name for name in dict.fromkeys(names)]
 
 
 # --- homes ------------------------------------------------------------------------------------
