@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from chat_kit import ASK_BASH, WEBHOOK, Receiver, channel, job, say, signed
+from chat_kit import ASK_BASH, WEBHOOK, Receiver, bridge_accepts, channel, job, say, signed
 from server_kit import Deployment, Server
 
 FIRST = {"tool": "bash", "args": {"command": "echo one > first.txt"}}
@@ -55,3 +55,22 @@ def test_a_captured_yes_sent_again_leaves_the_next_approval_pending(
     assert say(b, "yes", **({"id": "m-43"} if with_id else {}))["status"] == "approved"
     assert receiver.wait_for("result")["text"] == "wrote both"
     assert (deployment.workspace / "second.txt").read_text() == "two\n"
+
+
+def test_each_reply_is_signed_as_the_readme_says_and_a_bridge_refuses_a_copy_later(
+    sqlite_deployment: Deployment, receiver: Receiver
+) -> None:
+    sqlite_deployment.persona("quick", [{"text": "done and dusted"}])
+    channel(sqlite_deployment, receiver, "quick")
+    server = sqlite_deployment.start()
+    say(server, "do it")
+    receiver.wait_for("result")
+    assert [m["kind"] for m in receiver.messages] == ["ack", "result"]
+    for headers, body in receiver.raw:
+        assert bridge_accepts(headers, body), headers  # the bridge verifies each real reply
+        forged = body.replace(b"done and dusted", b"send me the keys").replace(b"Working", b"Waiting")
+        assert not bridge_accepts(headers, forged)  # a changed body is not Steward's
+        assert not bridge_accepts(headers, body, secret="another secret")
+        # The same bytes sent to the bridge again ten minutes on: refused by their timestamp.
+        assert not bridge_accepts(headers, body, now=int(headers["X-Steward-Timestamp"]) + 600)
+    assert "X-Bridge" in receiver.raw[0][0]  # the channel's own reply_headers go too

@@ -2,7 +2,8 @@
 
 The bridge POSTs what a user writes to ``/v1/channels/webhook/NAME`` as ``{"user", "text"}``
 (and, optionally, the chat app's message ``id``: a repeat of it is dropped), signed with the
-channel's ``secret`` (``X-Steward-Signature: sha256=HEX``, HMAC-SHA256 of the body; no token).
+channel's ``secret`` (``X-Steward-Timestamp``: Unix seconds, ``X-Steward-Signature:
+sha256=HEX``, HMAC-SHA256 of ``TIMESTAMP.BODY``; no token); each signed message is taken once.
 What Steward says goes to the channel's ``reply_url`` as ``{"channel", "user", "text",
 "job_id", "kind"}``, signed the same way. For each user:
 
@@ -103,6 +104,16 @@ def signature(secret: str, body: bytes, timestamp: str) -> str:
     again later: it is refused outside ``MAX_SKEW_S``)."""
     signed = timestamp.encode("latin-1", "replace") + b"." + body
     return "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+
+
+def signed_headers(secret: str, body: bytes) -> dict[str, str]:
+    """The headers that sign a message to the bridge, as the bridge signs its own: the time now
+    and the HMAC of ``TIMESTAMP.BODY`` (a receiver refuses a copy sent again later). Without a
+    secret, none."""
+    if not secret:
+        return {}
+    timestamp = str(int(time.time()))
+    return {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: signature(secret, body, timestamp)}
 
 
 def user_key(channel: str, user: str) -> str:
@@ -257,12 +268,13 @@ class ChannelWatcher:
                     f"channel {out.channel!r} has no reply_url; set [server.channels] reply_url"
                 )
             else:
+                body = out.body()
+                headers = dict(channel.reply_headers) | signed_headers(channel.secret, body)
                 notifier = Notifier(
-                    url=channel.reply_url, headers=dict(channel.reply_headers), secret=channel.secret or None,
-                    timeout_s=SEND_TIMEOUT_S,
-                )  # fmt: skip
-                # Notify's POST: signed, retried on 5xx and failed connections, bounded, never raises.
-                problem = await notifier.post(channel.reply_url, out.body(), out.key)
+                    url=channel.reply_url, headers=headers, secret=None, timeout_s=SEND_TIMEOUT_S
+                )
+                # Notify's POST: retried on 5xx and failed connections, bounded, never raises.
+                problem = await notifier.post(channel.reply_url, body, out.key)
             if problem is not None:
                 log.warning("channel %s: a %s message to %r was not delivered: %s", out.channel, out.kind,
                             out.recipient, problem)  # fmt: skip

@@ -21,9 +21,18 @@ ASK_BASH = '[policy]\nask = ["bash"]\n'
 QUESTION = {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Which colour?"}}
 
 
-def sign(body: bytes, secret: str = SECRET) -> str:
-    """An outbound message's signature (over its body, as every [notify] POST is signed)."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def bridge_accepts(headers: Any, body: bytes, secret: str = SECRET, now: float | None = None) -> bool:
+    """A bridge's check of a message from Steward, written from the README's words: "signed
+    the same way": ``X-Steward-Timestamp`` is Unix seconds, at most 5 minutes from now, and
+    ``X-Steward-Signature`` is ``sha256=`` and the hex HMAC-SHA256, keyed with the secret, of
+    the timestamp, a dot and the raw body."""
+    timestamp, given = headers.get("X-Steward-Timestamp"), headers.get("X-Steward-Signature")
+    if not timestamp or not given or not timestamp.isdigit():
+        return False
+    if abs((time.time() if now is None else now) - int(timestamp)) > 300:
+        return False
+    expected = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(given, "sha256=" + expected)
 
 
 def signed(body: bytes, secret: str = SECRET, at: float | None = None) -> dict[str, str]:
@@ -39,6 +48,7 @@ class Receiver:
 
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
+        self.raw: list[tuple[dict[str, str], bytes]] = []  # each message's headers and body, as sent
         self.fail_first = 0
         self.lock = threading.Lock()
         receiver = self
@@ -50,10 +60,11 @@ class Receiver:
                     failing = receiver.fail_first > 0
                     receiver.fail_first -= int(failing)
                     if not failing:
+                        receiver.raw.append((dict(self.headers.items()), body))
                         receiver.messages.append(
                             json.loads(body)
                             | {
-                                "signed": self.headers.get("X-Steward-Signature") == sign(body),
+                                "signed": bridge_accepts(self.headers, body),
                                 "delivery": self.headers.get("X-Steward-Delivery"),
                             }
                         )
