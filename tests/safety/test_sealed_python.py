@@ -223,3 +223,28 @@ async def test_sitecustomize_as_a_package_or_byte_code_never_runs(
     await checkpointed_bash(sandbox, workspace, attack)
     start_python(workspace / "env")
     assert not marker.exists()
+
+
+DISTUTILS_PTH = (
+    "import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'; "
+    "enabled and __import__('_distutils_hack').add_shim(); \n"
+)
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandbox", "no-sandbox"])
+async def test_a_package_a_pth_file_imports_by_name_takes_no_planted_code(
+    sandbox: BubblewrapSandbox, workspace: Path, marker: Path, checkpointed_bash: RunBash, sandboxed: bool
+) -> None:
+    site = make_env(workspace / "env")
+    (site / "_distutils_hack").mkdir()
+    (site / "_distutils_hack" / "__init__.py").write_text("def add_shim():\n    pass\n")
+    (site / "distutils-precedence.pth").write_text(DISTUTILS_PTH)  # as setuptools installs it
+    rel = site.relative_to(workspace).as_posix()
+    await checkpointed_bash(
+        sandbox if sandboxed else None,
+        workspace,
+        f'echo "{payload(marker)}" >> {rel}/_distutils_hack/__init__.py',
+    )
+    start_python(workspace / "env")
+    assert not marker.exists()
+    assert (site / "_distutils_hack" / "__init__.py").read_text() == "def add_shim():\n    pass\n"

@@ -57,6 +57,11 @@ NOT_HOME_DOTS = frozenset({".git", ".steward"})
 """Dot entries of a home protected by their own rules (repository metadata, Steward's state)."""
 
 _PYTHON_DIR = re.compile(r"python\d+(?:\.\d+)?t?")
+_IMPORTED = re.compile(
+    r"(?:\bimport\s+|\bfrom\s+|,\s*|__import__\(\s*['\"]|import_module\(\s*['\"])([A-Za-z_][\w.]*)"
+)
+"""Modules an ``import`` line of a ``.pth`` file names: ``import a, b``, ``from a import``,
+``__import__('a')`` and ``importlib.import_module('a')`` (setuptools' ``distutils-precedence.pth``)."""
 _PTH_CAP = 64 * 1024
 _PTH_LINES = 1000
 
@@ -158,7 +163,7 @@ def pth_effects(site: Path, text: str) -> tuple[list[Path], list[str]]:
         if not line or line.startswith("#"):
             continue
         if line.startswith(("import ", "import\t")):
-            modules.extend(re.findall(r"\bimport\s+([A-Za-z_][\w]*)", line))
+            modules.extend(dict.fromkeys(m.split(".")[0] for m in _IMPORTED.findall(line)))
             continue
         directories.append(Path(os.path.normpath(site / line)))
     return directories, modules
