@@ -248,3 +248,26 @@ async def test_a_package_a_pth_file_imports_by_name_takes_no_planted_code(
     start_python(workspace / "env")
     assert not marker.exists()
     assert (site / "_distutils_hack" / "__init__.py").read_text() == "def add_shim():\n    pass\n"
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandbox", "no-sandbox"])
+async def test_an_environments_interpreter_and_activation_script_are_not_replaced(
+    sandbox: BubblewrapSandbox, workspace: Path, marker: Path, checkpointed_bash: RunBash, sandboxed: bool
+) -> None:
+    make_env(workspace / "env")
+    activate = (workspace / "env" / "bin" / "activate").read_text()
+    (workspace / "evil.sh").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (workspace / "evil.sh").chmod(0o755)
+    for attack in (
+        "ln -sf ../../evil.sh env/bin/python",
+        "rm env/bin/python3 && cp evil.sh env/bin/python3",
+        f"echo 'touch {marker}' >> env/bin/activate",
+    ):
+        await checkpointed_bash(sandbox if sandboxed else None, workspace, attack)
+    for python in ("python", "python3"):
+        subprocess.run([str(workspace / "env" / "bin" / python), "-c", "pass"], check=False, timeout=60)
+    subprocess.run(
+        ["bash", "-c", f"source {workspace / 'env' / 'bin' / 'activate'}"], check=False, timeout=60
+    )
+    assert not marker.exists()
+    assert (workspace / "env" / "bin" / "activate").read_text() == activate

@@ -10,8 +10,10 @@ What a file is decides, not where it is:
 
 * **Python environments** — a directory ``lib/pythonX.Y/site-packages`` (or ``dist-packages``)
   anywhere, made before or during the run, whatever the environment's folder is called: its
-  ``*.pth`` files, ``sitecustomize.py`` and ``usercustomize.py`` run at every ``python`` start;
-  a ``pyvenv.cfg`` decides which Python an environment runs. The directories a ``.pth`` file
+  ``*.pth`` files, ``sitecustomize.py`` and ``usercustomize.py`` (in any form Python imports:
+  byte code, extension module, package) run at every ``python`` start; a ``pyvenv.cfg`` decides
+  which Python an environment runs, and its ``bin/python*`` and ``bin/activate*`` are what the
+  user's shell runs. The directories a ``.pth`` file
   puts on ``sys.path`` (an editable install's ``src/``) hold start-up modules as well, and a
   module a ``.pth`` file imports (``__editable___*_finder.py``) runs at start-up too.
 * **Git hooks wherever git looks for them** — the ``core.hooksPath`` directory of each
@@ -45,6 +47,20 @@ EDITOR_FILES = {
     ".idea": frozenset({"workspace.xml"}),
 }
 ANYWHERE = frozenset({".envrc", "pyvenv.cfg"})
+ENV_SCRIPTS = frozenset(
+    {
+        "activate",
+        "activate.csh",
+        "activate.fish",
+        "activate.nu",
+        "activate.ps1",
+        "Activate.ps1",
+        "activate_this.py",
+    }
+)
+"""What a shell sources (or Python runs) to enter an environment, in its ``bin`` folder."""
+_ENV_PYTHON = re.compile(r"python(?:\d+(?:\.\d+)?t?)?")
+"""An environment's own interpreters in its ``bin`` folder (what ``python`` is once it is activated)."""
 DEPENDENCIES = "node_modules"
 """Editor files of installed packages are not an editor's to run (nobody opens those folders),
 and sealing them would stop a command from reinstalling the packages."""
@@ -70,6 +86,9 @@ PYTHON_REASON = (
     "on the host, outside the sandbox"
 )
 ENV_CONFIG_REASON = "pyvenv.cfg decides which Python and standard library an environment runs on the host"
+ENV_SCRIPT_REASON = (
+    "it is an environment's interpreter or activation script: the user's shell runs it on the host"
+)
 EDITOR_REASON = "an editor runs the commands it names on the host when the folder is opened"
 ENVRC_REASON = "direnv runs it in the user's shell on the host when they enter the folder"
 HOOK_SCRIPT_REASON = "git hooks (core.hooksPath) run it on the host whenever git is used in that repository"
@@ -103,6 +122,8 @@ def sealed_in_dir(
     site = is_site_dir(parts)
     # Byte code Python would load for a start-up module: ``__pycache__`` of a site directory.
     cache = len(parts) >= 2 and parts[-1] == "__pycache__" and is_site_dir(parts[:-1])
+    names = list(names)
+    env_bin = bool(parts) and parts[-1] == "bin" and "activate" in names
     editor = EDITOR_FILES.get(parts[-1], frozenset()) if parts and DEPENDENCIES not in parts else frozenset()
     real = set(subdirs)
     linked: frozenset[str] | re.Pattern[str] = frozenset()
@@ -119,8 +140,18 @@ def sealed_in_dir(
             or (site and name.endswith(".pth"))
             or ((site or cache) and name.split(".", 1)[0] in STARTUP_NAMES)
             or (name not in real and _named(linked, name))
+            or (env_bin and (name in ENV_SCRIPTS or _ENV_PYTHON.fullmatch(name) is not None))
         )
     )
+
+
+def new_is_fine(path: str) -> bool:
+    """Sealed once it exists, but an agent may make it: what makes a new environment one (its
+    ``pyvenv.cfg``, and the interpreters and activation scripts of its ``bin``). Its start-up
+    files stay sealed."""
+    folder, _, name = path.rpartition("/")
+    environment_file = name in ENV_SCRIPTS or _ENV_PYTHON.fullmatch(name) is not None
+    return name == "pyvenv.cfg" or (folder.rpartition("/")[2] == "bin" and environment_file)
 
 
 def _named(linked: frozenset[str] | re.Pattern[str], name: str) -> bool:
@@ -145,6 +176,9 @@ def reason_by_name(parts: tuple[str, ...]) -> str | None:
     editor = len(parts) >= 2 and name in EDITOR_FILES.get(parts[-2], ()) and DEPENDENCIES not in parts
     if reason is None and editor:
         reason = EDITOR_REASON
+    in_bin = len(parts) >= 2 and parts[-2] == "bin"
+    if reason is None and in_bin and (name in ENV_SCRIPTS or _ENV_PYTHON.fullmatch(name) is not None):
+        reason = ENV_SCRIPT_REASON
     if reason is None and ".husky" in parts[:-1]:
         reason = HOOK_SCRIPT_REASON
     return reason
@@ -254,8 +288,8 @@ def user_config_dir() -> Path:
 # --- for steward doctor -----------------------------------------------------------------------
 
 CLASSES = (
-    "Python environments' .pth, sitecustomize.py, usercustomize.py and pyvenv.cfg (any folder, "
-    "editable installs' source folders too)",
+    "Python environments' .pth files and start-up modules (in every form, editable installs' source "
+    "folders too), pyvenv.cfg, bin/python* and bin/activate*, whatever the environment's folder",
     "git hooks folders (core.hooksPath, husky's .husky/*)",
     ".vscode/tasks.json and settings.json, .idea/workspace.xml, .envrc at any depth",
     "a home directory's dotfiles and dot-folders, and Steward's user configuration",

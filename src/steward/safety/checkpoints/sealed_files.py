@@ -38,6 +38,7 @@ from steward.safety.sealed import (
     USER_CONFIG_REASON,
     home_dot_entries,
     homes_within,
+    new_is_fine,
     reason_by_name,
     startup_paths,
     user_config_dir,
@@ -49,9 +50,6 @@ Restore = Callable[[str, Ident], bool]
 it could (the checkpointer's own restore, beneath the workspace's fd)."""
 
 FILE_TOOLS = frozenset({"write_file", "edit_file"})
-NEW_ALLOWED = frozenset({"pyvenv.cfg"})
-"""Sealed once they exist, but an agent may make them: a new environment's ``pyvenv.cfg`` is what
-makes it one (its start-up files stay sealed)."""
 _COPY_BYTES = 256 * 1024
 _WALK_FILES = 200_000  # a guard against a runaway walk, far above any real folder of this kind
 
@@ -103,7 +101,7 @@ class SealedFiles:
             if path in skipped:
                 continue
             was, is_now = state.idents.get(path, ()), ident(self.root / path)
-            if _same(was, is_now) or (not was and path.rpartition("/")[2] in NEW_ALLOWED):
+            if _same(was, is_now) or (not was and new_is_fine(path)):
                 continue
             reason = state.reasons.get(path) or current[path]
             try:
@@ -150,13 +148,16 @@ class SealedFiles:
         homes = {d for d, r in state.walked if r == HOME_REASON}
         with self._lock:
             for path, found in state.idents.items():
-                if not found or found[0] != "file" or any(path.startswith(h + "/") for h in homes):
+                if not found or found[0] == "dir" or any(path.startswith(h + "/") for h in homes):
                     continue
                 kept = self._copies.get(path)
                 if kept is not None and kept[0] == found:
                     continue
                 size = found[3]
-                if isinstance(size, int) and size <= _COPY_BYTES:
+                if found[0] == "link":  # a link's copy is its target (an environment's bin/python)
+                    with contextlib.suppress(OSError):
+                        self._copies[path] = (found, os.fsencode((self.root / path).readlink()))
+                elif isinstance(size, int) and size <= _COPY_BYTES:
                     data = _read(self.root / path)
                     if data is not None:
                         self._copies[path] = (found, data)
@@ -252,6 +253,9 @@ def _write(root: Path, relative: str, data: bytes, was: Ident) -> bool:
             fd = inner
         with contextlib.suppress(FileNotFoundError):
             os.unlink(parts[-1], dir_fd=fd)
+        if was[0] == "link":
+            os.symlink(data, parts[-1], dir_fd=fd)
+            return True
         mode = stat.S_IMODE(was[1]) if isinstance(was[1], int) else 0o644
         out = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=fd)
         try:
