@@ -19,5 +19,11 @@ def test_doctor_lists_the_sealed_classes_and_what_the_workspace_holds(cli: Any, 
     proc = cli("doctor")
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert "here 1 Python environment, 1 editor or direnv file" in proc.stdout
-    for sealed in (".pth, sitecustomize.py", "core.hooksPath, husky", ".vscode/tasks.json", "dotfiles"):
+    for sealed in (
+        ".pth files and start-up modules",
+        "bin/activate*",
+        "core.hooksPath, husky",
+        ".vscode/tasks.json",
+        "dotfiles",
+    ):
         assert sealed in proc.stdout, sealed
