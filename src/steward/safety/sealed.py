@@ -301,7 +301,7 @@ def found_here(root: Path, sealed: Iterable[str], sites: Iterable[str]) -> str:
     """What of it this workspace holds now, in a few words (from a scan's ``sealed``/``sites``)."""
     files = list(sealed)
     environments = len(list(sites))
-    editors = sum(1 for p in files if not p.endswith((".pth", ".py")) and not p.endswith("pyvenv.cfg"))
+    editors = sum(1 for p in files if reason_by_name(tuple(p.split("/"))) in (EDITOR_REASON, ENVRC_REASON))
     homes = [str(h) for h in homes_within(root)]
     parts = [
         f"{environments} Python environment{'s' if environments != 1 else ''}",
