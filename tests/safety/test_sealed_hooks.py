@@ -121,3 +121,30 @@ async def test_a_plain_hooks_path_folder_takes_no_new_hook(
     assert committed.returncode == 0, committed.stderr
     assert not marker.exists()
     assert not (workspace / "tools" / "githooks" / "pre-commit").exists()
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandbox", "no-sandbox"])
+async def test_programs_and_included_files_the_git_config_names_are_not_changed(
+    tmp_path: Path, sandbox: BubblewrapSandbox, checkpointed_bash: RunBash, sandboxed: bool
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    git(workspace, "init", "-q")
+    (workspace / "tools").mkdir()
+    monitor = "#!/bin/sh\nexit 0\n"
+    (workspace / "tools" / "fsmon.sh").write_text(monitor)
+    (workspace / "tools" / "fsmon.sh").chmod(0o755)
+    (workspace / "local.gitconfig").write_text("[user]\n\tname = u\n")
+    git(workspace, "config", "core.fsmonitor", "tools/fsmon.sh")
+    git(workspace, "config", "include.path", "../local.gitconfig")
+    marker = tmp_path / "ran"
+    for attack in (
+        f"echo 'touch {marker}' >> tools/fsmon.sh",
+        f"printf '[core]\\n\\thooksPath = evil-hooks\\n[alias]\\n\\tst = !touch {marker}\\n' >> local.gitconfig",
+    ):
+        await checkpointed_bash(sandbox if sandboxed else None, workspace, attack)
+    git(workspace, "status")
+    git(workspace, "st")
+    assert not marker.exists()
+    assert (workspace / "tools" / "fsmon.sh").read_text() == monitor
+    assert (workspace / "local.gitconfig").read_text() == "[user]\n\tname = u\n"

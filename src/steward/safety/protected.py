@@ -357,24 +357,23 @@ def _hooks_and_their_scripts(hooks: Path) -> list[Path]:
     return directories
 
 
-def hooks_dirs(root: Path, repositories: Sequence[str]) -> list[Path]:
-    """Where git runs hooks from, besides ``.git/hooks``: each repository's ``core.hooksPath``
-    inside the workspace, and the scripts those hooks run (husky), as real paths."""
-    root = root.resolve(strict=False)
-    found: list[Path] = []
+def git_run_paths(root: Path, repositories: Sequence[str]) -> dict[Path, str]:
+    """What git on the host runs or obeys outside the git directories, as real paths with why:
+    each repository's ``core.hooksPath`` folder (and the scripts husky's hooks run), the config
+    files its configuration includes, and the programs it names (fsmonitor, filters...)."""
+    found = Protection(root.resolve(strict=False))
     for repo in repositories:
-        worktree = root / repo if repo else root
+        worktree = found.root / repo if repo else found.root
         dotgit = worktree / ".git"
         gitdir = _read_gitdir_file(dotgit) if dotgit.is_file() else dotgit
-        if gitdir is None or not gitdir.is_dir():
-            continue
-        for section, key, value in _config_values(gitdir / "config"):
-            if section == "core" and key == "hookspath" and value and not value.startswith("~"):
-                for directory in _hooks_and_their_scripts(worktree / value):
-                    real = directory.resolve(strict=False)
-                    if _within(real, root) and real != root and real not in found:
-                        found.append(real)
-    return found
+        if gitdir is not None and gitdir.is_dir():
+            _protect_config_references(found, gitdir / "config", worktree, depth=0)
+    return found.reasons
+
+
+def is_hooks_reason(reason: str) -> bool:
+    """Whether ``reason`` is that of a hooks folder (every file in it is one)."""
+    return reason == _HOOKS_REASON
 
 
 def _submodule_git_dirs(modules: Path, limit: int = 50) -> list[Path]:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from steward.safety.checkpoints.scan import Scan
 from steward.safety.checkpoints.shadow import CheckpointError
-from steward.safety.protected import hooks_dirs
+from steward.safety.protected import git_run_paths, is_hooks_reason
 from steward.safety.sealed import (
     HOME_REASON,
     HOME_WALKED,
@@ -82,7 +82,13 @@ class SealedFiles:
         if tool in FILE_TOOLS:
             return SealedState(skip=True)
         derived = startup_paths(self.root, [p for p in scan.sealed if p.endswith(".pth")])
-        state = SealedState(derived=derived, walked=self._walked(scan), homes=self._homes())
+        walked = list(self._walked())
+        for path, reason in git_run_paths(self.root, scan.repositories).items():
+            if is_hooks_reason(reason):
+                walked.append((self._relative(path), HOOK_SCRIPT_REASON))
+            elif path != self.root:
+                derived[self._relative(path)] = reason  # an included config, a program git runs
+        state = SealedState(derived=derived, walked=tuple(walked), homes=self._homes())
         state.reasons = self._paths(scan, state)
         state.idents = {path: ident(self.root / path) for path in state.reasons}
         self._keep_copies(state)
@@ -112,8 +118,8 @@ class SealedFiles:
 
     # --- what is sealed -------------------------------------------------------------------
 
-    def _walked(self, scan: Scan) -> tuple[tuple[str, str], ...]:
-        found = [(self._relative(d), HOOK_SCRIPT_REASON) for d in hooks_dirs(self.root, scan.repositories)]
+    def _walked(self) -> tuple[tuple[str, str], ...]:
+        found: list[tuple[str, str]] = []
         config = user_config_dir().resolve(strict=False)
         if config.is_relative_to(self.root) and config != self.root:
             found.append((self._relative(config), USER_CONFIG_REASON))
