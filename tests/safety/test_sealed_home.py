@@ -151,3 +151,23 @@ def test_a_config_folder_named_by_xdg_config_home_in_the_workspace_is_sealed(
     assert not (workspace / "cfg" / "steward" / "config.toml").exists()
     assert not (workspace / "cfg" / "steward" / "personas" / "evil.toml").exists()
     assert load_config(tmp_path).sandbox.enabled
+
+
+def test_the_users_own_programs_keep_their_dotfiles_while_a_sandboxed_call_runs(
+    home: Path, tmp_path: Path
+) -> None:
+    from steward.safety.checkpoints.around_calls import Checkpointer
+    from steward.safety.checkpoints.shadow import CheckpointSettings
+
+    (home / ".bash_history").write_text("ls\n")
+    (home / ".config" / "browser").mkdir(parents=True)
+    (home / ".config" / "browser" / "Cookies").write_text("old\n")
+    checkpointer = Checkpointer(home, CheckpointSettings(state_dir=tmp_path / "state"))
+    before = checkpointer.before("run", tool="bash", sandboxed=True)
+    # Meanwhile, on the host (the sandbox had these read-only): the user's shell and browser.
+    (home / ".bash_history").write_text("ls\ngit status\n")
+    (home / ".config" / "browser" / "Cookies").write_text("new\n")
+    undone = checkpointer.after(before)
+    assert not undone, undone.items
+    assert (home / ".bash_history").read_text() == "ls\ngit status\n"
+    assert (home / ".config" / "browser" / "Cookies").read_text() == "new\n"

@@ -67,8 +67,11 @@ and sealing them would stop a command from reinstalling the packages."""
 HOME_PLACEHOLDER_DIRS = (".config", ".local")
 """Dot-folders of a home that get an empty read-only placeholder while a command runs, when missing."""
 HOME_PLACEHOLDER_FILES = (".gitconfig", ".bash_aliases", ".pythonrc.py", ".inputrc")
-HOME_WALKED = (".config", ".local/bin")
-"""Dot-folders of a home compared file by file after a call (every other one by its entry)."""
+HOME_WALKED = (".local/bin", ".config/autostart", ".config/systemd", ".config/environment.d", ".config/git")
+"""Folders of a home whose files run (or decide what runs) at login, on ``PATH`` or in git, compared
+file by file after a call made without the sandbox (every other dot entry by itself). Not all of
+``.config``: programs of the user's keep live state there (a browser's profile), which a restore
+would corrupt."""
 NOT_HOME_DOTS = frozenset({".git", ".steward"})
 """Dot entries of a home protected by their own rules (repository metadata, Steward's state)."""
 

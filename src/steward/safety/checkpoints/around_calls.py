@@ -116,7 +116,10 @@ class Checkpointer:
 
     # --- around a call ------------------------------------------------------------------
 
-    def before(self, run_id: str, *, step: int = 0, call_id: str = "", tool: str = "") -> Before:
+    def before(
+        self, run_id: str, *, step: int = 0, call_id: str = "", tool: str = "", sandboxed: bool = False
+    ) -> Before:
+        """Record the workspace before a call; ``sandboxed``: the call runs in the sandbox."""
         from steward.safety.sandbox.bubblewrap import sweep_placeholders
 
         # The read-only placeholders a killed process left are no part of the workspace: gone
@@ -142,7 +145,7 @@ class Checkpointer:
                 tool=tool,
                 started=started,
             )
-        sealed = self.sealed.snapshot(scan, tool=tool)
+        sealed = self.sealed.snapshot(scan, tool=tool, sandboxed=sandboxed)
         return Before(checkpoint, scan, self._sensitive(scan), run_id, sealed, self._modules_of(scan))
 
     def after(self, before: Before) -> Undone:

@@ -68,6 +68,8 @@ class SealedState:
     derived: dict[str, str] = field(default_factory=dict)
     #: A file tool's call: nothing to compare (see the module docstring).
     skip: bool = False
+    #: The call ran in the sandbox: of a home's dot entries, only new ones are compared.
+    sandboxed: bool = False
 
 
 class SealedFiles:
@@ -78,17 +80,20 @@ class SealedFiles:
         self._copies: dict[str, tuple[Ident, bytes]] = {}
         self._lock = threading.Lock()
 
-    def snapshot(self, scan: Scan, *, tool: str = "") -> SealedState:
+    def snapshot(self, scan: Scan, *, tool: str = "", sandboxed: bool = False) -> SealedState:
+        """``sandboxed``: the call runs in the sandbox, where a home's existing dot entries are
+        read-only: a change to one afterwards is the user's own programs' (a shell's history), so
+        only new dot entries are compared."""
         if tool in FILE_TOOLS:
             return SealedState(skip=True)
         derived = startup_paths(self.root, [p for p in scan.sealed if p.endswith(".pth")])
-        walked = list(self._walked())
+        walked = [w for w in self._walked() if not (sandboxed and w[1] == HOME_REASON)]
         for path, reason in git_run_paths(self.root, scan.repositories).items():
             if is_hooks_reason(reason):
                 walked.append((self._relative(path), HOOK_SCRIPT_REASON))
             elif path != self.root:
                 derived[self._relative(path)] = reason  # an included config, a program git runs
-        state = SealedState(derived=derived, walked=tuple(walked), homes=self._homes())
+        state = SealedState(derived=derived, walked=tuple(walked), homes=self._homes(), sandboxed=sandboxed)
         state.reasons = self._paths(scan, state)
         state.idents = {path: ident(self.root / path) for path in state.reasons}
         self._keep_copies(state)
@@ -110,6 +115,8 @@ class SealedFiles:
             if _same(was, is_now) or (not was and new_is_fine(path)):
                 continue
             reason = state.reasons.get(path) or current[path]
+            if was and state.sandboxed and reason == HOME_REASON:
+                continue  # read-only in the sandbox: the user's own programs changed it
             try:
                 items.append(self._put_back(path, was, is_now, restore, reason))
             except (OSError, CheckpointError) as exc:  # one in the way must not stop the others
@@ -139,7 +146,7 @@ class SealedFiles:
         found = {path: reason_by_name(tuple(path.split("/"))) or PYTHON_REASON for path in scan.sealed}
         found.update(state.derived)
         for directory, reason in state.walked:
-            for path in _entries_under(self.root, directory):
+            for path in [directory, *_entries_under(self.root, directory)]:  # a new folder goes whole
                 found.setdefault(path, reason)
         for home in state.homes:
             for name in home_dot_entries(self.root / home if home else self.root):

@@ -55,7 +55,11 @@ class CheckpointToolset(WrapperToolset):
     ) -> ToolResult:
         try:
             before = await asyncio.to_thread(
-                checkpointer.before, ctx.run_id or "adhoc", step=ctx.step, tool=name
+                checkpointer.before,
+                ctx.run_id or "adhoc",
+                step=ctx.step,
+                tool=name,
+                sandboxed=_sandboxed(name, ctx),
             )
         except (CheckpointError, OSError) as exc:
             # Nothing that can change files runs unrecorded. (What a command may leave in the
@@ -121,6 +125,12 @@ def _w(workspace: Path) -> str:
         if workspace == Path.cwd().resolve():
             return ""
     return f" -w {shlex.quote(str(workspace))}"
+
+
+def _sandboxed(name: str, ctx: ToolContext) -> bool:
+    """Whether the call runs its command in the sandbox (``bash`` with the sandbox on)."""
+    settings = getattr(ctx.sandbox, "settings", None)
+    return name == "bash" and ctx.sandbox is not None and bool(getattr(settings, "enabled", True))
 
 
 def _after(checkpointer: Checkpointer, before: Before) -> Undone:
