@@ -313,3 +313,79 @@ def test_the_api_docs_render_offline_from_the_package(sqlite_deployment: Deploym
     expect(page.get_by_text("/v1/runs/{run_id}/events").first).to_be_visible()
     expect(page.get_by_text("Steward").first).to_be_visible()
     assert asked and all(url.startswith(server.url) for url in asked), asked
+
+
+def test_each_session_shows_its_last_runs_state_as_it_changes(note_server: Server, page: Page) -> None:
+    open_page(page, note_server)
+    run_id = start_run(note_server, "careful", "write a note")
+    entry = page.get_by_test_id("sessions").get_by_test_id("session")
+    expect(entry).to_have_count(1)
+    expect(entry).to_have_attribute("data-state", "waiting")  # not "open": what its run does
+    entry.click()
+    page.get_by_test_id("turn").first.click()
+    page.get_by_test_id("approve").click()
+    expect_the_note_answer(page)
+    expect(entry).to_have_attribute("data-state", "solved")
+    with note_server.client() as client:
+        client.post(f"/v1/runs/{run_id}/cancel")  # a finished run: nothing changes
+        fresh = client.post("/v1/sessions", json={"title": "empty"}).json()
+    page.get_by_test_id("sessions-refresh").click()
+    expect(page.locator(f'[data-session-id="{fresh["id"]}"]')).to_have_attribute("data-state", "no runs yet")
+
+
+def test_the_sessions_list_pages_through_older_sessions_and_back(note_server: Server, page: Page) -> None:
+    with note_server.client() as client:
+        made = [
+            client.post("/v1/sessions", json={"title": f"session {n:02d}"}).json()["id"] for n in range(45)
+        ]
+    open_page(page, note_server)
+    sessions = page.get_by_test_id("sessions").get_by_test_id("session")
+    expect(sessions).to_have_count(20)
+    expect(sessions.first).to_contain_text("session 44")  # the newest first
+    page.get_by_test_id("sessions-older").click()
+    expect(sessions.first).to_contain_text("session 24")
+    expect(sessions).to_have_count(20)
+    page.get_by_test_id("sessions-older").click()
+    expect(sessions).to_have_count(5)
+    expect(sessions.last).to_contain_text("session 00")  # the oldest is reachable
+    expect(page.get_by_test_id("sessions-older")).to_be_hidden()
+    seen = sessions.evaluate_all("items => items.map(i => i.dataset.sessionId)")
+    assert seen == made[4::-1]
+    page.get_by_test_id("sessions-newer").click()
+    expect(sessions.first).to_contain_text("session 24")
+    page.get_by_test_id("sessions-newer").click()
+    expect(sessions.first).to_contain_text("session 44")
+    expect(page.get_by_test_id("sessions-newer")).to_be_hidden()
+
+
+def test_each_approval_shows_at_the_call_it_stopped_before_that_calls_output(
+    sqlite_deployment: Deployment, page: Page
+) -> None:
+    first = {"tool": "bash", "args": {"command": "echo one > one.txt"}}
+    second = {"tool": "bash", "args": {"command": "echo two > two.txt"}}
+    sqlite_deployment.persona("careful", [first, second, {"text": "both"}], extra=ASK_BASH)
+    server = sqlite_deployment.start()
+    open_page(page, server, start_run(server, "careful", "two writes"))
+    calls = page.get_by_test_id("tool-call")
+    expect(page.get_by_test_id("approval-card")).to_be_visible()
+    page.get_by_test_id("approve").click()
+    expect(calls).to_have_count(2)
+    expect(page.get_by_test_id("approval-card")).to_be_visible()
+    page.get_by_test_id("deny-reason").fill("one is enough")
+    page.get_by_test_id("deny").click()
+    expect(page.get_by_test_id("final-answer")).to_have_text("both")
+    for n, decision in ((0, "bash approved by user"), (1, "bash denied by user: one is enough")):
+        call = calls.nth(n)
+        lines = call.get_by_test_id("call-approval")
+        expect(lines).to_have_count(2)
+        expect(lines.nth(0)).to_contain_text("bash needs approval")
+        expect(lines.nth(1)).to_contain_text(decision)
+        # Its approval comes before its output inside the call's entry: in the order it happened.
+        order = call.locator("[data-testid=call-approval], [data-testid=tool-output]").evaluate_all(
+            "nodes => nodes.map(n => n.dataset.testid)"
+        )
+        assert order == ["call-approval", "call-approval", "tool-output"], order
+    expect(calls.nth(0)).not_to_contain_text("denied")
+    assert (sqlite_deployment.workspace / "one.txt").exists() and not (
+        sqlite_deployment.workspace / "two.txt"
+    ).exists()

@@ -60,13 +60,24 @@ class NewSession(_Body):
     title: str = Field("", max_length=200)
 
 
+class LastRun(BaseModel):
+    """The newest run of a session, as it stands now."""
+
+    id: str
+    goal: str
+    status: str = Field(description="queued, running, waiting, done, failed, cancelled or dead.")
+    end_status: str | None = Field(description="solved, partial or stuck, once it is done.")
+    created_at: float
+
+
 class Session(BaseModel):
     id: str
     title: str
-    status: Literal["open", "closed"]
+    status: Literal["open", "closed"] = Field(description="Closed: no more runs in it.")
     summary: str
     created_at: float
     updated_at: float
+    last_run: LastRun | None = Field(None, description="Its newest run; none before the first.")
 
 
 class TurnOut(BaseModel):
@@ -84,6 +95,9 @@ class SessionDetail(Session):
 
 class Sessions(BaseModel):
     sessions: list[Session]
+    next: str | None = Field(
+        None, description="More, older sessions: send this as `before` for the next page; none at the end."
+    )
 
 
 class NewRun(_Body):

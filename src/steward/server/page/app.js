@@ -463,6 +463,7 @@ class RunView {
     el('pre', { class: 'args', testid: 'tool-input', text: json(d.input) }));
     item.dataset.testid = 'tool-call';
     item.dataset.callId = d.call_id;
+    item.dataset.input = JSON.stringify(d.input ?? {});
     item.dataset.status = 'running';
     this.calls.set(d.call_id, item);
   }
@@ -503,9 +504,33 @@ class RunView {
     // kind "approval": its approval_gate event came just before and shows the card.
   }
 
+  /** The call a gate stops: the newest call of its tool with its input, not yet answered. */
+  gatedCall(d) {
+    const input = JSON.stringify(d.input ?? {});
+    return [...this.calls.values()].reverse().find((item) => item.dataset.status === 'running' && !item.dataset.approvalId
+      && item.querySelector('.tool-name').textContent === d.tool && item.dataset.input === input) ?? null;
+  }
+
+  /** A line of the call's own entry: its approval, where it happened (before its output). */
+  approvalLine(event, call, kind, text) {
+    const offset = event.ts && this.firstTs ? `+${(event.ts - this.firstTs).toFixed(1)}s ` : '';
+    const line = el('div', { class: `call-approval ${kind}`, testid: 'call-approval', 'data-seq': event.seq || null }, offset + text);
+    const output = call.querySelector('.output');
+    if (output) output.before(line);
+    else call.querySelector('.body').append(line);
+  }
+
   onApprovalGate(event, d) {
-    this.add(event, 'gate', `${d.tool} needs approval: ${d.reason}`);
-    this.setCallState(d.tool, 'running', 'waiting', d.waits_for ? `waits for job ${d.waits_for}…` : 'waits for approval…');
+    const call = d.waits_for ? null : this.gatedCall(d);
+    if (call) {
+      call.dataset.approvalId = d.id;
+      call.dataset.status = 'waiting';
+      call.querySelector('.tool-state').textContent = 'waits for approval…';
+      this.approvalLine(event, call, 'gate', `${d.tool} needs approval: ${d.reason}`);
+    } else {
+      this.add(event, 'gate', `${d.tool} needs approval: ${d.reason}`);
+      this.setCallState(d.tool, 'running', 'waiting', d.waits_for ? `waits for job ${d.waits_for}…` : 'waits for approval…');
+    }
     if (this.finished) return;
     if (d.waits_for) {
       // A delegation waits for its job, not for a person: nothing to click but the job itself.
@@ -523,9 +548,19 @@ class RunView {
 
   onApprovalResult(event, d) {
     this.dropCard(d.id);
-    if (d.decision === 'approved') this.setCallState(d.tool, 'waiting', 'running', 'running…');
     const who = d.by === 'timeout' ? 'at its deadline' : `by ${d.by}`;
-    this.add(event, `decision ${d.decision}`, `${d.tool} ${d.decision} ${who}${d.reason ? `: ${d.reason}` : ''}`);
+    const text = `${d.tool} ${d.decision} ${who}${d.reason ? `: ${d.reason}` : ''}`;
+    const call = [...this.calls.values()].find((item) => item.dataset.approvalId === d.id);
+    if (call) {
+      if (d.decision === 'approved' && call.dataset.status === 'waiting') {
+        call.dataset.status = 'running';
+        call.querySelector('.tool-state').textContent = 'running…';
+      }
+      this.approvalLine(event, call, `decision ${d.decision}`, text);
+    } else {
+      if (d.decision === 'approved') this.setCallState(d.tool, 'waiting', 'running', 'running…');
+      this.add(event, `decision ${d.decision}`, text);
+    }
     this.liveStatus('running');
   }
 
@@ -803,20 +838,44 @@ function openRun(runId, { push = true } = {}) {
   current.start();
 }
 
+const SESSIONS_PAGE = 20;
+// The pages of the sessions list: the `before` cursor of each page shown so far ('' = the newest).
+const sessionPages = [''];
+
+/** What a session's list entry says of it: its newest run's state, or that it is closed. */
+function sessionState(s) {
+  if (s.status === 'closed') return 'closed';
+  if (!s.last_run) return 'no runs yet';
+  return s.last_run.end_status || s.last_run.status;
+}
+
 async function loadSessions() {
-  const { sessions } = await api('v1/sessions?limit=50');
+  const before = sessionPages.at(-1);
+  const query = `limit=${SESSIONS_PAGE}${before ? `&before=${encodeURIComponent(before)}` : ''}`;
+  const { sessions, next } = await api(`v1/sessions?${query}`);
   const select = byTestId('session-select');
   const chosen = select.value;
   select.replaceChildren(el('option', { value: '', text: '(new session)' }),
     ...sessions.map((s) => el('option', { value: s.id, text: `${s.title || s.id} (${s.id})` })));
-  if (sessions.some((s) => s.id === chosen)) select.value = chosen;
+  if (chosen && !sessions.some((s) => s.id === chosen)) select.append(el('option', { value: chosen, text: chosen }));
+  select.value = chosen;
   $('#sessions').replaceChildren(...sessions.map((s) => el('li', {},
     el('button', {
       type: 'button', class: `item${s.id === shownSession ? ' selected' : ''}`, testid: 'session', 'data-session-id': s.id,
-      onclick: () => showSession(s.id),
+      'data-state': sessionState(s), onclick: () => showSession(s.id),
     }, el('span', { text: s.title || '(untitled)' }),
-    el('span', { class: 'muted', text: ` ${s.status} · ${ago(s.updated_at)}`, title: new Date(s.updated_at * 1000).toLocaleString() })))));
-  if (!sessions.length) $('#sessions').append(el('li', { class: 'muted', text: 'No sessions yet.' }));
+    el('span', { class: `muted status-${s.last_run?.status ?? 'none'}`, testid: 'session-state', text: ` ${sessionState(s)}` }),
+    el('span', { class: 'muted', text: ` · ${ago(s.updated_at)}`, title: new Date(s.updated_at * 1000).toLocaleString() })))));
+  if (!sessions.length) $('#sessions').append(el('li', { class: 'muted', text: before ? 'No older sessions.' : 'No sessions yet.' }));
+  $('#sessions-older').hidden = !next;
+  $('#sessions-older').onclick = () => { sessionPages.push(next); loadSessions().catch(report); };
+  $('#sessions-newer').hidden = sessionPages.length < 2;
+  $('#sessions-page').textContent = sessionPages.length > 1 ? `page ${sessionPages.length}` : '';
+}
+
+function newerSessions() {
+  if (sessionPages.length > 1) sessionPages.pop();
+  loadSessions().catch(report);
 }
 
 /**
@@ -967,6 +1026,7 @@ function init() {
   });
   $('#new-run').addEventListener('submit', startRun);
   $('#sessions-refresh').addEventListener('click', () => loadSessions().catch(report));
+  $('#sessions-newer').addEventListener('click', newerSessions);
   $('#jobs-filter').addEventListener('change', poll);
   document.addEventListener('visibilitychange', poll);
   window.addEventListener('popstate', syncFromUrl);
