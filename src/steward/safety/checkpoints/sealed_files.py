@@ -115,7 +115,7 @@ class SealedFiles:
             if _same(was, is_now) or (not was and new_is_fine(path)):
                 continue
             reason = state.reasons.get(path) or current[path]
-            if was and state.sandboxed and reason == HOME_REASON:
+            if was and state.sandboxed and reason in (HOME_REASON, USER_CONFIG_REASON):
                 continue  # read-only in the sandbox: the user's own programs changed it
             try:
                 items.append(self._put_back(path, was, is_now, restore, reason))
