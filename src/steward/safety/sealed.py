@@ -59,7 +59,7 @@ ENV_SCRIPTS = frozenset(
     }
 )
 """What a shell sources (or Python runs) to enter an environment, in its ``bin`` folder."""
-_ENV_PYTHON = re.compile(r"python(?:\d+(?:\.\d+)?t?)?")
+_ENV_PYTHON = re.compile(r"(?:python|pypy)(?:\d+(?:\.\d+)?t?)?")
 """An environment's own interpreters in its ``bin`` folder (what ``python`` is once it is activated)."""
 DEPENDENCIES = "node_modules"
 """Editor files of installed packages are not an editor's to run (nobody opens those folders),
@@ -75,7 +75,7 @@ would corrupt."""
 NOT_HOME_DOTS = frozenset({".git", ".steward"})
 """Dot entries of a home protected by their own rules (repository metadata, Steward's state)."""
 
-_PYTHON_DIR = re.compile(r"python\d+(?:\.\d+)?t?")
+_PYTHON_DIR = re.compile(r"(?:python|pypy)\d+(?:\.\d+)?t?")
 _IMPORTED = re.compile(
     r"(?:\bimport\s+|\bfrom\s+|,\s*|__import__\(\s*['\"]|import_module\(\s*['\"])([A-Za-z_][\w.]*)"
 )
@@ -246,7 +246,9 @@ def module_files(directory: Path, module: str, python: str = "") -> list[Path]:
     import sys
 
     digits = re.sub(r"\D", "", python)
-    tag = f"cpython-{digits}" if digits else sys.implementation.cache_tag
+    tag = sys.implementation.cache_tag
+    if digits:
+        tag = f"pypy{digits}" if python.startswith("pypy") else f"cpython-{digits}"
     names = [f"{module}{suffix}" for suffix in (*importlib.machinery.EXTENSION_SUFFIXES, ".so", ".abi3.so")]
     names += [f"{module}.py", f"{module}.pyc", f"{module}/__init__.py"]
     names += [f"__pycache__/{module}.{tag}{opt}.pyc" for opt in ("", ".opt-1", ".opt-2")]
