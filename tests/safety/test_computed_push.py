@@ -42,6 +42,7 @@ SPELLINGS = [
     ". /dev/stdin <<< 'git push REMOTE main'",
     "echo 'git push REMOTE main' > s.sh; sh s.sh",
     "printf 'git push REMOTE main' > p.sh && chmod +x p.sh && ./p.sh",
+    "mkdir -p t && cd t && printf 'git push ../REMOTE main' > x && cd - && bash t/x",
 ]
 
 

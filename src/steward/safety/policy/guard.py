@@ -1349,12 +1349,14 @@ def _runs_what_it_writes(commands: tuple[SimpleCommand, ...], scope: _Scope) -> 
     """A script this very command line writes and then runs (``echo 'git push' > s.sh; sh s.sh``):
     its content is decided at run time, like a computed word (a file that was there before is a
     program like any other)."""
-    written = set()
+    scope = _Scope(workspace=scope.workspace, home=scope.home, scratch=scope.scratch)  # cd not followed
+    written: set[str] = set()
     for cmd in commands:
         for target in _write_targets(cmd):
             resolved = scope.resolve(target)
             if resolved is not None:
-                written.add(resolved[0])
+                # By name too: a ``cd`` between the write and the run must not hide it.
+                written.update((resolved[0], basename(resolved[0])))
     if not written:
         return
     for cmd in commands:
@@ -1366,7 +1368,7 @@ def _runs_what_it_writes(commands: tuple[SimpleCommand, ...], scope: _Scope) -> 
         else:
             script = cmd.argv[0] if "/" in cmd.argv[0] else None
         resolved = scope.resolve(script) if script else None
-        if resolved is not None and resolved[0] in written:
+        if resolved is not None and (resolved[0] in written or basename(resolved[0]) in written):
             why = f"{script} is written by this same command line, so what it runs is decided at run time"
             yield Opaque("", why, normalized(cmd))
 
