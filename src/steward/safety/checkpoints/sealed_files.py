@@ -166,11 +166,12 @@ class SealedFiles:
                 kept = self._copies.get(path)
                 if kept is not None and kept[0] == found:
                     continue
-                size = found[3]
+                size, mode = found[3], found[1]
+                regular = isinstance(mode, int) and stat.S_ISREG(mode)  # never a FIFO or a device
                 if found[0] == "link":  # a link's copy is its target (an environment's bin/python)
                     with contextlib.suppress(OSError):
                         self._copies[path] = (found, os.fsencode((self.root / path).readlink()))
-                elif isinstance(size, int) and size <= _COPY_BYTES:
+                elif regular and isinstance(size, int) and size <= _COPY_BYTES:
                     data = _read(self.root / path)
                     if data is not None:
                         self._copies[path] = (found, data)
