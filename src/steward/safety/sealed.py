@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
@@ -213,6 +214,8 @@ def read_pth(path: Path) -> str:
     except OSError:
         return ""
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""  # a FIFO or a device named like one: nothing Python would read as a .pth
         return os.read(fd, _PTH_CAP).decode("utf-8", "replace")
     except OSError:
         return ""
