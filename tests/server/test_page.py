@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Route, expect, sync_playwright
-from server_kit import Deployment, Server
+from server_kit import Deployment, Server, wait_for
 
 CHROMIUM = shutil.which("chromium")
 WAIT_MS = 30_000  # a scripted run takes a second or two; this bounds a broken one
@@ -389,3 +389,25 @@ def test_each_approval_shows_at_the_call_it_stopped_before_that_calls_output(
     assert (sqlite_deployment.workspace / "one.txt").exists() and not (
         sqlite_deployment.workspace / "two.txt"
     ).exists()
+
+
+def test_a_run_cancelled_while_it_waited_and_retried_is_approved_in_the_page(
+    note_server: Server, page: Page
+) -> None:
+    run_id = start_run(note_server, "careful", "write a note")
+    with note_server.client() as client:
+        wait_for(lambda: client.get(f"/v1/runs/{run_id}").json()["status"] == "waiting", "the wait")
+        assert client.post(f"/v1/runs/{run_id}/cancel").json()["status"] == "cancelled"
+        assert client.post(f"/v1/jobs/{run_id}/retry").status_code == 200
+        wait_for(lambda: client.get(f"/v1/runs/{run_id}").json()["pending"], "the wait asked again")
+    open_page(page, note_server, run_id)
+    expect_waiting_for_the_write(page)
+    expect(page.get_by_test_id("final")).to_be_hidden()
+    page.get_by_test_id("approve").click()
+    expect_the_note_answer(page)
+    lines = page.get_by_test_id("tool-call").first.get_by_test_id(
+        "call-approval"
+    )  # asked, asked again, approved
+    expect(lines).to_have_count(3)
+    expect(lines.nth(2)).to_contain_text("bash approved by user")
+    assert (note_server.deployment.workspace / "note.txt").read_text() == "hello\n"

@@ -358,6 +358,11 @@ class RunView {
 
   apply(event) {
     const d = event.data ?? {};
+    if (this.finished && event.type !== 'done') {
+      // A run retried after it ended goes on in the same log: live again from here.
+      this.finished = false;
+      this.dom.final.hidden = true;
+    }
     if (event.ts) {
       this.firstTs ||= event.ts;
       this.lastTs = Math.max(this.lastTs, event.ts);
@@ -507,7 +512,11 @@ class RunView {
   /** The call a gate stops: the newest call of its tool with its input, not yet answered. */
   gatedCall(d) {
     const input = JSON.stringify(d.input ?? {});
-    return [...this.calls.values()].reverse().find((item) => item.dataset.status === 'running' && !item.dataset.approvalId
+    const calls = [...this.calls.values()];
+    // Asked again (a run retried while it waited): the call it stopped the first time.
+    const again = calls.find((item) => item.dataset.approvalId === d.id);
+    if (again) return again;
+    return calls.reverse().find((item) => item.dataset.status === 'running' && !item.dataset.approvalId
       && item.querySelector('.tool-name').textContent === d.tool && item.dataset.input === input) ?? null;
   }
 
