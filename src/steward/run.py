@@ -140,6 +140,11 @@ class Run:
         """Whether the run is recorded, so it can be resumed or answered from another process."""
         return self._store is not None
 
+    @property
+    def recorded(self) -> bool:
+        """Whether the store has the run by now (its row is made): ``steward resume`` finds it."""
+        return self._log is not None
+
     def stream(self) -> AsyncGenerator[Event, None]:
         """Run until done, failed or waiting, yielding every event."""
         events, self._suspended = self._suspended or self._events(), None

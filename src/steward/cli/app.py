@@ -1,628 +1,100 @@
-"""``steward``: the command line.
+"""``steward``: the command line's entry point.
 
 Exit codes: 0 solved, 1 partial, stuck or failed, 2 usage or configuration error,
 130 interrupted. A user's mistake is one line naming the fix, never a traceback.
+
+This module imports nothing heavy: the command table (``steward.cli.commands``) is loaded
+inside ``main``. Most of a command's start-up is importing, so Ctrl-C then ends with one line
+instead of a traceback from the middle of some library.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
+import signal
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Callable
+from typing import Any
 
-import typer
-
-from steward.cli.driving import (
-    check_model,
-    drive,
-    no_always,
-    run_async,
-    warn_about_sandbox,
-)
-from steward.cli.options import (
-    EXIT_INTERRUPTED,
-    EXIT_NOT_SOLVED,
-    EXIT_USAGE,
-    NO_MODEL,
-    AllowOpt,
-    AskOpt,
-    DenyOpt,
-    ForceOpt,
-    JsonOpt,
-    MaxSteps,
-    ModelOpt,
-    ModeOpt,
-    NoSandbox,
-    PersonaOpt,
-    QuietOpt,
-    ReadOnly,
-    ResumeOpt,
-    Workspace,
-    config_from_flags,
-    fail,
-)
-
-if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
-    from steward.agent import Agent
-    from steward.config import Config
-    from steward.events import Event
-    from steward.personas import Persona
-    from steward.run import Run
-    from steward.store.events import RunRow
-
-app = typer.Typer(
-    name="steward",
-    help="Steward: autonomous, tool-using agents that plan, act, verify and report.",
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-
-
-def _show_version(value: bool) -> None:
-    if value:
-        from steward import __version__
-
-        typer.echo(f"steward {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: Annotated[
-        bool,
-        typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit."),
-    ] = False,
-) -> None:
-    """Steward: autonomous, tool-using agents that plan, act, verify and report."""
-
-
-@app.command()
-def run(
-    goal: Annotated[str | None, typer.Argument(help="What the agent should achieve.", metavar="GOAL")] = None,
-    resume_id: ResumeOpt = None,
-    session: Annotated[
-        str | None,
-        typer.Option("--session", "-s", help="Add this run to a session (id, prefix, 'last' or 'new')."),
-    ] = None,
-    workspace: Workspace = Path(),
-    model: ModelOpt = None,
-    max_steps: MaxSteps = None,
-    json_lines: Annotated[bool, typer.Option("--json", help="Print the event stream as NDJSON.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")] = False,
-    mode: ModeOpt = None,
-    no_sandbox: NoSandbox = False,
-    allow: AllowOpt = None,
-    ask: AskOpt = None,
-    deny: DenyOpt = None,
-    read_only: ReadOnly = False,
-    persona: PersonaOpt = None,
-    schema_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--schema",
-            help="A JSON Schema file: the answer must be JSON matching it (default: the persona's, if any).",
-        ),
-    ] = None,
-) -> None:
-    """Run an agent on GOAL in the workspace and show its progress live."""
-    from steward.run import check_goal, check_workspace
-
-    if resume_id is not None:
-        if goal:
-            raise fail("give either a GOAL or --resume RUN, not both")
-        if schema_file is not None:
-            raise fail("--schema is for a new run: a resumed run keeps the schema it was started with")
-        _continue(
-            resume_id, None, workspace=workspace, model=model, json_lines=json_lines, quiet=quiet,
-            force=False, no_sandbox=no_sandbox, mode=mode,
-        )  # fmt: skip
-    if not goal:
-        raise fail('give a GOAL, e.g. steward run "fix the failing test", or --resume RUN')
-    chosen = _persona(persona, workspace)
-    schema = _schema(schema_file)
-    config = config_from_flags(
-        workspace, model, max_steps, mode=mode, no_sandbox=no_sandbox, allow=allow, ask=ask, deny=deny,
-        read_only=read_only, persona=chosen,
-    )  # fmt: skip
-    if not config.model:
-        raise fail(NO_MODEL)
-    check_goal(goal)  # before anything runs
-    check_workspace(workspace)
-
-    def prepare(agent: Agent) -> None:
-        warn_about_sandbox(agent, flag_given=no_sandbox)
-        check_model(agent)
-
-    async def go(agent: Agent) -> int:
-        if session is None:
-            started = agent.start(goal, workspace=workspace, output_schema=schema)
-        else:
-            from steward.sessions import Session
-
-            opened = await Session.open(agent, None if session == "new" else session)
-            started = await opened.start(goal, workspace=workspace, output_schema=schema)
-            if not json_lines and not quiet:
-                typer.echo(f"steward: session {opened.id}", err=True)
-        return await drive(started, json_lines=json_lines, quiet=quiet)
-
-    raise typer.Exit(run_async(go, config, workspace, prepare=prepare, persona=chosen))
-
-
-def _schema(path: Path | None) -> dict[str, Any] | None:
-    """The JSON Schema of ``--schema``, read and checked before anything runs."""
-    if path is None:
-        return None
-    from steward.answers import load_schema_file
-    from steward.errors import ConfigError
-
-    try:
-        return load_schema_file(path)
-    except ConfigError as exc:
-        raise fail(f"--schema {exc}") from None
-
-
-def _persona(name: str | None, workspace: Path) -> Persona | None:
-    """The persona named on the command line, read before anything runs (a bad file is an error now)."""
-    if name is None:
-        return None
-    from steward.personas import find_persona
-
-    return find_persona(name, workspace.resolve())
-
-
-@app.command()
-def resume(
-    run_id: Annotated[str, typer.Argument(help="The run: its id, a unique prefix, or 'last'.")] = "last",
-    workspace: Workspace = Path(),
-    model: ModelOpt = None,
-    json_lines: JsonOpt = False,
-    quiet: QuietOpt = False,
-    force: ForceOpt = False,
-    no_sandbox: NoSandbox = False,
-    mode: ModeOpt = None,
-) -> None:
-    """Continue a recorded run where it stopped: crashed, interrupted, failed or waiting."""
-    _continue(
-        run_id, None, workspace=workspace, model=model, json_lines=json_lines, quiet=quiet, force=force,
-        no_sandbox=no_sandbox, mode=mode,
-    )  # fmt: skip
-
-
-@app.command()
-def approve(
-    run_id: Annotated[str, typer.Argument(help="The waiting run: its id, a unique prefix, or 'last'.")],
-    always: Annotated[
-        bool, typer.Option("--always", help="Also allow calls like this from now on (saved in steward.toml).")
-    ] = False,
-    workspace: Workspace = Path(),
-    model: ModelOpt = None,
-    json_lines: JsonOpt = False,
-    quiet: QuietOpt = False,
-) -> None:
-    """Approve the call a waiting run asks about, then let the run go on."""
-    _continue(
-        run_id, ("approve", "always" if always else ""), workspace=workspace, model=model,
-        json_lines=json_lines, quiet=quiet,
-    )  # fmt: skip
-
-
-@app.command()
-def deny(
-    run_id: Annotated[str, typer.Argument(help="The waiting run: its id, a unique prefix, or 'last'.")],
-    reason: Annotated[str, typer.Option("--reason", help="Why; the agent is told.")] = "",
-    workspace: Workspace = Path(),
-    model: ModelOpt = None,
-    json_lines: JsonOpt = False,
-    quiet: QuietOpt = False,
-) -> None:
-    """Deny the call a waiting run asks about; the agent is told and goes on another way."""
-    _continue(run_id, ("deny", reason), workspace=workspace, model=model, json_lines=json_lines, quiet=quiet)
-
-
-@app.command()
-def answer(
-    run_id: Annotated[str, typer.Argument(help="The waiting run: its id, a unique prefix, or 'last'.")],
-    text: Annotated[str, typer.Argument(help="Your answer to the run's question.", metavar="ANSWER")],
-    workspace: Workspace = Path(),
-    model: ModelOpt = None,
-    json_lines: JsonOpt = False,
-    quiet: QuietOpt = False,
-) -> None:
-    """Answer the question a waiting run asked, then let the run go on."""
-    if not text.strip():
-        raise fail('the answer is empty; say what the agent should know, e.g. steward answer RUN "yes"')
-    _continue(run_id, ("answer", text), workspace=workspace, model=model, json_lines=json_lines, quiet=quiet)
-
-
-def _continue(
-    run_id: str,
-    action: tuple[str, str] | None,
-    *,
-    workspace: Path,
-    model: str | None,
-    json_lines: bool,
-    quiet: bool,
-    force: bool = False,
-    no_sandbox: bool = False,
-    mode: str | None = None,
-) -> None:
-    """Rebuild a recorded run from the store, apply ``action`` if any, and drive it on.
-
-    A run started as a persona goes on as that persona (its tools, policy and limits).
-    """
-    config = config_from_flags(workspace, model, None, mode=mode, no_sandbox=no_sandbox)
-    if asyncio.run(_reply_to_job(config, workspace, run_id, action)):
-        return
-    started_as = asyncio.run(_started_as(config, workspace, run_id, waiting=action is not None))
-    persona = _persona(started_as, workspace) if started_as else None
-    if persona is not None:
-        config = config_from_flags(workspace, model, None, mode=mode, no_sandbox=no_sandbox, persona=persona)
-
-    async def go(agent: Agent) -> int:
-        from steward.ownership import owner_alive
-
-        assert agent.store is not None
-        row = await _find_run(agent, run_id, waiting=action is not None)
-        if action is not None and row.status != "waiting":
-            hint = f"; `steward resume {row.id}` continues it" if row.status != "done" else ""
-            if row.status == "running" and row.owner and owner_alive(row.owner):
-                hint = f" (process {row.owner} is running it)"
-            raise fail(f"run {row.id} is {row.end_status or row.status}, not waiting{hint}", EXIT_NOT_SOLVED)
-        _check_there(row, workspace)
-        if not agent.model_spec:
-            agent.model_spec = row.model  # the model the run was started with
-        check_model(agent, f" (run {row.id} used {row.model or 'an unknown model'}; pass --model)")
-        warn_about_sandbox(agent, flag_given=no_sandbox)  # only once there is a run to go on with
-        run = await agent.resume(row.id, force=force)
-        if mode is not None:  # it goes on under the rules it started with; a new mode is a switch
-            run.switch_mode(mode)
-        first = _apply(run, action)
-        if not json_lines and first is None and run.status == "running":
-            typer.echo(f"steward: resuming run {run.id} at step {run.state.counters.step}", err=True)
-        return await drive(run, json_lines=json_lines, quiet=quiet, first=first)
-
-    raise typer.Exit(run_async(go, config, workspace, persona=persona))
-
-
-def _check_there(row: RunRow, workspace: Path) -> None:
-    """A run whose folder is gone is refused first, saying what ``-w`` did and did not do."""
-    from steward.errors import ConfigError
-    from steward.recovery import check_workspace_there
-
-    try:
-        check_workspace_there(row)
-    except ConfigError as exc:
-        given = workspace.resolve()
-        moved = f". (Its store was found through {given}; the run itself stays tied to {row.workspace}.)"
-        raise fail(f"{exc}{moved if str(given) != row.workspace else ''}") from None
-
-
-async def _reply_to_job(config: Config, workspace: Path, run_id: str, action: tuple[str, str] | None) -> bool:
-    """When the run is a job's, reply to it through the queue (a worker goes on with it); whether
-    it was a job's. A job's run is never continued here: its worker holds it, or will."""
-    from steward.agent import store_url
-    from steward.errors import StewardError
-    from steward.jobs.replies import Answer, Decision, Reply, reply
-    from steward.jobs.store import JobStore
-    from steward.store.events import open_store
-
-    async with await open_store(store_url(config, workspace)) as store:
-        jobs = JobStore(store.engine, where=store.where)
-        try:
-            row = await store.find_run(run_id, last=("waiting",) if action else ("running", "waiting"))
-            job = await jobs.get(row.id)
-        except StewardError:
-            return False  # not a job's run (or no such run: the error comes when it is looked up)
-        if action is None:
-            if job.ended:
-                return False  # an ended job's run may be continued by hand like any run
-            raise fail(
-                f"run {row.id} is job {job.id} ({job.status}); a worker goes on with it. "
-                f"`steward jobs show {job.id}` says where it stands"
-            )
-        kind, value = action
-        given: Reply = (
-            Answer(value)
-            if kind == "answer"
-            else Decision(kind == "approve", reason=value if kind == "deny" else "")
-        )
-        try:
-            queued = await reply(store, jobs, job.id, given)
-        except StewardError as exc:
-            raise fail(str(exc)) from None
-    if kind == "approve" and value == "always":
-        typer.echo(
-            "steward: a job's approval is for this call only; add an allow rule to steward.toml", err=True
-        )
-    typer.echo(f"steward: job {queued.id} is {queued.status} again; a worker goes on with it")
-    return True
-
-
-async def _started_as(config: Config, workspace: Path, run_id: str, *, waiting: bool) -> str:
-    """The persona a recorded run was started as ("" for none, or when the run is not found:
-    the error comes, worded for the user, when the run is looked up to go on)."""
-    from steward.agent import store_url
-    from steward.errors import StewardError
-    from steward.events import RunStart
-    from steward.store.events import open_store
-
-    last = ("waiting",) if waiting else ("running", "waiting", "cancelled", "failed")
-    async with await open_store(store_url(config, workspace)) as store:
-        try:
-            row = await store.find_run(run_id, last=last)
-        except StewardError:
-            return ""
-        first = await store.first_event(row.id)
-    return first.persona if isinstance(first, RunStart) else ""
-
-
-async def _find_run(agent: Agent, run_id: str, *, waiting: bool) -> RunRow:
-    assert agent.store is not None
-    # "last": the newest run that waits (to answer or approve it), or that did not finish.
-    last = ("waiting",) if waiting else ("running", "waiting", "cancelled", "failed")
-    return await agent.store.find_run(run_id, last=last)
-
-
-def _apply(run: Run, action: tuple[str, str] | None) -> AsyncIterator[Event] | None:
-    """The stream that starts with the human's decision given on the command line."""
-    if action is None:
-        return None
-    kind, value = action
-    pending = run.pending
-    if run.status != "waiting" or pending is None:
-        raise fail(f"run {run.id} is {run.status}, not waiting; `steward runs show {run.id}` says more", 1)
-    if kind == "answer":
-        if pending.approval is not None:
-            raise fail(f"run {run.id} waits for an approval, not an answer: steward approve/deny {run.id}", 1)
-        return run.answer_stream(value)
-    if pending.approval is None:
-        raise fail(f'run {run.id} asks a question, not for approval: steward answer {run.id} "ANSWER"', 1)
-    if kind == "approve":
-        if value == "always" and not pending.approval.suggestion:
-            typer.echo(f"steward: {no_always(pending.approval)}; approving it once.", err=True)
-        return run.approve_stream(remember=value == "always")
-    return run.deny_stream(reason=value)
-
-
-@app.command("chat")
-def chat_command(
-    workspace: Workspace = Path(),
-    model: ModelOpt = None,
-    session: Annotated[
-        str | None,
-        typer.Option("--session", "-s", help="Session to continue (id, prefix or 'last'); default: last."),
-    ] = None,
-    new: Annotated[bool, typer.Option("--new", help="Start a new session.")] = False,
-    json_lines: JsonOpt = False,
-    quiet: QuietOpt = False,
-    mode: ModeOpt = None,
-    no_sandbox: NoSandbox = False,
-) -> None:
-    """Talk with an agent: each message is a run that sees the session's earlier turns."""
-    from steward.cli.chat import chat
-
-    config = config_from_flags(workspace, model, None, mode=mode, no_sandbox=no_sandbox)
-    if not config.model:
-        raise fail(NO_MODEL)
-    which = None if new else (session or "last")
-
-    def prepare(agent: Agent) -> None:
-        warn_about_sandbox(agent, flag_given=no_sandbox)
-        check_model(agent)
-
-    async def go(agent: Agent) -> int:
-        if which is None:
-            from steward.sessions import Session
-
-            opened = await Session.open(agent, None)
-            return await chat(
-                agent, workspace=workspace, session_id=opened.id, json_lines=json_lines, quiet=quiet
-            )
-        return await chat(agent, workspace=workspace, session_id=which, json_lines=json_lines, quiet=quiet)
-
-    raise typer.Exit(run_async(go, config, workspace, prepare=prepare))
-
-
-@app.command()
-def stdio(
-    workspace: Workspace = Path(),
-    model: ModelOpt = None,
-    max_steps: MaxSteps = None,
-) -> None:
-    """Serve NDJSON: one request per line on stdin, events as NDJSON on stdout.
-
-    \b
-    Requests, one JSON object per line:
-      {"prompt": "...", "run_id": "job-1"}   start a run (only "prompt" is
-                                             required; also "workspace",
-                                             "model", "max_steps")
-      {"run_id": "job-1", "answer": "..."}   answer the question it waits on
-      {"run_id": "job-1", "approve": true}   approve the call it waits on
-                                             ("remember": true: from now on)
-      {"run_id": "job-1", "deny": "why"}     deny that call; the agent is told
-      {"run_id": "job-1", "resume": true}    continue a recorded run
-
-    A recorded run goes on with the model it was started with; answer,
-    approve, deny and resume requests may name another with "model". Every
-    event carries its run_id; a request that cannot be served gets an error
-    event and the server goes on. Runs until stdin closes.
-    """
-    from steward.cli.stdio import serve
-
-    try:
-        asyncio.run(serve(sys.stdin, sys.stdout, workspace=workspace, model=model, max_steps=max_steps))
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-
-
-@app.command()
-def demo(
-    json_lines: Annotated[bool, typer.Option("--json", help="Print the event stream as NDJSON.")] = False,
-    keep: Annotated[bool, typer.Option(help="Keep the demo workspace and print where it is.")] = True,
-) -> None:
-    """Watch a scripted agent fix a failing test in a sample project (real tools, no model key)."""
-    from steward.agent import Agent
-    from steward.config import Config
-    from steward.demo import DEMO_GOAL, demo_model, prepare_workspace
-    from steward.safety.sandbox.bubblewrap import BubblewrapSandbox
-
-    workspace = prepare_workspace()
-    config = Config()
-    probe = Agent(demo_model(), config=config).sandbox()
-    status = probe.probe() if isinstance(probe, BubblewrapSandbox) else None
-    if status is not None and not status.ok:
-        # The demo's own commands are known and harmless, so it may go on, but never silently.
-        typer.echo(
-            f"steward: the sandbox does not work here ({status.reason}); the demo runs its two test commands "
-            f"without it. Fix: {status.fix}",
-            err=True,
-        )
-
-    async def go(agent: Agent) -> int:
-        return await drive(agent.start(DEMO_GOAL, workspace=workspace), json_lines=json_lines, quiet=False)
-
-    sandbox = status is None or status.ok
-    code = run_async(go, config, workspace, model=demo_model(), sandbox=sandbox)
-    if not json_lines:
-        typer.echo(
-            "\nThat was a scripted model driving real tools in "
-            + (f"{workspace}." if keep else "a temporary copy of the sample project.")
-            + "\nTo run Steward with a real model:\n"
-            '  export OPENAI_API_KEY=...    then  steward run --model openai:gpt-4o-mini "GOAL"\n'
-            '  export ANTHROPIC_API_KEY=... then  steward run --model anthropic:claude-sonnet-4-5 "GOAL"\n'
-            '  a local Ollama server        then  steward run --model ollama:llama3.1 "GOAL"\n'
-            'or set STEWARD_MODEL, or model = "..." in steward.toml.',
-            err=True,
-        )
-    if not keep:
-        import shutil
-
-        shutil.rmtree(workspace, ignore_errors=True)
-    raise typer.Exit(code)
-
-
-@app.command()
-def doctor(workspace: Workspace = Path(), model: ModelOpt = None) -> None:
-    """Check this machine: the sandbox, its limits, the configuration, the model (its key, its
-    server or script) and the store (reachable, up to date, writable)."""
-    from steward.cli.doctor import check
-
-    check(workspace, model)
-
-
-def _checkpoint_commands() -> None:
-    from steward.cli.checkpoints import checkpoints_command, rewind_command
-
-    app.command("checkpoints")(checkpoints_command)
-    app.command("rewind")(rewind_command)
-
-
-_checkpoint_commands()
-
-
-def _runs_app() -> typer.Typer:
-    from steward.cli.runs import runs_app
-
-    return runs_app
-
-
-app.add_typer(_runs_app(), name="runs")
-
-
-def _sessions_app() -> typer.Typer:
-    from steward.cli.sessions import sessions_app
-
-    return sessions_app
-
-
-app.add_typer(_sessions_app(), name="sessions")
-
-
-def _mcp_app() -> typer.Typer:
-    from steward.cli.mcp import mcp_app
-
-    return mcp_app
-
-
-app.add_typer(_mcp_app(), name="mcp")
-
-
-def _personas_app() -> typer.Typer:
-    from steward.cli.personas import personas_app
-
-    return personas_app
-
-
-app.add_typer(_personas_app(), name="personas")
-
-
-def _jobs_app() -> typer.Typer:
-    from steward.cli.jobs import jobs_app
-
-    return jobs_app
-
-
-app.add_typer(_jobs_app(), name="jobs")
-
-
-def _queue_commands() -> None:
-    from steward.cli.jobs import submit, worker
-
-    app.command("submit")(submit)
-    app.command("worker")(worker)
-
-
-def _serve_command() -> None:
-    from steward.cli.serve import serve
-
-    app.command("serve")(serve)
-
-
-_queue_commands()
-_serve_command()
-
-
-@app.command()
-def version() -> None:
-    """Print Steward's version."""
-    from steward import __version__
-
-    typer.echo(__version__)
+_EXIT_NOT_SOLVED, _EXIT_USAGE, _EXIT_INTERRUPTED = 1, 2, 130  # as in ``steward.cli.options``
 
 
 def main() -> None:
     """Entry point: turns Steward's own errors into one line and a usage exit code."""
+    try:
+        code = _main()
+    except KeyboardInterrupt:
+        _say("\nsteward: interrupted.")
+        code = _EXIT_INTERRUPTED
+    # What is left is the interpreter's shutdown: a Ctrl-C now just ends the process (no
+    # KeyboardInterrupt raised in some exit handler's middle, and so no traceback).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    sys.exit(code)
+
+
+def _main() -> int:
     import atexit
     import gc
-
-    from steward.errors import ConfigError, ModelError, StewardError
+    import threading
 
     # The interpreter's last garbage collection walks every object the imported libraries made
     # (~60 ms of a 400 ms command) to free memory the process gives back anyway. Registered
     # first, this runs after every other exit handler; what needs closing is closed by then.
     atexit.register(gc.freeze)
+    threading.excepthook = _quiet_after_the_loop(threading.excepthook)
+    from steward.errors import ConfigError, ModelError, StewardError
+
     try:
-        app()
+        from steward.cli.commands import app
+
+        app()  # typer ends with SystemExit (a Ctrl-C inside a command: 130, silently)
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        _say(str(exc.code))
+        return _EXIT_NOT_SOLVED
     except ConfigError as exc:
-        typer.echo(f"steward: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    except ModelError as exc:
-        typer.echo(f"steward: {exc}", err=True)
-        sys.exit(EXIT_NOT_SOLVED)
-    except StewardError as exc:
-        typer.echo(f"steward: {exc}", err=True)
-        sys.exit(EXIT_NOT_SOLVED)
+        _say(f"steward: {exc}")
+        return _EXIT_USAGE
+    except (ModelError, StewardError) as exc:
+        _say(f"steward: {exc}")
+        return _EXIT_NOT_SOLVED
     except Exception as exc:
         if os.environ.get("STEWARD_DEBUG"):
             raise
-        typer.echo(
+        _say(
             f"steward: internal error: {type(exc).__name__}: {exc}. This is a bug in Steward; "
-            "run again with STEWARD_DEBUG=1 to see the traceback, and please report it.",
-            err=True,
+            "run again with STEWARD_DEBUG=1 to see the traceback, and please report it."
         )
-        sys.exit(EXIT_NOT_SOLVED)
+        return _EXIT_NOT_SOLVED
+    return 0
+
+
+def _quiet_after_the_loop(hook: Callable[[Any], object]) -> Callable[[Any], object]:
+    """A thread that finishes its work after Ctrl-C closed the event loop (a database driver's
+    worker, say) can only fail to hand its result back; that is the stop, not a bug to show."""
+
+    def quiet(args: Any) -> object:
+        failed = args.exc_value
+        if isinstance(failed, RuntimeError) and str(failed) == "Event loop is closed":
+            return None
+        return hook(args)
+
+    return quiet
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed: nobody to tell
+        pass
+
+
+def __getattr__(name: str) -> Any:
+    # ``steward.cli.app.app``, the typer application, as it was before the table moved out.
+    if name == "app":
+        from steward.cli.commands import app
+
+        return app
+    raise AttributeError(name)

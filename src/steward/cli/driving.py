@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -290,7 +291,11 @@ def run_async(
             verb = "approve|deny" if what == "approval" else "answer"
             later = f"`steward {verb} {run.id}` gives it later"
             return f"\nsteward: {how}; the run still waits for your {what}: {later}."
-        resume = f"; `steward resume {run.id}` continues it" if run is not None else ""
+        if run is None or not run.recorded:
+            return f"\nsteward: {how} while starting; no run was started or changed."
+        ws = run.state.workspace
+        elsewhere = "" if ws == Path.cwd() else f" -w {shlex.quote(str(ws))}"
+        resume = f"; `steward resume {run.id}{elsewhere}` continues it" if run.store_backed else ""
         return f"\nsteward: {how}; the run was cancelled{resume}."
 
     try:
