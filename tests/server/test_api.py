@@ -367,7 +367,7 @@ def test_nul_characters_are_refused_by_name_on_both_engines(deployment: Deployme
         ):
             assert response.status_code in (400, 422), response.text
             assert "NUL" in response.json()["detail"]
-        assert client.get("/v1/sessions").json() == {"sessions": []}
+        assert client.get("/v1/sessions").json() == {"sessions": [], "next": None}
 
 
 def test_a_run_cancelled_while_it_waits_ends_its_stream_and_its_turn(sqlite_deployment: Deployment) -> None:
@@ -396,7 +396,8 @@ def test_a_run_with_no_model_is_refused_and_one_whose_model_cannot_load_fails_it
     with server.client() as client:
         refused = client.post("/v1/runs", json={"goal": "hello"})
         assert refused.status_code == 400 and 'send "model"' in refused.json()["detail"]
-        assert client.get("/v1/sessions").json() == {"sessions": []}  # no session for a run that cannot start
+        # No session is made for a run that cannot start.
+        assert client.get("/v1/sessions").json() == {"sessions": [], "next": None}
         run = start(client, goal="hello", persona="broken")
         failed = run_status(client, run["id"], "failed")
         assert "gone.yaml" in (failed["error"] or "")

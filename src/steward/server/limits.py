@@ -94,7 +94,12 @@ class RequestLimits:
             await self._too_large(scope, receive, send)
             return
         body = await self._read(receive)
-        if body is None:  # the client went away: no one to answer
+        if body is None:  # the client went away: the app hears so, as it would have
+
+            async def gone() -> Message:
+                return {"type": "http.disconnect"}
+
+            await self.app(scope, gone, send)
             return
         if len(body) > self.limit:
             await self._too_large(scope, receive, send)
