@@ -411,3 +411,25 @@ def test_a_run_cancelled_while_it_waited_and_retried_is_approved_in_the_page(
     expect(lines).to_have_count(3)
     expect(lines.nth(2)).to_contain_text("bash approved by user")
     assert (note_server.deployment.workspace / "note.txt").read_text() == "hello\n"
+
+
+def test_the_jobs_list_pages_through_older_jobs_and_back(sqlite_deployment: Deployment, page: Page) -> None:
+    server = sqlite_deployment.start(workers=0)  # the jobs stay queued
+    with server.client() as client:
+        made = [client.post("/v1/jobs", json={"goal": f"job {n:02d}"}).json()["id"] for n in range(45)]
+    open_page(page, server)
+    jobs = page.get_by_test_id("jobs").get_by_test_id("job")
+    expect(jobs).to_have_count(20)
+    expect(jobs.first).to_contain_text("job 44")
+    page.get_by_test_id("jobs-older").click()
+    expect(jobs.first).to_contain_text("job 24")
+    page.get_by_test_id("jobs-older").click()
+    expect(jobs).to_have_count(5)
+    expect(jobs.last).to_contain_text("job 00")
+    expect(page.get_by_test_id("jobs-older")).to_be_hidden()
+    assert jobs.evaluate_all("items => items.map(i => i.dataset.jobId)") == made[4::-1]
+    page.get_by_test_id("jobs-newer").click()
+    expect(jobs.first).to_contain_text("job 24")
+    page.get_by_test_id("jobs-filter").select_option("all")  # another list: from its first page
+    expect(jobs.first).to_contain_text("job 44")
+    expect(page.get_by_test_id("jobs-newer")).to_be_hidden()

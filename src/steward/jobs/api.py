@@ -100,8 +100,10 @@ class Queue:
     def job(self, job_id: str) -> JobHandle:
         return JobHandle(self, job_id)
 
-    async def list(self, *, status: Sequence[str] = (), limit: int = 50) -> list[Job]:
-        return await self.jobs.list(status=status, limit=limit)
+    async def list(
+        self, *, status: Sequence[str] = (), limit: int = 50, before: Job | None = None
+    ) -> list[Job]:
+        return await self.jobs.list(status=status, limit=limit, before=before)
 
 
 class JobHandle:

@@ -609,9 +609,14 @@ class JobStore:
         role: str | None = None,
         parent_id: str | None = None,
         limit: int = 50,
+        before: Job | None = None,
     ) -> builtins.list[Job]:
+        """Newest first; with ``before`` (a job of the page before), the ones listed after it."""
         t = jobs_table
         query = sa.select(t)
+        if before is not None:  # the order below, from just past ``before``
+            same = sa.and_(t.c.created_at == before.created_at, t.c.id > before.id)
+            query = query.where(sa.or_(t.c.created_at < before.created_at, same))
         if status:
             query = query.where(t.c.status.in_(list(status)))
         if role is not None:

@@ -204,6 +204,9 @@ class Job(BaseModel):
 
 class Jobs(BaseModel):
     jobs: list[Job]
+    next: str | None = Field(
+        None, description="More, older jobs: send this as `before` for the next page; none at the end."
+    )
 
 
 class WorkerOut(BaseModel):

@@ -947,10 +947,27 @@ async function startRun(event) {
 
 // ---------------------------------------------------------------- jobs and workers
 
+const JOBS_PAGE = 20;
+// The pages of the jobs list: the `before` cursor of each page shown so far ('' = the newest).
+const jobPages = [''];
+
+function jobsPage(change) {
+  if (change === 'older' && jobPages.next) jobPages.push(jobPages.next);
+  else if (change === 'newer' && jobPages.length > 1) jobPages.pop();
+  else if (change === 'first') jobPages.splice(1);
+  poll();
+}
+
 async function loadJobs() {
   const active = $('#jobs-filter').value === 'active';
-  const query = active ? 'status=queued&status=running&status=waiting&limit=50' : 'limit=50';
-  const [{ jobs }, { workers }] = await Promise.all([api(`v1/jobs?${query}`), api('v1/workers')]);
+  const before = jobPages.at(-1);
+  const query = `${active ? 'status=queued&status=running&status=waiting&' : ''}limit=${JOBS_PAGE}`
+    + (before ? `&before=${encodeURIComponent(before)}` : '');
+  const [{ jobs, next }, { workers }] = await Promise.all([api(`v1/jobs?${query}`), api('v1/workers')]);
+  jobPages.next = next;
+  $('#jobs-older').hidden = !next;
+  $('#jobs-newer').hidden = jobPages.length < 2;
+  $('#jobs-page').textContent = jobPages.length > 1 ? `page ${jobPages.length}` : '';
   $('#jobs').replaceChildren(...jobs.map((j) => el('li', {},
     el('button', { type: 'button', class: 'item', testid: 'job', 'data-job-id': j.id, onclick: () => openRun(j.id) },
       el('span', { class: `badge status-${j.status}`, text: j.status }),
@@ -1036,7 +1053,9 @@ function init() {
   $('#new-run').addEventListener('submit', startRun);
   $('#sessions-refresh').addEventListener('click', () => loadSessions().catch(report));
   $('#sessions-newer').addEventListener('click', newerSessions);
-  $('#jobs-filter').addEventListener('change', poll);
+  $('#jobs-filter').addEventListener('change', () => jobsPage('first'));
+  $('#jobs-older').addEventListener('click', () => jobsPage('older'));
+  $('#jobs-newer').addEventListener('click', () => jobsPage('newer'));
   document.addEventListener('visibilitychange', poll);
   window.addEventListener('popstate', syncFromUrl);
   window.addEventListener('hashchange', syncFromUrl);

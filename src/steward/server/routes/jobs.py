@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from steward.jobs.store import Job
+from steward.jobs.store import Job, JobError
 from steward.server import schemas as s
 from steward.server.errors import ERRORS, ApiError
 from steward.server.roots import workspace_for
@@ -45,8 +45,20 @@ async def list_jobs(
     state: State,
     status: Annotated[list[s.JobStatus] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    before: Annotated[
+        str | None, Query(max_length=64, description="The `next` of the page before: older jobs.")
+    ] = None,
 ) -> s.Jobs:
-    return s.Jobs(jobs=[job_out(j) for j in await state.queue.list(status=status or (), limit=limit)])
+    """Jobs, newest first, a page at a time."""
+    after = None
+    if before is not None:
+        try:
+            after = await state.queue.jobs.get(before)
+        except JobError:
+            raise ApiError(400, f"before: no job {before!r}; send the `next` of the page before") from None
+    found = await state.queue.list(status=status or (), limit=limit + 1, before=after)
+    page = found[:limit]
+    return s.Jobs(jobs=[job_out(j) for j in page], next=page[-1].id if len(found) > limit else None)
 
 
 @router.get("/jobs/{job_id}", response_model=s.Job)
