@@ -9,7 +9,9 @@ root with one commit, as a real project has), it measures per call:
   workspace one ``git status`` (a stat of every file) and the git directories' stat walk;
 * ``after``: the scan again and the comparison (``Checkpointer.after``);
 * the same with one file changed by each call (the checkpoint then writes a tree and a commit);
-* the first checkpoint of the run (a cold index: every file is hashed once).
+* the first checkpoint of the run (a cold index: every file is hashed once);
+* a rewind (``Checkpointer.rewind``, every file written beneath the workspace's fd): of one
+  changed file, and of a deleted directory of 500 files.
 
 Printed as p50 / p95 in milliseconds. Target (issue 11): p50 of before + after <= 20 ms at
 10,000 unchanged files. Figures, not assertions: machines are shared and noisy.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -76,6 +79,24 @@ def measure(files: int, calls: int) -> None:
                 f"detection {percentiles(after_ms)}   added per call {percentiles(total)}"
             )
         print(f"{files:>7} files  first checkpoint of a run (cold index): {cold:.0f} ms")
+        print(f"{files:>7} files  rewind: {rewinds(workspace, checkpointer)}")
+
+
+def rewinds(workspace: Path, checkpointer: Checkpointer) -> str:
+    """A rewind of one changed file, and of a directory of 500 files deleted (ms)."""
+    target = checkpointer.before("bench", step=1000).checkpoint
+    assert target is not None
+    (workspace / "d0" / "s0" / "f0.txt").write_text("changed again\n")
+    checkpointer.before("bench", step=1001)
+    t0 = time.perf_counter()
+    checkpointer.rewind("bench", target)
+    one = (time.perf_counter() - t0) * 1000
+    shutil.rmtree(workspace / "d0")
+    checkpointer.before("bench", step=1002)
+    t0 = time.perf_counter()
+    checkpointer.rewind("bench", target)
+    folder = (time.perf_counter() - t0) * 1000
+    return f"one changed file {one:.0f} ms, a deleted folder of 500 files {folder:.0f} ms"
 
 
 def main() -> None:
