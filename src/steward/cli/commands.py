@@ -344,8 +344,7 @@ def demo(
 
 @app.command()
 def doctor(workspace: Workspace = Path(), model: ModelOpt = None) -> None:
-    """Check this machine: the sandbox, its limits, the configuration, the model (its key, its
-    server or script) and the store (reachable, up to date, writable)."""
+    """Check this machine: sandbox, limits, configuration, model (key, server, script) and store."""
     from steward.cli.doctor import check
 
     check(workspace, model)
