@@ -196,3 +196,17 @@ def test_the_strict_tree_never_follows_a_link(tmp_path: Path, outside: Path) -> 
     assert tree_of(outside) == kept
     assert (root / "out" / "new.txt").read_bytes() == b"mine" and not (root / "out").is_symlink()
     assert (root / "rel" / "x").is_symlink() and not (root / "out2").exists()
+
+
+async def test_placeholders_are_removed_without_following_a_link_out(
+    sandbox: BubblewrapSandbox, tmp_path: Path, outside: Path, checkpointed_bash: RunBash
+) -> None:
+    ws = tmp_path / "plain"
+    (ws / "lib").mkdir(parents=True)
+    git(ws / "lib", "init", "-q")  # its missing commondir gets a placeholder during commands
+    (outside / ".git").mkdir()
+    (outside / ".git" / "commondir").write_text(".\n")  # what a placeholder holds, outside
+    (outside / "steward.toml").write_text("")
+    kept = tree_of(outside)
+    await checkpointed_bash(sandbox, ws, f"mv lib lib2 && ln -s {outside} lib")
+    assert tree_of(outside) == kept

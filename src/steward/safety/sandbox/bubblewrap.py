@@ -60,7 +60,6 @@ import os
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -397,16 +396,14 @@ def _create_placeholder(path: Path, kind: str) -> None:
 
 
 def _remove_if_empty(path: Path) -> None:
-    try:
-        info = os.lstat(path)
-        if stat.S_ISDIR(info.st_mode):
-            path.rmdir()  # fails, and keeps it, when someone put something in it
-        elif stat.S_ISREG(info.st_mode) and (
-            info.st_size == 0 or (path.name == "commondir" and path.read_bytes() == _COMMONDIR_HERE)
-        ):
-            path.unlink()
-    except OSError:
-        pass
+    """Remove a placeholder still as it was made (empty; a commondir's "this directory"),
+    walking from / with no symlink followed: a folder on its way that a command swapped for a
+    link (to a home directory) leads nowhere, rather than to a file of the same name there."""
+    from steward.tools._beneath import StrictTree
+
+    contents = (b"", _COMMONDIR_HERE) if path.name == "commondir" else (b"",)
+    with contextlib.suppress(OSError), StrictTree.open(Path("/")) as tree:
+        tree.remove_if_empty(str(path).lstrip("/"), contents)
 
 
 _PLACEHOLDERS = _Placeholders()
