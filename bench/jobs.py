@@ -1,8 +1,8 @@
 """The job queue end to end with real worker processes, and its claim against raw SQL (issue 13).
 
     .venv/bin/python bench/jobs.py [--postgres URL] [--workers 1,2,4] [--jobs 200] [--rate 10]
-        [--seconds 10] [--procs 6] [--claim-seconds 5] [--claims 50000] [--skip-e2e] [--skip-claims]
-        [--profile FILE]
+        [--seconds 10] [--procs 6] [--claim-seconds 5] [--claims 50000] [--takeovers 5] [--skip-e2e]
+        [--skip-claims] [--profile FILE]
 
 End to end, per store and number of workers W: W `steward worker --concurrency 1` processes on a
 fresh database, in a workspace whose persona `bench` runs the scripted model through a 3-step job:
@@ -26,6 +26,12 @@ sandbox and the checkpoints instead of the queue and the loop. Once every worker
 Every job must end `done` with the script's answer, claimed once (fence 1, no attempt lost); the
 jobs that did not are counted. `--profile FILE` runs worker 1 of the first end-to-end row under
 cProfile (`python -m pstats FILE`).
+
+Takeover: one idle `steward worker` on a fresh database; `--takeovers` T times, a job is
+claimed by a worker that is then gone (a lease of 2 s nobody renews),
+and the figure is how long after that lease ran out the worker took the job over (the job's
+`updated_at` at the takeover, read every 10 ms). Every such job must end `done`. Target: under 1 s
+on both engines (an idle worker waits no longer than the first lease of a running job).
 
 Claims: `--procs` P processes (multiprocessing, spawn) start together on a queue of `--claims` jobs
 and each loops claim -> finish for `--claim-seconds`: through `JobStore` (what a worker does),
@@ -391,6 +397,71 @@ async def e2e_table(kinds: list[str], server: str | None, scratch: Path, args: a
                     print(f"  first job not done exactly once: {problem}", flush=True)
 
 
+# --- takeover: a job whose worker is gone ------------------------------------------------------
+
+TAKEOVER_LEASE_S = 2.0
+
+
+async def held_by_a_gone_worker(engine: AsyncEngine, workspace: str, n: int) -> tuple[str, float]:
+    """A job claimed (as a worker does: PostgreSQL tells the others) under a lease that nobody
+    renews; its id and when the lease runs out."""
+    async with write_transaction(engine) as conn:  # queued quietly: the idle worker is not told
+        await conn.execute(jobs_table.insert(), [queued_job(n, workspace, 0, time.time())])
+    claim = await JobStore(engine).claim("gone-worker", lease_s=TAKEOVER_LEASE_S)
+    if claim is None or claim.job.lease_expires_at is None:
+        raise SystemExit("the idle worker claimed the job first; run again")
+    return claim.job.id, claim.job.lease_expires_at
+
+
+async def taken_over_at(jobs: JobStore, job_id: str) -> float:
+    """When the job was taken over: its ``updated_at`` then (or when that was seen, if it moved on)."""
+    for _ in range(round(UP_TIMEOUT_S * 100)):
+        job = await jobs.get(job_id)
+        if job.fence >= 2:
+            return job.updated_at if job.status == "running" else time.time()
+        await asyncio.sleep(0.01)
+    raise SystemExit(f"job {job_id} was not taken over within {UP_TIMEOUT_S:.0f} s")
+
+
+async def takeovers(kind: str, server: str | None, scratch: Path, workspace: Path, count: int) -> list[float]:
+    async with fresh_database(kind, server, scratch) as url:
+        store = await open_store(url)
+        jobs = JobStore(store.engine)
+        workers = start_workers(1, url, workspace, scratch, None)
+        try:
+            await until_up(workers)
+            late = []
+            for n in range(count):
+                job_id, expiry = await held_by_a_gone_worker(store.engine, str(workspace), n)
+                late.append(await taken_over_at(jobs, job_id) - expiry)
+                await wait_idle(store.engine, UP_TIMEOUT_S)
+                ended = await jobs.get(job_id)
+                if ended.status != "done":
+                    raise SystemExit(f"a taken-over job ended {ended.status}: {ended.error}")
+            return late
+        finally:
+            await stop_workers(workers)
+            await store.close()
+
+
+async def takeover_table(
+    kinds: list[str], server: str | None, scratch: Path, args: argparse.Namespace
+) -> None:
+    print(
+        f"\nTakeover: a job held under a {TAKEOVER_LEASE_S:g} s lease by a worker that is gone, one idle "
+        f"worker, {args.takeovers} times\n"
+    )
+    print("| store | taken over after the lease ran out: median | max |")
+    print("|---|---|---|")
+    (scratch / "takeover").mkdir()
+    workspace = make_workspace(scratch / "takeover")
+    for kind in kinds:
+        late = await takeovers(kind, server, scratch, workspace, args.takeovers)
+        print(
+            f"| {kind} | {statistics.median(late) * 1000:,.0f} ms | {max(late) * 1000:,.0f} ms |", flush=True
+        )
+
+
 # --- claims: JobStore against raw SQL, P processes -------------------------------------------
 
 PICK = "SELECT id, fence FROM jobs WHERE status = 'queued' ORDER BY priority DESC, created_at, id LIMIT 1"
@@ -601,6 +672,7 @@ async def main() -> None:
     parser.add_argument("--procs", type=int, default=6, help="processes claiming at once")
     parser.add_argument("--claims", type=int, default=50_000, help="jobs queued for the claims measurement")
     parser.add_argument("--claim-seconds", type=float, default=5.0, help="each claims loop runs this long")
+    parser.add_argument("--takeovers", type=int, default=5, help="takeovers of a gone worker's job (0: skip)")
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--skip-claims", action="store_true")
     parser.add_argument("--profile", help="cProfile worker 1 of the first end-to-end row into this file")
@@ -614,6 +686,8 @@ async def main() -> None:
         scratch = Path(directory)
         if not args.skip_e2e:
             await e2e_table(kinds, args.postgres, scratch, args)
+        if args.takeovers:
+            await takeover_table(kinds, args.postgres, scratch, args)
         if not args.skip_claims:
             await claims_table(kinds, args.postgres, scratch, args)
     print(f"\nload average after: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")

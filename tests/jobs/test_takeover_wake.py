@@ -4,6 +4,8 @@ worker's wait ends no later than the first lease of a running job, whatever its 
 from __future__ import annotations
 
 import asyncio
+import secrets
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,9 @@ import yaml
 from steward.jobs.api import Queue
 from steward.jobs.store import JobStore
 from steward.jobs.worker import Worker, WorkerSettings
-from steward.store.events import open_store
+from steward.store.engine import write_transaction
+from steward.store.events import EventStore, open_store
+from steward.store.schema import jobs as jobs_table
 
 NEVER_S = 3600.0  # a poll so rare that only the lease's end can wake the worker within the test
 
@@ -64,3 +68,53 @@ async def test_an_idle_worker_takes_over_when_the_lease_runs_out_not_at_its_next
             await worker
     assert job.status == "done" and job.result == "finished", job
     assert job.attempts == 1 and job.fence == frozen.fence + 1  # taken over from the frozen worker
+
+
+async def test_a_claim_tells_listening_workers_when_its_lease_runs_out(db_url: str, workspace: Path) -> None:
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite workers are told nothing: they poll, and bound each wait by the store")
+    async with await open_store(db_url) as store, Queue(store) as queue:
+        jobs = JobStore(store.engine)
+        async with jobs.listen() as wakeups:
+            await queue.submit("closer", "one", workspace=workspace)
+            claim = await jobs.claim("w1", lease_s=7)
+            assert claim is not None
+            await asyncio.wait_for(wakeups.lease.wait(), timeout=60)
+            assert wakeups.earliest_lease == claim.job.lease_expires_at
+
+
+async def test_a_worker_idle_before_a_claim_takes_it_over_when_its_lease_runs_out(
+    db_url: str, workspace: Path
+) -> None:
+    """PostgreSQL: the worker was already waiting (for an hour) when another claimed the job."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite workers look at the queue every half second: nothing to be told")
+    async with await open_store(db_url) as store, Queue(store) as queue:
+        settings = WorkerSettings(
+            poll_s=NEVER_S, listen_poll_s=NEVER_S, sweep_s=NEVER_S, worker_id="idle-worker"
+        )
+        stop = asyncio.Event()
+        worker = asyncio.create_task(Worker(store, settings).run(stop))
+        try:
+            warm = await (await queue.submit("closer", "warm up", workspace=workspace)).wait(timeout=120)
+            assert warm.status == "done"  # the worker is up, and goes back to waiting
+            await _queued_quietly(store, workspace)  # as if it had been there all along
+            frozen = await JobStore(store.engine).claim("frozen-worker", lease_s=1.0)
+            assert frozen is not None
+            job = await queue.job(frozen.job.id).wait(timeout=120)
+        finally:
+            stop.set()
+            await worker
+    assert job.status == "done" and job.attempts == 1, job
+
+
+async def _queued_quietly(store: EventStore, workspace: Path) -> None:
+    """A queued job that no worker is told of (a submit would wake the idle one)."""
+    now = time.time()
+    row = {
+        "id": secrets.token_hex(6), "role": "closer", "goal": "finish it", "workspace": str(workspace),
+        "priority": 0, "status": "queued", "attempts": 0, "max_attempts": 3, "fence": 0,
+        "cancel_requested": False, "created_at": now, "updated_at": now,
+    }  # fmt: skip
+    async with write_transaction(store.engine) as conn:
+        await conn.execute(jobs_table.insert(), [row])

@@ -63,13 +63,23 @@ def check_store(config: Config, workspace: Path) -> bool:
         typer.echo(f"store: PROBLEM: {exc}")
         return False
     if path is not None and not path.exists():
-        return _store_to_be_made(path)
+        return _store_to_be_made(path) and _for_one_machine()
     try:
         said = asyncio.run(_store_state(url))
     except StewardError as exc:
         typer.echo(f"store: PROBLEM: {exc}")
         return False
     typer.echo(f"store: {said}")
+    return _for_one_machine() if path is not None else True
+
+
+def _for_one_machine() -> bool:
+    """What SQLite is for: said once, as a note (it is not a problem)."""
+    typer.echo(
+        "  SQLite serves one machine; PostgreSQL is the engine for a fleet of workers ([store] url = "
+        '"postgresql://..."): on SQLite a worker stopped inside a write (SIGSTOP, a stalled disk) '
+        "holds every other writer until it goes on"
+    )
     return True
 
 

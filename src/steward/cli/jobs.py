@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from pathlib import Path
@@ -13,9 +14,9 @@ import typer
 from steward.cli.options import EXIT_NOT_SOLVED, EXIT_OK
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
-    from steward.jobs.api import JobHandle
+    from steward.jobs.api import JobHandle, Queue
     from steward.jobs.store import Job, JobStore
     from steward.store.events import EventStore
 
@@ -109,13 +110,65 @@ def submit(
                 typer.echo(
                     f"steward: the key {idempotency_key!r} names job {before.id} ({before.status})", err=True
                 )
-            if follow:
-                return await _follow(handle, json_lines=json_lines)
-            if wait:
+            if not (follow or wait):
+                return EXIT_OK
+            async with _saying_who_serves(queue, handle, role):
+                if follow:
+                    return await _follow(handle, json_lines=json_lines)
                 return _outcome(await handle.wait())
-            return EXIT_OK
 
     raise typer.Exit(asyncio.run(main()))
+
+
+_WHO_SERVES_S = 2.0  # how often a waiting submit looks at who serves its role
+
+
+@contextlib.asynccontextmanager
+async def _saying_who_serves(queue: Queue, handle: JobHandle, role: str) -> AsyncIterator[None]:
+    """While the body waits for the job: say when no worker serves its role (the job would wait
+    for good), and again when one arrives (or took the job before it was seen)."""
+    who = _WhoServes(queue, handle, role)
+    told = asyncio.create_task(who.watch())
+    try:
+        yield
+    finally:
+        told.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await told
+        if who.nobody:  # the job ended between two looks: a worker came after all
+            await who.look()
+
+
+class _WhoServes:
+    def __init__(self, queue: Queue, handle: JobHandle, role: str) -> None:
+        self.queue, self.handle, self.role = queue, handle, role
+        self.nobody = False  # "no worker serves" was said, and no arrival since
+
+    async def watch(self) -> None:
+        for _ in range(10**9):  # bounded by the job: the caller stops it when the wait ends
+            await self.look()
+            await asyncio.sleep(_WHO_SERVES_S)
+
+    async def look(self) -> None:
+        from steward.jobs import presence
+
+        with contextlib.suppress(Exception):  # a store that hiccups: the wait itself says so
+            job = await self.handle.get()
+            queued = job.status == "queued"
+            serving = await presence.serving(self.queue.store.engine, self.role) if queued else []
+            which = f"role {self.role!r}" if self.role else "jobs without a role"
+            if queued and not serving and not self.nobody:
+                start = f"steward worker --role {self.role}" if self.role else "steward worker"
+                typer.echo(
+                    f"steward: no worker serves {which}; job {job.id} waits until one starts "
+                    f"(`{start}`, with the same store)",
+                    err=True,
+                )
+                self.nobody = True
+            elif self.nobody and (serving or not queued):  # one came (and maybe took the job)
+                who = serving[0] if serving else job.lease_owner or "a worker"
+                typer.echo(f"steward: worker {who} serves {which} now", err=True)
+                self.nobody = False
 
 
 async def _follow(handle: JobHandle, *, json_lines: bool) -> int:

@@ -105,8 +105,8 @@ class Claim:
 
 
 CHANNEL = "steward_jobs"
-"""PostgreSQL channel on which the queue says what changed: ``queued:ROLE``, ``cancel:JOB`` or
-``mode:JOB``."""
+"""PostgreSQL channel on which the queue says what changed: ``queued:ROLE``, ``cancel:JOB``,
+``mode:JOB`` or ``lease:WHEN`` (a job was claimed under a lease that runs out at WHEN, a time)."""
 
 
 async def _tell(conn: AsyncConnection, payload: str) -> None:
@@ -121,11 +121,18 @@ class Wakeups:
     def __init__(self) -> None:
         self.work = asyncio.Event()
         self.cancels: dict[str, asyncio.Event] = {}  # job id -> set when it is cancelled
+        self.lease = asyncio.Event()  # set when a job was claimed: see ``earliest_lease``
+        self.earliest_lease: float | None = None  # the first end of a lease heard of since cleared
 
     def heard(self, payload: str) -> None:
         kind, _, what = payload.partition(":")
         if kind == "queued":
             self.work.set()
+        elif kind == "lease":
+            with contextlib.suppress(ValueError):
+                when = float(what)
+                self.earliest_lease = min(when, self.earliest_lease or when)
+                self.lease.set()
         elif kind in ("cancel", "mode") and (event := self.cancels.get(what)) is not None:
             event.set()  # the job's worker reads what was asked at once
 
@@ -267,6 +274,9 @@ class JobStore:
             row = (await conn.execute(mark, values)).mappings().first()
             if row is not None:
                 job = _job(row)
+                # Idle workers wait no longer than this lease: if this worker dies, one of them
+                # takes the job over as it runs out.
+                await _tell(conn, f"lease:{values['expires']!r}")
                 return Claim(job, job.fence, takeover=False)
         if not checked:  # nothing queued: a job whose worker died is the only work left
             self._expired_due = now + EXPIRED_CHECK_S
@@ -301,6 +311,7 @@ class JobStore:
                 await conn.execute(
                     t.update().where(t.c.id == job.id, t.c.fence == job.fence).values(**changed)
                 )
+                await _tell(conn, f"lease:{now + lease_s!r}")
             return Claim(replace(job, **changed), job.fence + 1, takeover=True)  # type: ignore[arg-type]
         return None
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from steward.errors import ConfigError, FencedOut, ModelError, ReplayError, RunError, StewardError
 from steward.events import StepStart
+from steward.jobs import presence
 from steward.jobs.replies import Decision, replied, reply
 from steward.jobs.store import Claim, Job, JobError, JobStore, LeaseLost, Wakeups
 from steward.ownership import process_owner
@@ -75,6 +76,29 @@ class Worker:
 
     async def run(self, stop: asyncio.Event, now: asyncio.Event | None = None) -> None:
         """Claim and run jobs until ``stop``; then drain (``now`` cuts the drain short)."""
+        present = asyncio.create_task(self._present(stop))
+        try:
+            await self._serve(stop, now)
+        finally:
+            present.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await present
+            with contextlib.suppress(Exception):
+                await presence.gone(self.store.engine, self.settings.worker_id)
+
+    async def _present(self, stop: asyncio.Event) -> None:
+        """Say this worker is there, every ``presence.BEAT_S`` (a submit that waits asks)."""
+        for beat in range(10**9):  # bounded by the stop
+            with contextlib.suppress(Exception):  # the store is down: the queue's own loop says so
+                await presence.seen(
+                    self.store.engine, self.settings.worker_id, self.settings.roles, starting=beat == 0
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), presence.BEAT_S)
+            if stop.is_set():
+                return
+
+    async def _serve(self, stop: asyncio.Event, now: asyncio.Event | None) -> None:
         async with self.jobs.listen() as wakeups:
             self._wakeups = wakeups
             listening = self.store.dialect == "postgresql"
@@ -140,11 +164,26 @@ class Worker:
             await self._wake_if_ended(parent.id, child.id)
 
     async def _idle(self, seconds: float, *signals: Any) -> None:
-        """Wait for a stop, new work, a job to end, or ``seconds``."""
+        """Wait for a stop, new work, a job to end, or ``seconds``; a job claimed meanwhile
+        (PostgreSQL says so) brings the end of the wait forward to the end of its lease."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
         futures: set[asyncio.Future[Any]] = {asyncio.ensure_future(s) for s in signals}
-        done, _ = await asyncio.wait(
-            {*futures, *self._running}, timeout=seconds, return_when="FIRST_COMPLETED"
-        )
+        lease = self._wakeups.lease
+        for _ in range(10_000):  # bounded: each pass ends the wait, or hears of one more claim
+            expiry, self._wakeups.earliest_lease = self._wakeups.earliest_lease, None
+            lease.clear()
+            if expiry is not None and len(self._running) < self.settings.concurrency:
+                deadline = min(deadline, loop.time() + max(expiry - time.time(), 0.0) + _PAST_EXPIRY_S)
+            claimed = asyncio.ensure_future(lease.wait())
+            done, _ = await asyncio.wait(
+                {*futures, claimed, *self._running},
+                timeout=max(deadline - loop.time(), 0.0),
+                return_when="FIRST_COMPLETED",
+            )
+            claimed.cancel()
+            if done != {claimed}:
+                break
         for task in [t for t in done if t in self._running]:
             del self._running[task]
         for future in futures:

@@ -176,6 +176,20 @@ channel_signatures = sa.Table(
 )
 
 
+workers = sa.Table(
+    "workers",
+    metadata,
+    # Workers say they are there (``steward.jobs.presence``), so that a submit
+    # that waits can say when no worker serves its role. A row whose ``seen_at`` is old is a
+    # worker that died; a worker that stops removes its own.
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("roles", sa.Text, nullable=False),  # JSON list; empty: any role
+    sa.Column("started_at", sa.Double, nullable=False),
+    sa.Column("seen_at", sa.Double, nullable=False),
+    sa.Index("ix_workers_seen", "seen_at"),
+)
+
+
 def _v1_runs_and_events(conn: Connection) -> None:
     # The tables as version 1 made them (later columns come from later migrations).
     sa.Table(
@@ -235,6 +249,10 @@ def _v7_channel_signatures(conn: Connection) -> None:
     channel_signatures.create(conn, checkfirst=True)
 
 
+def _v8_workers(conn: Connection) -> None:
+    workers.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_runs_and_events,
     _v2_resume_sessions_memory,
@@ -243,6 +261,7 @@ MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v5_job_sessions,
     _v6_channel_messages,
     _v7_channel_signatures,
+    _v8_workers,
 )
 LATEST_VERSION = len(MIGRATIONS)
 
