@@ -13,17 +13,20 @@ What a file is decides, not where it is:
   ``*.pth`` files, ``sitecustomize.py`` and ``usercustomize.py`` (in any form Python imports:
   byte code, extension module, package) run at every ``python`` start; a ``pyvenv.cfg`` decides
   which Python an environment runs, and its ``bin/python*`` and ``bin/activate*`` are what the
-  user's shell runs. The directories a ``.pth`` file
-  puts on ``sys.path`` (an editable install's ``src/``) hold start-up modules as well, and a
-  module a ``.pth`` file imports (``__editable___*_finder.py``) runs at start-up too.
+  user's shell runs. The directories a ``.pth`` file puts on ``sys.path`` (an editable
+  install's ``src/``) hold start-up modules as well, and a module a ``.pth`` file imports
+  (``__editable___*_finder.py``, ``_distutils_hack``) runs at start-up too.
 * **Git hooks wherever git looks for them** — the ``core.hooksPath`` directory of each
   repository, and for husky (a hooks path named ``_``, whose hooks source the scripts beside
-  it) the directory above it (``.husky/*``).
+  it) the directory above it (``.husky/*``); also the programs and included config files a
+  repository's configuration names (``steward.safety.protected.git_run_paths``).
 * **Editor and tool files that run commands** — ``.vscode/tasks.json`` and
   ``.vscode/settings.json``, ``.idea/workspace.xml`` (run configurations) at any depth outside
   installed packages (``node_modules``), and ``.envrc`` (direnv) at any depth.
 * **A home directory in the workspace** — every dotfile and dot-folder of it (shell start-up
-  files, ``.gitconfig``, ``.config/**``, ``.local/bin``), and Steward's own user configuration.
+  files, ``.gitconfig``, ``.config``, ``.local``), read-only while a command runs, and Steward's
+  own user configuration. After a call, new dot entries are removed; after a call made without
+  the sandbox, changed top-level dotfiles and the folders of ``HOME_WALKED`` are put back too.
 
 This module only classifies (by name, and for ``.pth`` files by a bounded read); it changes
 nothing.
