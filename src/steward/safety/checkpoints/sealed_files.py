@@ -6,15 +6,18 @@ the call) compares, whatever the call was:
 
 * a sealed file that is new (a ``.pth`` in any environment, one made during the call included;
   a ``.vscode/tasks.json``; a new dotfile or dot-folder of a home in the workspace; a new file
-  in a hooks directory or under a home's ``.config`` or ``.local/bin``) is removed;
+  in a hooks folder, in Steward's user configuration or, after a call made without the sandbox,
+  in a home's ``HOME_WALKED`` folders) is removed;
 * a changed or removed one is restored from the checkpoint, or from the copy kept here when the
   checkpoint does not hold it (an environment or editor folder the project's ignore rules leave
-  out); with neither, a changed one is removed (its content is the call's) and said so.
+  out; a link's target); with neither, a changed one is removed (its content is the call's) and
+  said so. A home's existing dot entries are not compared after a sandboxed call: they were
+  read-only to it, so a change is the user's own programs' (a shell's history).
 
 What is compared costs nothing more than the complete scan the checkpoint takes anyway (the
-scan finds sealed files by name), plus, when a home directory is in the workspace, one walk of
-its ``.config`` and ``.local/bin``. A file tool's own call is not compared: the one path it
-writes has been through the policy, which asks about a sealed one.
+scan finds sealed files by name), plus a walk of the hooks folders and, when a home directory
+is in the workspace, of its few ``HOME_WALKED`` folders. A file tool's own call is not
+compared: the one path it writes has been through the policy, which asks about a sealed one.
 """
 
 from __future__ import annotations
