@@ -433,3 +433,20 @@ def test_the_jobs_list_pages_through_older_jobs_and_back(sqlite_deployment: Depl
     page.get_by_test_id("jobs-filter").select_option("all")  # another list: from its first page
     expect(jobs.first).to_contain_text("job 44")
     expect(page.get_by_test_id("jobs-newer")).to_be_hidden()
+
+
+def test_an_open_run_cancelled_while_it_waits_goes_on_in_the_page_when_retried(
+    note_server: Server, page: Page
+) -> None:
+    run_id = start_run(note_server, "careful", "write a note")
+    open_page(page, note_server, run_id)
+    expect(page.get_by_test_id("approval-card")).to_be_visible()
+    page.get_by_test_id("cancel").click()
+    expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "cancelled")
+    with note_server.client() as client:
+        assert client.post(f"/v1/jobs/{run_id}/retry").status_code == 200  # from elsewhere
+    expect(page.get_by_test_id("approval-card")).to_be_visible()  # no reload: the page goes on
+    expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "waiting")
+    page.get_by_test_id("approve").click()
+    expect_the_note_answer(page)
+    assert (note_server.deployment.workspace / "note.txt").read_text() == "hello\n"

@@ -217,6 +217,7 @@ class RunView {
     this.abort = new AbortController();
     this.lastSeq = 0; // the highest seq applied: replays and resumes skip up to it
     this.finished = false;
+    this.following = false; // its event stream is being read
     this.status = '';
     this.statusFromEvents = false;
     this.mode = '';
@@ -286,6 +287,23 @@ class RunView {
 
   /** Read the event stream to its end, reconnecting from the last seq when it drops. */
   async follow() {
+    if (this.following) return;
+    this.following = true;
+    try {
+      await this.followStream();
+    } finally {
+      this.following = false;
+    }
+  }
+
+  /** The job list says the run is active again after its stream ended (it was retried): go on. */
+  goOnIfActive(status) {
+    if (this.following || this.abort.signal.aborted || TERMINAL.has(status)) return;
+    this.finished = false;
+    this.follow();
+  }
+
+  async followStream() {
     const { signal } = this.abort;
     let failures = 0;
     while (!signal.aborted && !this.finished) {
@@ -965,6 +983,8 @@ async function loadJobs() {
     + (before ? `&before=${encodeURIComponent(before)}` : '');
   const [{ jobs, next }, { workers }] = await Promise.all([api(`v1/jobs?${query}`), api('v1/workers')]);
   jobPages.next = next;
+  const shown = jobs.find((j) => j.id === current?.id);
+  if (shown) current.goOnIfActive(shown.status);
   $('#jobs-older').hidden = !next;
   $('#jobs-newer').hidden = jobPages.length < 2;
   $('#jobs-page').textContent = jobPages.length > 1 ? `page ${jobPages.length}` : '';
