@@ -17,6 +17,17 @@ from fleet_kit import Fleet
 from steward.events import ToolResultEvent
 from steward.store.events import open_store
 
+UNTIL_GO = "until [ -f go ]; do sleep 0.05; done"  # a call that lasts until the test says go
+
+
+def said_stopping(worker: subprocess.Popen[str]) -> None:
+    """Until the worker said it heard the stop (its stderr, line by line)."""
+    assert worker.stderr is not None
+    for line in worker.stderr:  # bounded by the worker's output: it ends when the worker does
+        if "stopping" in line:
+            return
+    raise AssertionError("the worker ended without saying it was stopping")
+
 
 def events_of(fleet: Fleet, run_id: str) -> list[object]:
     async def read() -> list[object]:
@@ -87,7 +98,7 @@ def test_a_worker_frozen_past_its_lease_is_fenced_out(fleet: Fleet) -> None:
     fleet.persona(
         "slow",
         [
-            {"tool": "bash", "args": {"command": "echo first >> ran.txt; touch started; sleep 4"}},
+            {"tool": "bash", "args": {"command": f"echo first >> ran.txt; touch started; {UNTIL_GO}"}},
             {"tool": "bash", "args": {"command": "echo second >> ran.txt"}},
             {"text": "finished"},
         ],
@@ -95,17 +106,16 @@ def test_a_worker_frozen_past_its_lease_is_fenced_out(fleet: Fleet) -> None:
     job_id = fleet.submit("slow", "two calls")
     frozen = fleet.worker("--lease", "2")
     fleet.wait_for_file("started")
-    frozen.send_signal(signal.SIGSTOP)  # paused mid-call, past its lease
-    time.sleep(3)
+    frozen.send_signal(signal.SIGSTOP)  # paused mid-call; its lease runs out
     fleet.worker("--lease", "2", host="machine-b")
     fleet.wait_until(lambda jobs: jobs[0].fence == 2, what="the takeover")
     # The frozen worker comes back while the other goes on: its call ends, and whatever it
     # records for the job now is refused (the other waits for the workspace until then).
     frozen.send_signal(signal.SIGCONT)
+    (fleet.workspace / "go").touch()
     (job,) = fleet.ended(1)
     assert job.status == "done" and job.result == "finished" and job.attempts == 1, job
     assert job.lease_owner is None and job.fence == 2
-    time.sleep(1)
     assert frozen.poll() is None  # it lives on as a worker; only that job is no longer its
     assert (fleet.workspace / "ran.txt").read_text() == "first\nsecond\n"  # nothing ran twice
     first_call = tool_results(fleet, job_id)[0]
@@ -117,7 +127,7 @@ def test_stopping_lets_the_call_finish_and_a_second_signal_stops_at_once(fleet: 
     fleet.persona(
         "steps",
         [
-            {"tool": "bash", "args": {"command": "touch started; sleep 2; echo one >> ran.txt"}},
+            {"tool": "bash", "args": {"command": f"touch started; {UNTIL_GO}; echo one >> ran.txt"}},
             {"tool": "bash", "args": {"command": "echo two >> ran.txt"}},
             {"text": "both"},
         ],
@@ -126,7 +136,9 @@ def test_stopping_lets_the_call_finish_and_a_second_signal_stops_at_once(fleet: 
     first = fleet.worker("--lease", "5")
     fleet.wait_for_file("started")
     first.send_signal(signal.SIGTERM)
-    first.communicate(timeout=30)
+    said_stopping(first)
+    (fleet.workspace / "go").touch()  # the call ends after the stop was asked for
+    first.communicate(timeout=60)
     assert (fleet.workspace / "ran.txt").read_text() == "one\n"  # the call finished; the next did not start
     job = fleet.job(drained)
     assert job.status == "queued" and job.attempts == 0, job  # given back, not lost
@@ -136,16 +148,18 @@ def test_stopping_lets_the_call_finish_and_a_second_signal_stops_at_once(fleet: 
     assert (fleet.workspace / "ran.txt").read_text() == "one\ntwo\n"
 
     (fleet.workspace / "started").unlink()
+    (fleet.workspace / "go").unlink()
     fleet.stop()
     (fleet.workspace / "ran.txt").unlink()
     cut = fleet.submit("steps", "cut me short")
     hasty = fleet.worker("--lease", "5")
     fleet.wait_for_file("started")
     hasty.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
+    said_stopping(hasty)  # the first one was heard: this is a second
     hasty.send_signal(signal.SIGTERM)
-    hasty.communicate(timeout=30)
+    hasty.communicate(timeout=60)
     assert fleet.job(cut).status == "queued"
+    (fleet.workspace / "go").touch()
     fleet.worker("--lease", "5")
     fleet.wait_until(lambda jobs: fleet.job(cut).ended, what="the cut job")
     assert fleet.job(cut).status == "done"
@@ -159,16 +173,15 @@ def test_cancelling_a_running_job_stops_its_processes_within_seconds(fleet: Flee
     job_id = fleet.submit("sleeper", "sleep")
     fleet.worker("--lease", "10")
     fleet.wait_for_file("started")
-    began = time.monotonic()
     cancelled = fleet.steward("jobs", "cancel", job_id)
     assert cancelled.returncode == 0, cancelled.stderr
-    fleet.wait_until(lambda jobs: jobs[0].status == "cancelled", timeout=10, what="the cancel")
-    for _ in range(50):
-        if subprocess.run(["pgrep", "-f", "sleep 37.25"], capture_output=True).returncode != 0:
-            break
-        time.sleep(0.1)
-    assert subprocess.run(["pgrep", "-f", "sleep 37.25"], capture_output=True).returncode != 0
-    assert time.monotonic() - began < 15  # "within seconds" (generous: the machine may be busy)
+    fleet.wait_until(lambda jobs: jobs[0].status == "cancelled", what="the cancel")
+
+    def sleeping() -> bool:
+        return subprocess.run(["pgrep", "-f", "sleep 37.25"], capture_output=True).returncode == 0
+
+    # Stopped, not left to end by itself (it would take 37 s): the outcome, waited for.
+    fleet.wait_until(lambda _jobs: not sleeping(), timeout=30, what="the job's processes to stop")
 
 
 def test_a_job_that_keeps_losing_its_worker_is_dead_with_the_reason(fleet: Fleet) -> None:
@@ -180,10 +193,9 @@ def test_a_job_that_keeps_losing_its_worker_is_dead_with_the_reason(fleet: Fleet
         fleet.wait_for_file("started")
         (fleet.workspace / "started").unlink()
         worker.kill()
-        worker.communicate()
-        time.sleep(1.2)  # past the lease
+        worker.communicate()  # the next worker takes the job over when its lease runs out
     fleet.worker("--lease", "1")
-    (job,) = fleet.ended(1, timeout=30)
+    (job,) = fleet.ended(1)
     assert job.status == "dead" and "stopped 2 times" in (job.error or ""), job
     shown = fleet.steward("jobs", "show", job_id)
     assert "dead" in shown.stdout and "steward jobs retry" in shown.stdout
@@ -242,7 +254,7 @@ def test_the_hook_is_told_when_a_job_waits_and_when_it_ends(fleet: Fleet) -> Non
     fleet.wait_until(lambda jobs: jobs[0].status == "waiting", what="the wait")
     assert fleet.steward("answer", job_id, "yes").returncode == 0
     fleet.ended(1)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # the hook runs after the job ended: waited for, not timed
     while len(heard.read_text().splitlines() if heard.exists() else []) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     told = [json.loads(line) for line in heard.read_text().splitlines()]
@@ -278,9 +290,10 @@ def test_random_kills_of_workers_on_two_machines_lose_no_job_and_run_no_call_twi
     hosts = ["machine-a", "machine-b"]
     live = [fleet.worker("--lease", "1.5", host=hosts[n % 2]) for n in range(3)]
     kills = 0
-    deadline = time.monotonic() + 12
-    while time.monotonic() < deadline and not all(j.ended for j in fleet.jobs()):
-        time.sleep(chance.uniform(0.6, 1.4))
+    for _ in range(10):  # counted kills, not a time window: a busy machine gets as many
+        if all(j.ended for j in fleet.jobs()):
+            break
+        time.sleep(chance.uniform(0.6, 1.4))  # the chaos's pace, not a wait for anything
         victim = live.pop(chance.randrange(len(live)))
         victim.kill()
         victim.communicate()

@@ -145,11 +145,16 @@ async def test_a_client_error_is_not_tried_again_and_is_a_problem(receiver: Rece
     assert "s3cret" not in problem and "/hooks" not in problem  # a webhook's path may be its secret
 
 
+HANGS_S = 60.0
+"""How long what these tests start would take if it were waited for: a bound far from it tells
+"given up" from "waited", however busy the machine (a bound near the timeout does not)."""
+
+
 async def test_an_unreachable_url_is_a_problem_within_the_timeout() -> None:
     notifier = Notifier(url=f"http://127.0.0.1:{free_port()}/hook", timeout_s=1.0)
     started = time.monotonic()
     [problem] = await notifier.notify(make_job(), "dead")
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < HANGS_S / 2  # given up, not left to hang
     assert "ConnectError" in problem
 
 
@@ -160,7 +165,7 @@ async def test_a_receiver_that_never_answers_is_given_up_at_the_timeout() -> Non
         notifier = Notifier(url=f"http://127.0.0.1:{silent.getsockname()[1]}/", timeout_s=0.5)
         started = time.monotonic()
         [problem] = await notifier.notify(make_job(), "done")
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < HANGS_S / 2  # it would never answer: given up
     assert "did not succeed within 0.5 s" in problem
 
 
@@ -221,10 +226,10 @@ async def test_a_command_past_its_timeout_is_killed_with_its_children(tmp_path: 
     notifier = Notifier(command=python(code, str(pid_file)), timeout_s=1.0)
     started = time.monotonic()
     [problem] = await notifier.notify(make_job(), "done")
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < HANGS_S / 2  # killed, not waited for
     assert "took longer than 1 s" in problem and "killed" in problem
     child = int(pid_file.read_text())
-    for _ in range(50):  # SIGKILL is delivered at once, but the kernel may take a moment
+    for _ in range(1500):  # SIGKILL is delivered at once, but a busy kernel may take a moment
         if not _running(child):
             break
         await asyncio.sleep(0.02)
@@ -243,7 +248,7 @@ async def test_a_child_the_command_leaves_running_is_not_waited_for(tmp_path: Pa
         assert (
             await Notifier(command=python(code, str(pid_file)), timeout_s=5).notify(make_job(), "done") == []
         )
-        assert time.monotonic() - started < 3.0
+        assert time.monotonic() - started < HANGS_S / 2  # the child (60 s) was not waited for
     finally:
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
 

@@ -4,11 +4,22 @@ that never overlap, leases taken over with a fence, dead letters, waiting, cance
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from steward.jobs.store import JobError, JobStore, LeaseLost
+from steward.store.engine import write_transaction
 from steward.store.events import EventStore, open_store
+from steward.store.schema import jobs as jobs_table
+
+
+async def lease_ran_out(store: EventStore, job_id: str) -> None:
+    """The job's lease ends now, as if its worker had been paused past it (no sleeping: a
+    lease that short would also run out between two claims on a busy machine)."""
+    t = jobs_table
+    async with write_transaction(store.engine) as conn:
+        await conn.execute(t.update().where(t.c.id == job_id).values(lease_expires_at=time.time() - 1))
 
 
 def jobs_of(store: EventStore) -> JobStore:
@@ -85,10 +96,10 @@ async def test_claims_from_separate_connections_never_take_the_same_job(store_ur
 async def test_an_expired_lease_is_taken_over_and_the_old_worker_is_fenced(store: EventStore) -> None:
     jobs = jobs_of(store)
     submitted, _ = await jobs.submit("coder", "work", workspace="/w")
-    old = await jobs.claim("frozen", lease_s=0.05)
+    old = await jobs.claim("frozen", lease_s=30)
     assert old is not None
     assert await jobs.claim("other") is None  # the lease still holds
-    await asyncio.sleep(0.1)
+    await lease_ran_out(store, old.job.id)
     new = await jobs.claim("other", lease_s=30)
     assert new is not None and new.takeover and new.job.id == submitted.id
     assert new.fence == old.fence + 1 and new.job.attempts == 1 and new.job.lease_owner == "other"
@@ -104,11 +115,12 @@ async def test_an_expired_lease_is_taken_over_and_the_old_worker_is_fenced(store
 async def test_a_job_that_keeps_losing_its_worker_becomes_dead(store: EventStore) -> None:
     jobs = jobs_of(store)
     submitted, _ = await jobs.submit("coder", "crashy", workspace="/w", max_attempts=2)
-    first = await jobs.claim("w1", lease_s=0.02)
-    await asyncio.sleep(0.05)
-    second = await jobs.claim("w2", lease_s=0.02)
-    assert first is not None and second is not None and second.job.attempts == 1
-    await asyncio.sleep(0.05)
+    first = await jobs.claim("w1", lease_s=30)
+    assert first is not None
+    await lease_ran_out(store, first.job.id)
+    second = await jobs.claim("w2", lease_s=30)
+    assert second is not None and second.job.attempts == 1
+    await lease_ran_out(store, second.job.id)
     assert await jobs.claim("w3") is None
     dead = await jobs.get(submitted.id)
     assert dead.status == "dead" and dead.attempts == 2 and "stopped 2 times" in (dead.error or "")
@@ -170,13 +182,13 @@ async def test_a_worker_whose_job_was_taken_over_can_record_nothing_more_for_its
 
     jobs = jobs_of(store)
     job, _ = await jobs.submit("coder", "fenced", workspace="/w")
-    first = await jobs.claim("w1", lease_s=0.05)
+    first = await jobs.claim("w1", lease_s=30)
     assert first is not None
     await store.create_run(job.id, goal=job.goal, workspace="/w", status="queued")  # as the worker does
     old = store.log(job.id, session_id=None, last_seq=0, fence=first.fence)
     old.add(event(1, "by the first worker"))
     await old.flush()
-    await asyncio.sleep(0.1)
+    await lease_ran_out(store, job.id)
     second = await jobs.claim("w2")  # the first worker was paused past its lease
     assert second is not None and second.takeover and second.fence == first.fence + 1
     old.add(event(2, "by the first worker, after the takeover"))

@@ -86,7 +86,7 @@ class Fleet:
         return next(j for j in self.jobs() if j.id == job_id)
 
     def wait_until(
-        self, check: Callable[[list[Job]], bool], timeout: float = 60, what: str = ""
+        self, check: Callable[[list[Job]], bool], timeout: float = 180, what: str = ""
     ) -> list[Job]:
         """Poll the jobs until ``check(jobs)`` is true."""
         deadline = time.monotonic() + timeout
@@ -98,7 +98,7 @@ class Fleet:
             jobs = self.jobs()
         return jobs
 
-    def wait_for_file(self, name: str, timeout: float = 30) -> None:
+    def wait_for_file(self, name: str, timeout: float = 180) -> None:
         path = self.workspace / name
         deadline = time.monotonic() + timeout
         while not path.exists():
@@ -106,5 +106,5 @@ class Fleet:
                 raise AssertionError(f"{name} did not appear in {timeout} s; jobs: {self.jobs()}")
             time.sleep(0.05)
 
-    def ended(self, count: int, timeout: float = 60) -> list[Job]:
+    def ended(self, count: int, timeout: float = 180) -> list[Job]:
         return self.wait_until(lambda jobs: sum(j.ended for j in jobs) >= count, timeout, f"{count} ended")
