@@ -284,10 +284,11 @@ class Shadow:
                     self.path / "runs",
                 ):
                     directory.mkdir(parents=True, exist_ok=True)
-                (self.path / "workspace").write_text(f"{self.workspace}\n", encoding="utf-8")
-                (self.path / "exclude").write_text(
-                    "".join(f"{p}\n" for p in self.settings.ignore), encoding="utf-8"
-                )
+                # Renamed into place: another process of this workspace may read them meanwhile
+                # (an empty ``workspace`` file would read as a shadow of no workspace).
+                write_atomic(self.path / "workspace", f"{self.workspace}\n", mode=0o600)
+                ignored = "".join(f"{p}\n" for p in self.settings.ignore)
+                write_atomic(self.path / "exclude", ignored, mode=0o600)
             finally:
                 os.umask(old)
             _prune_orphans(self.path.parent, keep=self.path)
@@ -459,7 +460,7 @@ class Shadow:
         if head is not None:
             args[2:2] = ["-p", head]
         commit = git.run(*args).decode().strip()
-        (git.gitdir / "refs" / "heads" / "main").write_text(commit + "\n", encoding="utf-8")
+        write_atomic(git.gitdir / "refs" / "heads" / "main", commit + "\n", mode=0o600)  # read by others
         self._trees[git.gitdir] = (commit, tree)
         return commit
 
