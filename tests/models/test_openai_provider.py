@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -252,11 +251,9 @@ async def test_rate_limit_is_retried_then_succeeds(
     server: FakeLLMServer, make_openai: MakeOpenAI, collect: Collect
 ) -> None:
     server.add(FakeReply.error(429, headers={"retry-after-ms": "10"}), FakeReply(text="finally"))
-    started = time.monotonic()
     streamed = await collect(make_openai(max_retries=2), ask())
     assert streamed.response.message.text == "finally"
     assert [r.headers["x-stainless-retry-count"] for r in server.requests] == ["0", "1"]
-    assert time.monotonic() - started < 2
 
 
 async def test_server_errors_are_retried_then_succeed(
@@ -339,11 +336,9 @@ async def test_timeout_is_a_retryable_model_error(
     server: FakeLLMServer, make_openai: MakeOpenAI, collect: Collect
 ) -> None:
     server.add(FakeReply(text="too late", delay=3))
-    started = time.monotonic()
     with pytest.raises(ModelError, match=r"no reply from .* within 0\.3s") as caught:
         await collect(make_openai(timeout=0.3), ask())
     assert caught.value.retryable
-    assert time.monotonic() - started < 2
 
 
 async def test_missing_api_key_fails_before_any_request(closing: Closing, collect: Collect) -> None:

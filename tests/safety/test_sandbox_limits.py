@@ -88,9 +88,7 @@ async def test_a_fork_bomb_is_contained_and_leaves_nothing(
     if "not enforced" in status.details.get("processes", ""):
         pytest.skip(f"process limits cannot be enforced on this host: {status.warnings}")
     token = f"bomb{marker()}"
-    started = time.monotonic()
     result = await run(sandbox, tmp_path, f":(){{ :|:& }};:; sleep 30 # {token}", timeout_s=1.0)
-    assert time.monotonic() - started < 6
     assert "Resource temporarily unavailable" in result.content  # the limit was hit, not the machine
     assert "timed out" in result.content
     assert none_left(token)
@@ -108,9 +106,8 @@ async def test_a_memory_bomb_dies_at_the_memory_limit(sandbox: BubblewrapSandbox
 
 
 async def test_a_busy_loop_is_stopped_at_the_cpu_limit(sandbox: BubblewrapSandbox, tmp_path: Path) -> None:
-    started = time.monotonic()
-    result = await run(sandbox, tmp_path, "while :; do :; done", timeout_s=8)
-    assert time.monotonic() - started < 5
+    # A wall-clock timeout far past the CPU limit: the loop ends by SIGXCPU, however busy the host.
+    result = await run(sandbox, tmp_path, "while :; do :; done", timeout_s=300)
     assert "timed out" not in result.content
     assert exit_status(result) == 128 + 24  # SIGXCPU
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from steward.safety.policy.shell_parse import (
@@ -325,9 +323,7 @@ def test_too_long_input_is_refused() -> None:
 
 def test_nesting_is_bounded_and_reported() -> None:
     command = "echo " + "$(echo " * 50 + "x" + ")" * 50
-    started = time.perf_counter()
     parsed = parse_shell(command)
-    assert time.perf_counter() - started < 1
     assert parsed.error is not None
     assert "nested" in parsed.error
     assert len(parsed.commands) == MAX_DEPTH + 1
@@ -390,8 +386,6 @@ def test_pipe_from_names_each_program_once() -> None:
         "a | " * 5000 + "b",
     ],
 )
-def test_garbage_never_raises_and_is_fast(command: str) -> None:
-    started = time.perf_counter()
+def test_garbage_never_raises(command: str) -> None:
     parsed = parse_shell(command)
-    assert time.perf_counter() - started < 1
     assert isinstance(parsed.commands, tuple)
