@@ -160,7 +160,10 @@ async def test_abstract_sockets_of_the_host_are_out_of_reach(
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     client.connect("\0" + name)
     client.close()
-    await asyncio.sleep(0.3)
+    for _ in range(6000):  # the listener's thread counts it when it gets the core (a busy host)
+        if accepted:
+            break
+        await asyncio.sleep(0.01)
     assert accepted == [1]
     python = sys.executable
     code = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect('\\0{name}')"
