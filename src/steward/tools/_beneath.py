@@ -566,16 +566,23 @@ class StrictTree:
         self._last = (head, os.dup(fd))
         return fd, name
 
-    # --- reading ----------------------------------------------------------------------------
-
-    def lstat(self, path: str) -> os.stat_result | None:
-        """What ``path`` is, not followed; None when it is missing or a link is on the way."""
+    def _parent_if_there(self, path: str) -> tuple[int, str] | None:
+        """``_parent`` without making anything: None when a directory on the way is missing or
+        is a link (then nothing of ``path`` is in the tree)."""
         try:
-            parent, name = self._parent(path, make=False)
+            return self._parent(path, make=False)
         except OSError as exc:
             if exc.errno in _NOT_THERE:
                 return None
             raise
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def lstat(self, path: str) -> os.stat_result | None:
+        """What ``path`` is, not followed; None when it is missing or a link is on the way."""
+        if (found := self._parent_if_there(path)) is None:
+            return None
+        parent, name = found
         try:
             return os.stat(name, dir_fd=parent, follow_symlinks=False)
         except FileNotFoundError:
@@ -585,12 +592,9 @@ class StrictTree:
 
     def read(self, path: str, limit: int | None = None) -> bytes | None:
         """The content of the regular file ``path``; None for anything else (never blocks)."""
-        try:
-            parent, name = self._parent(path, make=False)
-        except OSError as exc:
-            if exc.errno in _NOT_THERE:
-                return None
-            raise
+        if (found := self._parent_if_there(path)) is None:
+            return None
+        parent, name = found
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
                          dir_fd=parent)  # fmt: skip
@@ -607,12 +611,9 @@ class StrictTree:
 
     def readlink(self, path: str) -> str | None:
         """The target of the symlink ``path``; None when it is not one (or a link is on the way)."""
-        try:
-            parent, name = self._parent(path, make=False)
-        except OSError as exc:
-            if exc.errno in _NOT_THERE:
-                return None
-            raise
+        if (found := self._parent_if_there(path)) is None:
+            return None
+        parent, name = found
         try:
             return os.readlink(name, dir_fd=parent)
         except OSError:
@@ -703,12 +704,9 @@ class StrictTree:
     def remove(self, path: str) -> bool:
         """Remove the file, link or whole directory at ``path``; False when nothing was there
         (a link on the way means the path is not in the tree: nothing is removed through it)."""
-        try:
-            parent, name = self._parent(path, make=False)
-        except OSError as exc:
-            if exc.errno in _NOT_THERE:
-                return False
-            raise
+        if (found := self._parent_if_there(path)) is None:
+            return False
+        parent, name = found
         try:
             info = _lstat_at(parent, name)
             if info is None:
@@ -725,12 +723,9 @@ class StrictTree:
     def remove_if_empty(self, path: str, contents: tuple[bytes, ...] = (b"",)) -> bool:
         """Remove ``path`` when it is an empty directory, or a regular file holding exactly one
         of ``contents`` (a placeholder); whether it was removed."""
-        try:
-            parent, name = self._parent(path, make=False)
-        except OSError as exc:
-            if exc.errno in _NOT_THERE:
-                return False
-            raise
+        if (found := self._parent_if_there(path)) is None:
+            return False
+        parent, name = found
         try:
             info = _lstat_at(parent, name)
             if info is not None and stat.S_ISDIR(info.st_mode):
