@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from steward.safety.protected import PROJECT_CONFIG
 from steward.safety.secrets.configured import configured_secrets
 from steward.safety.secrets.values import SecretWatch
 
@@ -48,22 +49,46 @@ class StoreRedaction:
     values of the configuration outside any workspace."""
 
     def __init__(self) -> None:
-        self._watches: OrderedDict[str, SecretWatch] = OrderedDict()
+        self._watches: OrderedDict[str, tuple[tuple[object, ...], SecretWatch]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __call__(self, workspace: str) -> Callable[[str], str]:
         """Called off the event loop: it may list the workspace and read its secret files."""
+        # A long-lived process (a server) records runs while the user edits the configuration:
+        # a value added to an MCP server's env later is a secret from then on.
+        signature = _config_signature(workspace)
         with self._lock:
-            watch = self._watches.get(workspace)
-            if watch is not None:
+            kept = self._watches.get(workspace)
+            if kept is not None and kept[0] == signature:
                 self._watches.move_to_end(workspace)
-        if watch is None:
-            watch = _watch_of(workspace)
-            with self._lock:
-                watch = self._watches.setdefault(workspace, watch)
-                if len(self._watches) > MAX_WATCHES:
-                    self._watches.popitem(last=False)
+                return kept[1].redactor().redact
+        watch = _watch_of(workspace)
+        with self._lock:
+            self._watches[workspace] = (signature, watch)
+            self._watches.move_to_end(workspace)
+            if len(self._watches) > MAX_WATCHES:
+                self._watches.popitem(last=False)
         return watch.redactor().redact
+
+
+def _config_signature(workspace: str) -> tuple[object, ...]:
+    """What the configuration files a run in ``workspace`` reads look like on disk (a stat each)."""
+    from steward.config import user_config_path
+
+    files = [user_config_path()]
+    if workspace:
+        files.append(Path(workspace) / PROJECT_CONFIG)
+    if named := os.environ.get("STEWARD_CONFIG"):
+        files.append(Path(named))
+    signature: list[object] = []
+    for path in files:
+        try:
+            info = path.stat()
+        except OSError:
+            signature.append(None)
+        else:
+            signature.append((info.st_ino, info.st_mtime_ns, info.st_size))
+    return tuple(signature)
 
 
 def _watch_of(workspace: str) -> SecretWatch:
