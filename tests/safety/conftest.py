@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -10,10 +11,27 @@ import pytest
 from steward.safety.checkpoints.around_calls import Checkpointer
 from steward.safety.checkpoints.shadow import CheckpointSettings
 from steward.safety.checkpoints.wrapper import CheckpointToolset
+from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings
 from steward.tools.base import CommandSandbox, FunctionToolset, ToolContext, ToolResult
 from steward.tools.shell import bash
 
 RunBash = Callable[[CommandSandbox | None, Path, str], Awaitable[ToolResult]]
+
+GIT_ID = ["-c", "user.email=t@example.com", "-c", "user.name=t", "-c", "protocol.file.allow=always"]
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in ``repo`` as a user with a name, failing the test on a non-zero exit."""
+    done = subprocess.run(
+        ["git", "-C", str(repo), *GIT_ID, *args], capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> BubblewrapSandbox:
+    """A sandbox roomy enough for git and checkpointed commands; modules needing less override it."""
+    return BubblewrapSandbox(SandboxSettings(cpu_s=30, max_processes=128, tmpfs_mb=64))
 
 
 @pytest.fixture

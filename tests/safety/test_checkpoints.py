@@ -17,28 +17,14 @@ import pytest
 
 from steward.safety.checkpoints.around_calls import Checkpointer
 from steward.safety.checkpoints.shadow import CheckpointSettings
-from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings
+from steward.safety.sandbox.bubblewrap import BubblewrapSandbox
 
-from .conftest import RunBash
+from .conftest import RunBash, git
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("git") is None, reason="needs git"),
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"),
 ]
-
-GIT_ID = ["-c", "user.email=t@example.com", "-c", "user.name=t"]
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), *GIT_ID, *args], capture_output=True, text=True, check=True
-    )
-    return done.stdout
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> BubblewrapSandbox:
-    return BubblewrapSandbox(SandboxSettings(cpu_s=30, max_processes=128, tmpfs_mb=64))
 
 
 @pytest.fixture
