@@ -43,6 +43,15 @@ def git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """An empty repository."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    git(ws, "init", "-q")
+    return ws
+
+
 def husky_repo(repo: Path) -> None:
     """A repository set up as husky does it: hooksPath ``.husky/_``, stubs that run ``.husky/NAME``."""
     repo.mkdir(parents=True, exist_ok=True)
@@ -104,11 +113,8 @@ async def test_a_hook_planted_where_husky_points_git_never_runs(
 
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["sandbox", "no-sandbox"])
 async def test_a_plain_hooks_path_folder_takes_no_new_hook(
-    tmp_path: Path, sandbox: BubblewrapSandbox, checkpointed_bash: RunBash, sandboxed: bool
+    tmp_path: Path, workspace: Path, sandbox: BubblewrapSandbox, checkpointed_bash: RunBash, sandboxed: bool
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    git(workspace, "init", "-q")
     (workspace / "tools" / "githooks").mkdir(parents=True)
     git(workspace, "config", "core.hooksPath", "tools/githooks")
     marker = tmp_path / "hook-ran"
@@ -125,11 +131,8 @@ async def test_a_plain_hooks_path_folder_takes_no_new_hook(
 
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["sandbox", "no-sandbox"])
 async def test_programs_and_included_files_the_git_config_names_are_not_changed(
-    tmp_path: Path, sandbox: BubblewrapSandbox, checkpointed_bash: RunBash, sandboxed: bool
+    tmp_path: Path, workspace: Path, sandbox: BubblewrapSandbox, checkpointed_bash: RunBash, sandboxed: bool
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    git(workspace, "init", "-q")
     (workspace / "tools").mkdir()
     monitor = "#!/bin/sh\nexit 0\n"
     (workspace / "tools" / "fsmon.sh").write_text(monitor)
