@@ -70,15 +70,9 @@ def _not_here(target: _Target, command: str) -> typer.Exit:
     """The run is neither in this workspace's store nor among its checkpoints: say so, and
     where it ran when another workspace's checkpoints hold it."""
     from steward.safety.checkpoints.around_calls import settings_from_config
-    from steward.safety.checkpoints.shadow import default_state_dir
+    from steward.safety.checkpoints.shadow import workspace_holding
 
-    base = settings_from_config(target.config).state_dir or default_state_dir()
-    safe = "".join(c for c in target.run_id if c.isalnum() or c in "-_")
-    found = None
-    if safe:
-        for runs in sorted((base / "checkpoints").glob(f"*/runs/{safe}"))[:1]:
-            named = runs.parent.parent / "workspace"
-            found = named.read_text(encoding="utf-8").strip() if named.is_file() else None
+    found = workspace_holding(target.run_id, settings_from_config(target.config).state_dir)
     where = (
         f"it ran in {_name(found)}: steward {command}{_w(Path(found))}"
         if found

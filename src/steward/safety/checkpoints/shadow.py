@@ -105,6 +105,23 @@ def default_state_dir() -> Path:
     return Path(base) / "steward"
 
 
+def _run_dir_name(run_id: str) -> str:
+    """A run id as a directory name: letters, digits, '-' and '_' kept, the rest dropped."""
+    return "".join(c for c in run_id if c.isalnum() or c in "-_")
+
+
+def workspace_holding(run_id: str, state_dir: Path | None = None) -> str | None:
+    """The workspace whose checkpoints hold ``run_id`` (the first by shadow name), if any."""
+    safe = _run_dir_name(run_id)
+    if not safe:
+        return None
+    base = state_dir or default_state_dir()
+    for runs in sorted((base / "checkpoints").glob(f"*/runs/{safe}"))[:1]:
+        named = runs.parent.parent / "workspace"
+        return named.read_text(encoding="utf-8").strip() if named.is_file() else None
+    return None
+
+
 @dataclass(slots=True)
 class Checkpoint:
     """One recorded state of the workspace, taken before a call (or before a rewind)."""
@@ -295,7 +312,7 @@ class Shadow:
             self._ready = True
 
     def run_dir(self, run_id: str) -> Path:
-        safe = "".join(c for c in run_id if c.isalnum() or c in "-_")
+        safe = _run_dir_name(run_id)
         if not safe:
             raise CheckpointError(f"not a run id: {run_id!r}")
         return self.path / "runs" / safe
