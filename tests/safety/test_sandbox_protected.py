@@ -273,12 +273,21 @@ async def test_a_placeholder_stays_while_another_command_still_uses_it(
     sandbox: BubblewrapSandbox, workspace: Path
 ) -> None:
     # The quick command finishes first; its placeholder for steward.toml must not vanish under
-    # the slow one.
+    # the slow one, which starts first and waits for the quick one to be done.
+    wait = "i=0; while [ ! -e quick-done ] && [ $i -lt 800 ]; do sleep 0.01; i=$((i+1)); done"
     slow = asyncio.create_task(
-        sh(sandbox, workspace, "sleep 0.5; chmod u+w steward.toml; rm -f steward.toml; echo x > steward.toml")
+        sh(
+            sandbox,
+            workspace,
+            f"touch started; {wait}; chmod u+w steward.toml; rm -f steward.toml; echo x > steward.toml",
+        )
     )
-    await asyncio.sleep(0.15)
+    for _ in range(6000):  # a busy host may take a while to start the sandbox
+        if (workspace / "started").exists() or slow.done():
+            break
+        await asyncio.sleep(0.01)
     quick_status, _ = await sh(sandbox, workspace, "true")
+    (workspace / "quick-done").touch()
     slow_status, _ = await slow
     assert quick_status == 0
     assert slow_status != 0
