@@ -210,20 +210,25 @@ def pth_effects(site: Path, text: str) -> tuple[list[Path], list[str]]:
     return directories, modules
 
 
-def read_pth(path: Path) -> str:
-    """A ``.pth`` file's text, bounded, never following a symlink out (best effort: '' if unreadable)."""
+def read_head(path: Path, limit: int) -> bytes | None:
+    """Up to ``limit`` bytes of the regular file ``path``, its last component not followed;
+    None for anything else (a FIFO or a device is never read) or when it cannot be read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return ""
+        return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""  # a FIFO or a device named like one: nothing Python would read as a .pth
-        return os.read(fd, _PTH_CAP).decode("utf-8", "replace")
+        return os.read(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
     except OSError:
-        return ""
+        return None
     finally:
         os.close(fd)
+
+
+def read_pth(path: Path) -> str:
+    """A ``.pth`` file's text, bounded, never following a symlink out (best effort: '' if unreadable)."""
+    data = read_head(path, _PTH_CAP)
+    return "" if data is None else data.decode("utf-8", "replace")
 
 
 def startup_paths(root: Path, pth_files: Iterable[str]) -> dict[str, str]:

@@ -42,6 +42,7 @@ from steward.safety.sealed import (
     home_dot_entries,
     homes_within,
     new_is_fine,
+    read_head,
     reason_by_name,
     startup_paths,
     user_config_dir,
@@ -175,8 +176,8 @@ class SealedFiles:
                     with contextlib.suppress(OSError):
                         self._copies[path] = (found, os.fsencode((self.root / path).readlink()))
                 elif regular and isinstance(size, int) and size <= _COPY_BYTES:
-                    data = _read(self.root / path)
-                    if data is not None:
+                    data = read_head(self.root / path, _COPY_BYTES + 1)
+                    if data is not None and len(data) <= _COPY_BYTES:
                         self._copies[path] = (found, data)
 
     def _put_back(self, path: str, was: Ident, is_now: Ident, restore: Restore, reason: str) -> str:
@@ -232,22 +233,6 @@ def _entries_under(root: Path, relative: str) -> list[str]:
             if is_dir:
                 stack.append(f"{current}/{name}")
     return found
-
-
-def _read(path: Path) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, _COPY_BYTES + 1)
-        return data if len(data) <= _COPY_BYTES else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _write(root: Path, relative: str, data: bytes, was: Ident) -> bool:
