@@ -45,8 +45,16 @@ class ProviderSettings:
 
     base_url: str | None = _f(None, "Server URL, for OpenAI-compatible servers (vLLM, llama.cpp, LM Studio).")
     api_key_env: str | None = _f(None, "Environment variable holding the API key (default: the usual one).")
-    timeout_s: float = _f(120.0, "Seconds before a model request times out.", gt=0)
+    timeout_s: float = _f(
+        300.0, "Seconds one model call may take in all (connecting, waiting and streaming the reply).", gt=0
+    )
     max_retries: int = _f(3, "Retries with backoff on rate limits, server errors and timeouts.", ge=0, le=10)
+    stream: bool | None = _f(
+        None,
+        "false: ask for whole replies, for servers that cannot stream tool calls (unset: stream, and "
+        "fall back to whole replies by itself when the server cannot).",
+        strict=True,
+    )
 
 
 @dataclass(slots=True)
@@ -54,6 +62,9 @@ class Limits:
     __pydantic_config__ = _FORBID_EXTRA
 
     max_steps: int = _f(50, "Model calls a run may make before it ends as partial or stuck.", ge=1, le=10_000)
+    max_output_tokens: int = _f(
+        8_192, "Most tokens one model reply may hold (sent as max_tokens with every request).", ge=16
+    )
     request_token_budget: int = _f(32_000, "Most input tokens one model request may carry.", ge=2_000)
     observation_share: float = _f(
         0.2, "Share of the request budget for full tool outputs; older ones are elided.", gt=0, le=1

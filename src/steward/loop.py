@@ -147,7 +147,8 @@ class Loop:
             yield built
             return
         response: ModelResponse | None = None
-        async for piece in self._call_model(built.request):
+        request = replace(built.request, max_tokens=self.settings.max_output_tokens)
+        async for piece in self._call_model(request):
             if isinstance(piece, ModelResponse):
                 response = piece
             else:

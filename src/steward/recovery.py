@@ -330,7 +330,7 @@ class RecordedModel(Model):
                 self.model.replayed()
                 yield response_from(recorded)
             case CompactionEvent(text=text, usage=usage) if request.purpose != "step":
-                yield ModelResponse(AssistantMessage(text=text), Usage(**usage), model=self.name)
+                yield ModelResponse(AssistantMessage(text=text), Usage.from_dict(usage), model=self.name)
             case _:
                 what = "a summary" if request.purpose != "step" else "the model's reply"
                 assert recorded is not None

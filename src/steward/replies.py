@@ -44,7 +44,7 @@ def response_from(event: ModelReplyEvent) -> ModelResponse:
         for c in event.tool_calls
     )
     thinking = tuple(Thinking(t.get("text", ""), t.get("signature")) for t in event.thinking)
-    return ModelResponse(AssistantMessage(event.text, calls, thinking), Usage(**event.usage))
+    return ModelResponse(AssistantMessage(event.text, calls, thinking), Usage.from_dict(event.usage))
 
 
 def text_events(message: AssistantMessage) -> list[Event]:

@@ -117,6 +117,8 @@ class Resume:
 @dataclass(slots=True)
 class LoopSettings:
     max_steps: int = 50
+    max_output_tokens: int | None = 8_192
+    """Most tokens one reply may hold, sent with every step's request (None: the provider's default)."""
     repeat_warning: int = 3
     repeat_stop: int = 6
     tool_timeout_s: float = 600.0

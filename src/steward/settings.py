@@ -16,6 +16,7 @@ def loop_settings(config: Config, limits: Limits | None = None) -> LoopSettings:
     lim = limits or config.limits  # an agent may be given its own
     return LoopSettings(
         max_steps=lim.max_steps,
+        max_output_tokens=lim.max_output_tokens,
         repeat_warning=lim.repeat_warning,
         repeat_stop=lim.repeat_stop,
         tool_timeout_s=lim.tool_timeout_s,

@@ -93,6 +93,7 @@ class AgentKit:
                 api_key=api_key,
                 timeout=settings.timeout_s,
                 max_retries=settings.max_retries,
+                stream=settings.stream,
             )
         return self._model
 

@@ -152,7 +152,7 @@ class ModelRequest:
 
 @dataclass(slots=True)
 class Usage:
-    """Provider-reported token usage (the truth; local estimates are only for budgeting).
+    """Token usage: as the provider reported it, or estimated here when it reported none.
 
     ``input_tokens`` is the whole prompt, cached parts included (OpenAI's ``prompt_tokens``;
     Anthropic's input + cache read + cache write); the cache fields are parts of that total.
@@ -163,6 +163,9 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     requests: int = 0
+    #: Some of these counts were estimated here (``steward.models.tokens``), because the server
+    #: reported no usage (llama-cpp-python's streams, some proxies).
+    estimated: bool = False
 
     def add(self, other: Usage) -> None:
         self.input_tokens += other.input_tokens
@@ -170,15 +173,26 @@ class Usage:
         self.cache_read_tokens += other.cache_read_tokens
         self.cache_write_tokens += other.cache_write_tokens
         self.requests += other.requests
+        self.estimated = self.estimated or other.estimated
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, int]) -> Usage:
+        """The usage ``as_dict`` recorded (unknown keys ignored)."""
+        counts = {k: int(data.get(k, 0)) for k in ("input_tokens", "output_tokens", "cache_read_tokens",
+                                                     "cache_write_tokens", "requests")}  # fmt: skip
+        return cls(**counts, estimated=bool(data.get("estimated", False)))
 
     def as_dict(self) -> dict[str, int]:
-        return {
+        out = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cache_read_tokens": self.cache_read_tokens,
             "cache_write_tokens": self.cache_write_tokens,
             "requests": self.requests,
         }
+        if self.estimated:  # only then: reported usage keeps the shape it always had
+            out["estimated"] = True
+        return out
 
 
 @dataclass(slots=True, frozen=True)

@@ -69,6 +69,7 @@ class OpenAIChatModel(Model):
         base_url: str | None = None,
         timeout: float | None = None,
         max_retries: int | None = None,
+        stream: bool | None = None,
         provider: str = "openai",
         api_key_env: str = "OPENAI_API_KEY",
         base_url_env: str = "OPENAI_BASE_URL",
@@ -81,6 +82,8 @@ class OpenAIChatModel(Model):
         self._base_url = base_url
         self._timeout = timeout
         self._max_retries = max_retries
+        #: False: whole replies only ([models.X] stream = false); None: stream, falling back by itself.
+        self._stream = stream
         self._api_key_env = api_key_env
         self._base_url_env = base_url_env
         self._client: AsyncOpenAI | None = None

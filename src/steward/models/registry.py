@@ -26,6 +26,7 @@ class _Options:
     api_key: str | None
     timeout: float | None
     max_retries: int | None
+    stream: bool | None = None
 
 
 def _openai(model: str, options: _Options) -> Model:
@@ -35,6 +36,7 @@ def _openai(model: str, options: _Options) -> Model:
         base_url=options.base_url,
         timeout=options.timeout,
         max_retries=options.max_retries,
+        stream=options.stream,
     )
 
 
@@ -56,6 +58,7 @@ def _ollama(model: str, options: _Options) -> Model:
         base_url=options.base_url or _ollama_base_url(),
         timeout=options.timeout,
         max_retries=options.max_retries,
+        stream=options.stream,
         provider="ollama",
         base_url_env="OLLAMA_BASE_URL",
     )
@@ -96,6 +99,7 @@ def resolve_model(
     api_key: str | None = None,
     timeout: float | None = None,
     max_retries: int | None = None,
+    stream: bool | None = None,
 ) -> Model:
     """Build the model named by ``spec`` (``provider:model``); ``ConfigError`` names the allowed forms."""
     provider, colon, rest = spec.partition(":")
@@ -107,6 +111,6 @@ def resolve_model(
         raise ConfigError(f"Unknown model provider '{provider}' in '{spec}'. Use one of: {forms}.")
     if not rest.strip():
         raise ConfigError(f"Model '{spec}' names no model after the colon. Use one of: {forms}.")
-    model = factory(rest.strip(), _Options(base_url, api_key, timeout, max_retries))
+    model = factory(rest.strip(), _Options(base_url, api_key, timeout, max_retries, stream))
     model.name = spec
     return model
