@@ -24,9 +24,11 @@ from steward.errors import ApprovalRequired, ConfigError, ModelError
 from steward.memory.compression import Compressor
 from steward.memory.working import Step, attempt_failed, record_phase
 from steward.models.base import (
+    NOTICE_SIGNAL,
     Model,
     ModelRequest,
     ModelResponse,
+    Notice,
     Retrying,
     StreamItem,
     TextDelta,
@@ -225,6 +227,8 @@ class Loop:
                 return self.emit(ev.ThinkingEvent(text=text, partial=True))
             case Retrying(message=message):
                 return self.emit(ev.ErrorEvent(code="model_retry", message=message, recoverable=True))
+            case Notice(message=message):
+                return self.emit(ev.SignalEvent(code=NOTICE_SIGNAL, level="info", message=message))
             case ModelResponse():
                 return piece
             case _:

@@ -40,10 +40,12 @@ from steward.events import (
     WaitingEvent,
 )
 from steward.models.base import (
+    NOTICE_SIGNAL,
     AssistantMessage,
     Model,
     ModelRequest,
     ModelResponse,
+    Notice,
     StreamItem,
     ToolSpec,
     Usage,
@@ -309,6 +311,9 @@ def _keys(event: Event) -> str:
     return f" ({keys})" if keys else ""
 
 
+_MAX_NOTICES = 8  # notices before one reply (a model gives one at most; the bound keeps the loop finite)
+
+
 class RecordedModel(Model):
     """Answers from the log while it lasts (replies, retries, summaries); then asks ``model``."""
 
@@ -322,6 +327,16 @@ class RecordedModel(Model):
                 yield item
             return
         recorded = replay.peek()
+        # What the model said about reaching it (a fallback) came before its reply: say it again.
+        for _ in range(_MAX_NOTICES):
+            if not (isinstance(recorded, SignalEvent) and recorded.code == NOTICE_SIGNAL):
+                break
+            yield Notice(recorded.message)
+            recorded = replay.peek()
+        if recorded is None:  # the log ends after the notice: the reply itself was never recorded
+            async for item in self.model.stream(request):
+                yield item
+            return
         match recorded:
             case ErrorEvent(code="model_retry", message=message):
                 # A retry happened here: fail the same way, so the loop records it again.

@@ -220,7 +220,18 @@ class Retrying:
     message: str
 
 
-StreamItem = TextDelta | ThinkingDelta | Retrying | ModelResponse
+@dataclass(slots=True, frozen=True)
+class Notice:
+    """Something the user should hear once about how the model is reached (e.g. a server that
+    cannot stream tool calls, so whole replies are asked for from now on)."""
+
+    message: str
+
+
+#: The code of the signal event a ``Notice`` is recorded as.
+NOTICE_SIGNAL = "model_notice"
+
+StreamItem = TextDelta | ThinkingDelta | Retrying | Notice | ModelResponse
 
 
 class Model(ABC):
