@@ -3,7 +3,10 @@
 Raw stream events are assembled here: text (through the ``<think>`` filter as well),
 thinking with its signature, redacted thinking and tool calls whose input arrives as JSON
 pieces. Thinking blocks travel back on the next request with their signatures, as the API
-requires. The SDK's bounded retries cover 429/5xx/529, timeouts and connection errors.
+requires. The SDK's bounded retries cover 429/5xx/529, timeouts and connection errors before
+the stream starts; what goes wrong after it started (an error event, a stream cut short) is
+left to the loop's ``RetryingModel``. One deadline bounds the whole call (``_deadline``), and a
+server that reports no usage (a proxy that strips it) gets an estimate (``tokens``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, assert_never
 
 from ..errors import ModelError
+from ._deadline import before, bounded, deadline_after
 from ._errors import status_error, timeout_error, unreachable_error
 from ._think import ThinkFilter
 from .base import (
@@ -33,6 +37,7 @@ from .base import (
     UserMessage,
     parse_arguments,
 )
+from .tokens import estimate_usage
 
 if TYPE_CHECKING:
     from anthropic import APIError, AsyncAnthropic
@@ -41,6 +46,7 @@ if TYPE_CHECKING:
         MessageParam,
         RawContentBlockDeltaEvent,
         RawContentBlockStartEvent,
+        RawMessageDeltaEvent,
         RawMessageStreamEvent,
         TextBlockParam,
         ToolParam,
@@ -101,8 +107,11 @@ class AnthropicModel(Model):
         client = await self._get_client()
         reply = _ReplyAssembler()
         system, messages = _messages(request)
+        # One bound for the whole call: the SDK's own timeout restarts with every event, so a
+        # model that keeps writing slowly would never trip it.
+        deadline = deadline_after(self._timeout)
         try:
-            events = await client.messages.create(
+            started = client.messages.create(
                 model=self.model,
                 max_tokens=request.max_tokens or self._max_tokens,
                 system=system or anthropic.omit,
@@ -117,8 +126,9 @@ class AnthropicModel(Model):
                 # This SDK version has no temperature argument; the API still takes the field.
                 extra_body=None if request.temperature is None else {"temperature": request.temperature},
             )
+            events = await before(deadline, started, self._timeout_error)
             async with events:
-                async for event in events:
+                async for event in bounded(events, deadline, self._timeout_error):
                     for delta in reply.add(event):
                         yield delta
         except anthropic.APIError as exc:
@@ -127,11 +137,13 @@ class AnthropicModel(Model):
             raise self._no_credentials(exc) from exc
         except httpx2.TimeoutException as exc:  # a stalled stream is not wrapped by the SDK
             raise self._timeout_error() from exc
-        except httpx2.TransportError as exc:
-            raise self._unreachable(retryable=True) from exc
+        except httpx2.TransportError as exc:  # the connection dropped while the reply came
+            raise (self._broke_off(reply) if reply.events else self._unreachable(retryable=True)) from exc
+        if not reply.complete:
+            raise self._broke_off(reply)
         for delta in reply.finish():
             yield delta
-        yield reply.response(self.model)
+        yield reply.response(self.model, request)
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -201,6 +213,15 @@ class AnthropicModel(Model):
 
     def _timeout_error(self) -> ModelError:
         return timeout_error(self.provider, self.base_url, self._timeout)
+
+    def _broke_off(self, reply: _ReplyAssembler) -> ModelError:
+        # Not a reply: whatever came is only the start of one (the README promises a retry).
+        return ModelError(
+            f"{self.provider}: the reply from {self.base_url} broke off after {reply.events} events "
+            "(no message_stop): the server closed the stream early; check its log if this repeats.",
+            provider=self.provider,
+            retryable=True,
+        )
 
     def _unreachable(self, *, retryable: bool) -> ModelError:
         return unreachable_error(self.provider, self.base_url, "ANTHROPIC_BASE_URL", retryable=retryable)
@@ -357,33 +378,53 @@ class _ReplyAssembler:
         self.usage = Usage(requests=1)
         self.stop_reason = ""
         self.model = ""
+        self.events = 0
+        #: message_stop came, or a message_delta with the stop reason (sent after the last
+        #: block): either says the reply is whole, so a proxy that drops one is still fine.
+        self.complete = False
 
     def add(self, event: RawMessageStreamEvent) -> list[TextDelta | ThinkingDelta]:
+        self.events += 1
         if event.type == "message_start":
-            usage = event.message.usage
             self.model = str(event.message.model or "")
-            self._set_usage(
-                usage.input_tokens, usage.cache_read_input_tokens, usage.cache_creation_input_tokens
-            )
-            self.usage.output_tokens = usage.output_tokens
+            # A proxy may strip usage: the SDK builds events without checking them.
+            usage = getattr(event.message, "usage", None)
+            if usage is not None:
+                self._set_usage(
+                    usage.input_tokens, usage.cache_read_input_tokens, usage.cache_creation_input_tokens
+                )
+                self.usage.output_tokens = usage.output_tokens or 0
         elif event.type == "content_block_start":
             self._start_block(event)
         elif event.type == "content_block_delta":
             return self._delta(event)
         elif event.type == "message_delta":
-            final = event.usage
-            self.usage.output_tokens = final.output_tokens
-            if final.input_tokens is not None:  # newer API versions report final input usage here
-                self._set_usage(
-                    final.input_tokens, final.cache_read_input_tokens, final.cache_creation_input_tokens
-                )
+            self._final_usage(event)
             self.stop_reason = event.delta.stop_reason or self.stop_reason
+            self.complete = self.complete or bool(event.delta.stop_reason)
+        elif event.type == "message_stop":
+            self.complete = True
         return []
+
+    def _final_usage(self, event: RawMessageDeltaEvent) -> None:
+        final = getattr(event, "usage", None)
+        if final is None:
+            return
+        self.usage.output_tokens = final.output_tokens or 0
+        if final.input_tokens is not None:  # newer API versions report final input usage here
+            self._set_usage(
+                final.input_tokens, final.cache_read_input_tokens, final.cache_creation_input_tokens
+            )
+
+    @property
+    def usage_reported(self) -> bool:
+        # No usage at all, or only zeros (no real reply costs nothing): the server did not count.
+        return self.usage.input_tokens > 0 or self.usage.output_tokens > 0
 
     def finish(self) -> list[TextDelta | ThinkingDelta]:
         return self._record(self.think.flush())
 
-    def response(self, requested_model: str) -> ModelResponse:
+    def response(self, requested_model: str, request: ModelRequest) -> ModelResponse:
         thinking: list[Thinking] = []
         calls: list[ToolCall] = []
         for index in sorted(self.blocks):
@@ -401,16 +442,18 @@ class _ReplyAssembler:
         message = AssistantMessage(text="".join(self.text), tool_calls=tuple(calls), thinking=tuple(thinking))
         return ModelResponse(
             message=message,
-            usage=self.usage,
+            usage=self.usage if self.usage_reported else estimate_usage(request, message),
             model=self.model or requested_model,
             stop_reason=self.stop_reason,
         )
 
-    def _set_usage(self, uncached: int, cache_read: int | None, cache_write: int | None) -> None:
+    def _set_usage(self, uncached: int | None, cache_read: int | None, cache_write: int | None) -> None:
         # Anthropic counts cached input apart; Usage.input_tokens is the whole prompt.
         self.usage.cache_read_tokens = cache_read or 0
         self.usage.cache_write_tokens = cache_write or 0
-        self.usage.input_tokens = uncached + self.usage.cache_read_tokens + self.usage.cache_write_tokens
+        self.usage.input_tokens = (
+            (uncached or 0) + self.usage.cache_read_tokens + self.usage.cache_write_tokens
+        )
 
     def _start_block(self, event: RawContentBlockStartEvent) -> None:
         block = event.content_block
