@@ -341,6 +341,11 @@ class Config:
 
     model: str | None = _f(None, "provider:model, e.g. openai:gpt-4o-mini or scripted:FILE.")
     instructions: str = _f("", "Extra instructions added to the agent's system prompt.")
+    prompt: Literal["full", "compact"] = _f(
+        "full",
+        "compact: a shorter static prompt (phase guide, agent_step and tool descriptions cut to the "
+        "essentials), for small models on slow servers; full: the whole guide.",
+    )
     models: dict[str, ProviderSettings] = field(
         default_factory=dict,
         metadata={"doc": "Per-provider settings: [models.openai], [models.anthropic]..."},

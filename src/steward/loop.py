@@ -70,6 +70,7 @@ class Loop:
         #: Told of every event as it is numbered (a rebuild checks it against the log there).
         self.stamp: Callable[[ev.Event], None] | None = None
         self.modes: rs.ModeSource = rs.NO_SWITCH  # mode switches asked while it runs (a step takes them)
+        self.step_spec = AGENT_STEP_SPEC  # the agent_step tool offered: full or compact (``steward.phases``)
 
     def emit(self, event: ev.Event) -> ev.Event:
         st = self.state
@@ -176,7 +177,7 @@ class Loop:
         """The step's request within its budget; the oldest turns are folded first when due."""
         st, folded = self.state, None
         try:
-            tools = [*await self.toolset.get_tools(self.ctx), AGENT_STEP_SPEC]
+            tools = [*await self.toolset.get_tools(self.ctx), self.step_spec]
             static = self.static_prompt
             if self.core_memory is not None and len(self.core_memory):
                 static += "\n\n" + self.core_memory.render()

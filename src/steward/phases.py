@@ -1,4 +1,4 @@
-"""The ``agent_step`` tool (seed 000): its schema, the phase guide, and parsing.
+"""The ``agent_step`` tool (seed 000): its schema, the phase guide (full and compact), and parsing.
 
 The model drives its own cycle by calling ``agent_step`` with a phase — ``plan``,
 ``reason``, ``act``, ``verify``, ``reflect``, ``feedback`` or ``end`` — and the fields that
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from steward.models.base import ToolSpec
+from steward.tools.compact import without_descriptions
 
 AGENT_STEP = "agent_step"
 
@@ -102,6 +103,33 @@ AGENT_STEP_SPEC = ToolSpec(
         "required": ["phase", "summary"],
     },
 )
+
+
+COMPACT_PHASE_GUIDE = """\
+Work in steps: call agent_step once per step with a phase.
+plan: sub_tasks (id, title, depends_on), early for multi-part tasks. act: action.tool_name and \
+action.tool_input (or call a tool directly). verify: key_facts, sub_task_outcome done|failed. \
+reflect: after a failure, try something different. reason: think when unsure. feedback: \
+feedback_message, only for what no tool can find. end: end_status solved|partial|stuck, end_message.
+Your plan and progress are in the Agent Working Memory below; recall_output(call_id) shows an \
+elided tool output again."""
+
+COMPACT_AGENT_STEP_SPEC = ToolSpec(
+    name=AGENT_STEP,
+    description="Record one step of your work; phase 'act' runs action's tool.",
+    # The same fields, types, enums and required lists: parsing does not depend on the prompt.
+    parameters=without_descriptions(AGENT_STEP_SPEC.parameters),
+)
+
+
+def agent_step_spec(prompt: str) -> ToolSpec:
+    """The agent_step tool as the ``prompt`` style offers it ("full" or "compact")."""
+    return COMPACT_AGENT_STEP_SPEC if prompt == "compact" else AGENT_STEP_SPEC
+
+
+def phase_guide(prompt: str) -> str:
+    """The phase guide for the ``prompt`` style ("full" or "compact")."""
+    return COMPACT_PHASE_GUIDE if prompt == "compact" else PHASE_GUIDE
 
 
 @dataclass(slots=True, frozen=True)

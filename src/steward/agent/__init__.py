@@ -18,7 +18,7 @@ from steward.agent.runs import AgentRuns
 from steward.config import Config, Limits
 from steward.models.base import Model
 from steward.ownership import owner_alive, process_owner
-from steward.phases import PHASE_GUIDE
+from steward.phases import agent_step_spec, phase_guide
 from steward.run import (
     Run,
     RunResult,
@@ -52,14 +52,15 @@ def store_url(config: Config, workspace: Path) -> str:
     return config.store.url or f"sqlite:///{workspace.resolve() / '.steward' / 'steward.db'}"
 
 
-def _static_prompt(name: str, instructions: str) -> str:
+def _static_prompt(name: str, instructions: str, prompt: str = "full") -> str:
+    """The system prompt's fixed part; ``prompt`` ("full" or "compact") picks the phase guide."""
     parts = [
         f"You are {name}, an autonomous agent working in a workspace directory on the user's machine. "
         "Tool paths are relative to the workspace.",
     ]
     if instructions.strip():
         parts.append(instructions.strip())
-    parts.append(PHASE_GUIDE)
+    parts.append(phase_guide(prompt))
     return "\n\n".join(parts)
 
 
@@ -118,7 +119,8 @@ class Agent(AgentRuns):
         self._toolset_store = None
         self._checkpointed = None  # the tools inside the guard (see ``_guarded``)
         self._mcp = None
-        self._static = _static_prompt(self.name, self.instructions)
+        self._static = _static_prompt(self.name, self.instructions, self.config.prompt)
+        self._step_spec = agent_step_spec(self.config.prompt)  # the agent_step tool as offered
         self._owns_store = False  # see ``Agent.open``
 
     @classmethod

@@ -3,8 +3,8 @@
 Each is made on first use from the agent's configuration and kept: ``Agent`` is built on this
 (``steward.agent``), and the runs it makes (``steward.agent.runs``) take them from here. The
 toolset is a stack: built-in, user and MCP tools under the persona's allowlist and the write
-switch, rules and discovery, checkpoints, then the guard and the policy, with secret values
-redacted outermost.
+switch, rules and discovery (described briefly with ``prompt = "compact"``), checkpoints, then
+the guard and the policy, with secret values redacted outermost.
 """
 
 from __future__ import annotations
@@ -210,11 +210,15 @@ class AgentKit:
                     and (persona is None or persona.allows(name))
                 ),
             )
-            offered = DiscoveryToolset(
+            offered: Toolset = DiscoveryToolset(
                 RulesToolset(writable, settings=self.config.rules),
                 settings=self.config.tools,
                 budget_chars=budget,
             )
+            if self.config.prompt == "compact":  # short descriptions, bare parameter schemas
+                from steward.tools.compact import CompactToolset
+
+                offered = CompactToolset(offered)
             from steward.safety.checkpoints.wrapper import CheckpointToolset
 
             self._checkpointed = CheckpointToolset(offered, self.checkpointer)

@@ -22,7 +22,7 @@ from steward.errors import ConfigError, StewardError
 from steward.events import RunStart
 from steward.loop import Loop
 from steward.memory.working import WorkingMemory
-from steward.models.base import AssistantMessage
+from steward.models.base import AssistantMessage, ToolSpec
 from steward.ownership import process_owner
 from steward.run import Run, RunResult, RunStream, check_goal, check_workspace
 from steward.run_rules import held
@@ -43,6 +43,7 @@ class AgentRuns(AgentKit):
     """Starting and resuming the runs of an ``Agent``."""
 
     _static: str  # the system prompt's fixed part (``Agent.__init__``)
+    _step_spec: ToolSpec  # the agent_step tool as offered (full or compact)
 
     async def resume(
         self,
@@ -224,6 +225,7 @@ class AgentRuns(AgentKit):
             settings=replace(loop_settings(self.config, lim), output_schema=schema),
         )
         loop.core_memory = self.core_memory
+        loop.step_spec = self._step_spec
         return Run(
             loop, model_name=model.name, max_steps=lim.max_steps, remember=self._remembering(rules),
             store=self.store, prepare=self.prepare, persona=self.persona.name if self.persona else "",

@@ -9,6 +9,7 @@ A persona file ``personas/NAME.toml`` (in the workspace, else in the user's conf
     instructions = "Run the tests before you end."
     tools = ["read_file", "edit_file", "bash", "github__*"]   # globs; omitted: every tool
     model = "openai:gpt-4o-mini"      # optional: else the configured one
+    prompt = "compact"                # optional: like steward.toml's prompt (full or compact)
     [policy]                          # optional: like steward.toml's [policy] (rules add up)
     deny = ["bash(git push*)"]
     [limits]                          # optional: like steward.toml's [limits]
@@ -44,7 +45,7 @@ ALWAYS_ALLOWED = frozenset({"recall_output"})
 """Tools every persona keeps: the way back to an output elided from its own context."""
 
 _TEXT_KEYS = ("role", "goal", "backstory", "instructions")
-_KEYS = ("name", *_TEXT_KEYS, "tools", "model", "policy", "limits", "output_schema")
+_KEYS = ("name", *_TEXT_KEYS, "tools", "model", "prompt", "policy", "limits", "output_schema")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -58,6 +59,8 @@ class Persona:
     #: Tool name globs the persona may use; None: every tool.
     tools: tuple[str, ...] | None = None
     model: str | None = None
+    #: ``prompt`` as written ("full" or "compact"; checked as steward.toml's); None: the configured one.
+    prompt_style: str | None = None
     #: ``[policy]`` and ``[limits]`` as written (checked against the configuration's sections).
     policy: Mapping[str, Any] = field(default_factory=dict)
     limits: Mapping[str, Any] = field(default_factory=dict)
@@ -89,10 +92,12 @@ class Persona:
         return all(any(fnmatch.fnmatchcase(tool, pattern) for pattern in patterns) for patterns in lists)
 
     def layer(self) -> dict[str, Any]:
-        """The persona's part of the configuration: its model, policy and limits."""
+        """The persona's part of the configuration: its model, prompt style, policy and limits."""
         layer: dict[str, Any] = {}
         if self.model:
             layer["model"] = self.model
+        if self.prompt_style:
+            layer["prompt"] = self.prompt_style
         if self.policy:
             layer["policy"] = dict(self.policy)
         if self.limits:
@@ -155,7 +160,7 @@ def persona_from_data(data: Mapping[str, Any], *, name: str, source: Path | None
     if unknown:
         raise ConfigError(f"{where}: unknown key '{unknown[0]}' (allowed here: {', '.join(_KEYS)})")
     text: dict[str, str] = {}
-    for key in ("name", *_TEXT_KEYS, "model"):
+    for key in ("name", *_TEXT_KEYS, "model", "prompt"):
         value = data.get(key)
         if value is not None and not isinstance(value, str):
             raise ConfigError(f"{where}: '{key}' must be a string (got {value!r})")
@@ -171,7 +176,7 @@ def persona_from_data(data: Mapping[str, Any], *, name: str, source: Path | None
     for key, value in sections.items():
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: '{key}' must be a table, e.g. [{key}] (got {value!r})")
-    _check_sections(sections, where)
+    _check_sections({**sections, "prompt": text.get("prompt")}, where)
     model = text.get("model")
     if model and model.startswith("scripted:") and source is not None:
         script = Path(model.removeprefix("scripted:"))  # found next to the persona file
@@ -184,6 +189,7 @@ def persona_from_data(data: Mapping[str, Any], *, name: str, source: Path | None
         instructions=text.get("instructions", ""),
         tools=tuple(tools) if tools is not None else None,
         model=model,
+        prompt_style=text.get("prompt"),
         policy=dict(sections["policy"]),
         limits=dict(sections["limits"]),
         source=source,
@@ -214,8 +220,8 @@ def _output_schema(value: Any, where: str, source: Path | None) -> dict[str, Any
     )
 
 
-def _check_sections(sections: Mapping[str, Mapping[str, Any]], where: str) -> None:
-    """``[policy]`` and ``[limits]`` must be valid as they would be in steward.toml."""
+def _check_sections(sections: Mapping[str, Any], where: str) -> None:
+    """``[policy]``, ``[limits]`` and ``prompt`` must be valid as they would be in steward.toml."""
     from steward.config import validate_layer
 
-    validate_layer({key: dict(value) for key, value in sections.items() if value}, where)
+    validate_layer({key: value for key, value in sections.items() if value}, where)
