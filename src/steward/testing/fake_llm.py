@@ -14,10 +14,24 @@ neutral form (``FakeReply``) and served in order, whichever API asks:
 
 A reply can instead be an HTTP error with the provider's real error body
 (``FakeReply.error(429, headers={"retry-after-ms": "10"})``), arrive late (``delay``), stall in
-the middle of a stream (``stall``), break off with an in-stream error (``stream_error``) or
-carry malformed tool-call arguments (a string).
+the middle of a stream (``stall``), break off with an in-stream error (``stream_error``), break
+off with no end at all (``cut_after``), trickle forever (``trickle``), leave out its usage
+(``usage=False``) or carry malformed tool-call arguments (a string). A request's ``max_tokens``
+is honoured: a longer reply stops there with the "length" finish reason.
 "Fail K times, then succeed" is K error replies followed by a good one. Every request is
 recorded in ``server.requests`` (path, lower-cased headers, JSON body).
+
+``FakeLLMServer(quirks=...)`` makes the Chat Completions endpoint behave like a local server
+(``LLAMA_CPP_PYTHON`` is all of them, as llama-cpp-python 0.3 with chatml-function-calling):
+
+* ``null_content_refused``: a message whose ``content`` is null gets HTTP 500 with a
+  pydantic-style validation body; the scripted reply waits for the next request.
+* ``tools_need_choice``: tools without ``tool_choice`` are not shown to the model, so the
+  reply's tool calls are dropped (its text, or ``NO_TOOLS_TEXT``, is the answer).
+* ``no_stream_with_tools``: a streamed request with tools and ``tool_choice`` whose reply
+  calls a tool gets 200 with event-stream headers and then a closed, empty body (the server
+  cannot stream a tool choice); the scripted reply waits for the next request. A text reply
+  streams normally.
 
 Every wait is bounded: delays and stalls end early when the server closes, and sockets time
 out after ``SOCKET_TIMEOUT`` seconds. Closing the server joins all of its threads.
@@ -30,14 +44,29 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self, get_args
 
-__all__ = ["FakeLLMServer", "FakeReply", "FakeToolCall", "RecordedRequest"]
+__all__ = [
+    "LLAMA_CPP_PYTHON",
+    "NO_TOOLS_TEXT",
+    "FakeLLMServer",
+    "FakeReply",
+    "FakeToolCall",
+    "Quirk",
+    "RecordedRequest",
+]
 
 SOCKET_TIMEOUT = 10.0
+# A trickling reply stops after this many pieces even if nobody closes it (a bound, not a plan).
+TRICKLE_MOST = 100_000
+
+Quirk = Literal["null_content_refused", "tools_need_choice", "no_stream_with_tools"]
+LLAMA_CPP_PYTHON: frozenset[Quirk] = frozenset(get_args(Quirk))
+#: What a model answers when ``tools_need_choice`` hid the tools it was scripted to call.
+NO_TOOLS_TEXT = "I have no tools to call."
 
 JSON = dict[str, Any]
 
@@ -96,6 +125,11 @@ class FakeReply:
     delay: float = 0.0
     stall: float = 0.0
     stream_error: str = ""
+    cut_after: int | None = None
+    trickle: float = 0.0
+    usage: bool = True
+    honour_max_tokens: bool = True
+    truncated: bool = False
 
     @classmethod
     def error(
@@ -118,7 +152,11 @@ class RecordedRequest:
 class FakeLLMServer:
     """Serve scripted replies over HTTP on 127.0.0.1; use as a context manager."""
 
-    def __init__(self, replies: Iterable[FakeReply] = ()) -> None:
+    def __init__(self, replies: Iterable[FakeReply] = (), *, quirks: Iterable[Quirk] = ()) -> None:
+        self.quirks: frozenset[Quirk] = frozenset(quirks)
+        unknown = self.quirks - LLAMA_CPP_PYTHON
+        if unknown:
+            raise ValueError(f"unknown quirks {sorted(unknown)}: choose from {sorted(LLAMA_CPP_PYTHON)}")
         self.requests: list[RecordedRequest] = []
         self._replies: deque[FakeReply] = deque(replies)
         self._served = 0
@@ -200,6 +238,11 @@ class FakeLLMServer:
             reply = self._replies.popleft() if self._replies else None
             return self._served, reply
 
+    def _put_back(self, reply: FakeReply) -> None:
+        """A reply the server refused to give stays first for the next request."""
+        with self._lock:
+            self._replies.appendleft(reply)
+
     def _wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; False when the server is closing."""
         return seconds <= 0 or not self._closing.wait(seconds)
@@ -245,9 +288,13 @@ class _Handler(BaseHTTPRequestHandler):
         route = self.path.split("?")[0].rstrip("/")
         anthropic = route.endswith("/messages")
         known = anthropic or route.endswith("/chat/completions")
-        served, reply = fake._take(recorded, consume=known)
+        refusal = None if anthropic else _null_content_refusal(fake.quirks, body)
+        served, reply = fake._take(recorded, consume=known and refusal is None)
         if not known:
             self._send_json(404, _no_route("POST", self.path))
+            return
+        if refusal is not None:
+            self._send_json(500, refusal)
             return
         if reply is None:
             reply = FakeReply.error(400, f"FakeLLMServer: no scripted reply left for request #{served}")
@@ -257,14 +304,21 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.status != 200:
             error = _anthropic_error if anthropic else _openai_error
             self._send_json(reply.status, error(reply, model), reply.headers)
-        elif not body.get("stream"):
+            return
+        scripted = reply
+        reply = _limited(reply if anthropic else _tools_hidden(fake.quirks, body, reply), body)
+        if not body.get("stream"):
             build = _anthropic_message if anthropic else _openai_completion
             self._send_json(200, build(reply, model, served), reply.headers)
         elif anthropic:
-            self._send_stream(_anthropic_sse(reply, model, served), reply)
+            self._send_stream(_anthropic_sse(reply, model, served), reply, _anthropic_trickle(reply))
+        elif _cannot_stream(fake.quirks, body, reply):
+            fake._put_back(scripted)
+            self._send_stream([], reply, None)
         else:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            self._send_stream(_openai_sse(reply, model, served, include_usage), reply)
+            events = _openai_sse(reply, model, served, include_usage)
+            self._send_stream(events, reply, _openai_trickle(reply, model, served))
 
     def _send_json(self, status: int, payload: JSON, headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
@@ -278,7 +332,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.close_connection = True
 
-    def _send_stream(self, events: list[str], reply: FakeReply) -> None:
+    def _send_stream(self, events: list[str], reply: FakeReply, repeat: str | None) -> None:
         # No Content-Length: the body ends when the connection closes, as SSE over HTTP/1.1 may.
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -293,6 +347,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             if number == 0 and not self.server.fake._wait(reply.stall):
                 return
+        if reply.trickle <= 0 or repeat is None:
+            return
+        # Ends when the client hangs up (the write fails) or the server closes.
+        for _ in range(TRICKLE_MOST):
+            if not self.server.fake._wait(reply.trickle):
+                return
+            self.wfile.write(repeat.encode())
+            self.wfile.flush()
 
 
 # --- wire formats ---------------------------------------------------------------------------
@@ -302,21 +364,122 @@ def _no_route(method: str, path: str) -> JSON:
     return {"error": {"message": f"FakeLLMServer: no route for {method} {path}", "type": "not_found"}}
 
 
+# --- quirks and limits ----------------------------------------------------------------------
+
+
+def _null_content_refusal(quirks: frozenset[Quirk], body: JSON) -> JSON | None:
+    """llama-cpp-python's answer to a null ``content``: its pydantic errors in a 500 body."""
+    if "null_content_refused" not in quirks:
+        return None
+    messages = body.get("messages") or []
+    nulls = [
+        n for n, m in enumerate(messages) if isinstance(m, dict) and "content" in m and m["content"] is None
+    ]
+    if not nulls:
+        return None
+    lines = [
+        f"  {{'type': 'string_type', 'loc': ('body', 'messages', {n}, "
+        f"'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input should be a valid string', "
+        f"'input': None}}"
+        for n in nulls
+    ]
+    plural = "s" if len(nulls) > 1 else ""
+    message = f"{len(nulls)} validation error{plural}:\n" + "\n".join(lines)
+    return {"error": {"message": message, "type": "internal_server_error", "param": None, "code": None}}
+
+
+def _tools_hidden(quirks: frozenset[Quirk], body: JSON, reply: FakeReply) -> FakeReply:
+    """Without ``tool_choice`` such a server never shows the tools: no call can come back."""
+    if "tools_need_choice" not in quirks or not body.get("tools") or body.get("tool_choice"):
+        return reply
+    if not reply.tool_calls:
+        return reply
+    return replace(reply, tool_calls=(), text=reply.text or NO_TOOLS_TEXT)
+
+
+def _cannot_stream(quirks: frozenset[Quirk], body: JSON, reply: FakeReply) -> bool:
+    choice = body.get("tool_choice")
+    return (
+        "no_stream_with_tools" in quirks
+        and bool(body.get("tools"))
+        and choice not in (None, "none")
+        and bool(reply.tool_calls)
+    )
+
+
+def _limited(reply: FakeReply, body: JSON) -> FakeReply:
+    """The reply as a server that honours ``max_tokens`` (counted in pieces) would give it."""
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    if not reply.honour_max_tokens or not isinstance(limit, int) or limit <= 0:
+        return reply
+    thinking = _pieces(reply.thinking, reply.piece)
+    text = _pieces(reply.text, reply.piece)
+    calls = sum(1 + len(_pieces(c.raw_arguments(), reply.piece)) for c in reply.tool_calls)
+    if len(thinking) + len(text) + calls <= limit:
+        return reply
+    kept_text = text[: max(limit - len(thinking), 0)]
+    return replace(
+        reply,
+        thinking="".join(thinking[:limit]),
+        text="".join(kept_text),
+        tool_calls=(),
+        truncated=True,
+        output_tokens=min(reply.output_tokens, limit),
+    )
+
+
+# --- OpenAI Chat Completions ------------------------------------------------------------------
+
+
 def _openai_sse(reply: FakeReply, model: str, served: int, include_usage: bool) -> list[str]:
     chunks = _openai_chunks(reply, model, served, include_usage)
+    if reply.cut_after is not None or reply.trickle > 0:
+        # The chunks before the finish chunk, and no end: the connection just closes.
+        cut = _openai_chunks(reply, model, served, False)[:-1]
+        kept = cut[:1] if reply.trickle > 0 else cut[: reply.cut_after]
+        return [f"data: {json.dumps(chunk)}\n\n" for chunk in kept]
     if reply.stream_error:
         message = reply.error_message or f"fake {reply.stream_error}"
         chunks = [chunks[0], {"error": {"message": message, "type": reply.stream_error, "code": None}}]
     return [*(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks), "data: [DONE]\n\n"]
 
 
+def _openai_trickle(reply: FakeReply, model: str, served: int) -> str | None:
+    if reply.trickle <= 0:
+        return None
+    piece = (reply.text or "and so on ")[: max(reply.piece, 1)]
+    base = {"id": f"chatcmpl-fake{served}", "object": "chat.completion.chunk", "created": 0, "model": model}
+    chunk = {**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+    return f"data: {json.dumps(chunk)}\n\n"
+
+
 def _anthropic_sse(reply: FakeReply, model: str, served: int) -> list[str]:
     events = _anthropic_events(reply, model, served)
+    if reply.trickle > 0:
+        head = {"type": "text", "text": ""}
+        events = [
+            events[0],
+            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": head}),
+        ]
+    elif reply.cut_after is not None:
+        end = next(n for n, (name, _) in enumerate(events) if name == "message_delta")
+        events = events[:end][: reply.cut_after]
     if reply.stream_error:
         message = reply.error_message or f"fake {reply.stream_error}"
         error = {"type": "error", "error": {"type": reply.stream_error, "message": message}}
         events = [events[0], ("error", error)]
-    return [f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events]
+    return [_sse_event(name, data) for name, data in events]
+
+
+def _anthropic_trickle(reply: FakeReply) -> str | None:
+    if reply.trickle <= 0:
+        return None
+    delta = {"type": "text_delta", "text": (reply.text or "and so on ")[: max(reply.piece, 1)]}
+    return _sse_event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+
+
+def _sse_event(name: str, data: JSON) -> str:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
 
 
 def _pieces(text: str, size: int) -> list[str]:
@@ -360,10 +523,14 @@ def _openai_chunks(reply: FakeReply, model: str, served: int, include_usage: boo
             chunk({"tool_calls": [{"index": position, "function": {"arguments": piece}}]})
             for piece in _pieces(arguments, reply.piece)
         ]
-    chunks.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
-    if include_usage:
+    chunks.append(chunk({}, _openai_finish(reply)))
+    if include_usage and reply.usage:
         chunks.append({**base, "choices": [], "usage": _openai_usage(reply)})
     return chunks
+
+
+def _openai_finish(reply: FakeReply) -> str:
+    return "length" if reply.truncated else "tool_calls" if reply.tool_calls else "stop"
 
 
 def _openai_completion(reply: FakeReply, model: str, served: int) -> JSON:
@@ -379,16 +546,16 @@ def _openai_completion(reply: FakeReply, model: str, served: int) -> JSON:
             }
             for position, call in enumerate(reply.tool_calls)
         ]
-    return {
+    completion: JSON = {
         "id": f"chatcmpl-fake{served}",
         "object": "chat.completion",
         "created": 0,
         "model": model,
-        "choices": [
-            {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}
-        ],
-        "usage": _openai_usage(reply),
+        "choices": [{"index": 0, "message": message, "finish_reason": _openai_finish(reply)}],
     }
+    if reply.usage:
+        completion["usage"] = _openai_usage(reply)
+    return completion
 
 
 _OPENAI_ERRORS: dict[int, tuple[str, str | None]] = {
@@ -463,7 +630,9 @@ def _anthropic_blocks(reply: FakeReply, served: int) -> list[tuple[JSON, JSON, l
 
 def _anthropic_events(reply: FakeReply, model: str, served: int) -> list[tuple[str, JSON]]:
     message = _anthropic_message(reply, model, served)
-    start = {**message, "content": [], "stop_reason": None, "usage": _anthropic_usage(reply, 1)}
+    start = {**message, "content": [], "stop_reason": None}
+    if reply.usage:
+        start["usage"] = _anthropic_usage(reply, 1)
     events: list[tuple[str, JSON]] = [
         ("message_start", {"type": "message_start", "message": start}),
         ("ping", {"type": "ping"}),
@@ -477,20 +646,25 @@ def _anthropic_events(reply: FakeReply, model: str, served: int) -> list[tuple[s
         )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
     stop = {"stop_reason": message["stop_reason"], "stop_sequence": None}
-    usage = {"output_tokens": reply.output_tokens}
-    events.append(("message_delta", {"type": "message_delta", "delta": stop, "usage": usage}))
+    delta: JSON = {"type": "message_delta", "delta": stop}
+    if reply.usage:
+        delta["usage"] = {"output_tokens": reply.output_tokens}
+    events.append(("message_delta", delta))
     events.append(("message_stop", {"type": "message_stop"}))
     return events
 
 
 def _anthropic_message(reply: FakeReply, model: str, served: int) -> JSON:
-    return {
+    stop = "max_tokens" if reply.truncated else "tool_use" if reply.tool_calls else "end_turn"
+    message: JSON = {
         "id": f"msg_fake{served}",
         "type": "message",
         "role": "assistant",
         "model": model,
         "content": [full for full, _, _ in _anthropic_blocks(reply, served)],
-        "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+        "stop_reason": stop,
         "stop_sequence": None,
-        "usage": _anthropic_usage(reply, reply.output_tokens),
     }
+    if reply.usage:
+        message["usage"] = _anthropic_usage(reply, reply.output_tokens)
+    return message
