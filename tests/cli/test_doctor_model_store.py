@@ -1,6 +1,7 @@
 """`steward doctor` checks the model (its key, its server on a real loopback socket, its script
 file) and the store (reachable, schema up to date, writable); a problem names the fix and
-makes the exit code 1."""
+makes the exit code 1. The model is the configured one (STEWARD_MODEL): `--model` also sends it
+requests (tests/cli/test_doctor_model.py)."""
 
 from __future__ import annotations
 
@@ -65,13 +66,13 @@ def line(stdout: str, prefix: str) -> str:
 
 
 def test_a_reachable_server_that_accepts_the_key_and_lists_the_model(cli: Any, server: str) -> None:
-    done = cli("doctor", "--model", "openai:served-model", OPENAI_BASE_URL=server, OPENAI_API_KEY=KEY)
+    done = cli("doctor", STEWARD_MODEL="openai:served-model", OPENAI_BASE_URL=server, OPENAI_API_KEY=KEY)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (
         line(done.stdout, "model:")
         == f"model: openai:served-model: {server} answers and lists 'served-model'"
     )
-    other = cli("doctor", "--model", "openai:typo-model", OPENAI_BASE_URL=server, OPENAI_API_KEY=KEY)
+    other = cli("doctor", STEWARD_MODEL="openai:typo-model", OPENAI_BASE_URL=server, OPENAI_API_KEY=KEY)
     assert "does not list 'typo-model'" in line(other.stdout, "model:")
 
 
@@ -88,7 +89,7 @@ def test_a_reachable_server_that_accepts_the_key_and_lists_the_model(cli: Any, s
 def test_a_model_that_cannot_work_is_a_problem_naming_the_fix(
     cli: Any, server: str, model: str, env: dict[str, str], said: str
 ) -> None:
-    done = cli("doctor", "--model", model, **({"OPENAI_BASE_URL": server} | env))
+    done = cli("doctor", **({"OPENAI_BASE_URL": server, "STEWARD_MODEL": model} | env))
     assert done.returncode == 1, done.stdout + done.stderr
     found = line(done.stdout, "model:")
     assert "PROBLEM" in found and said in found, found
@@ -110,10 +111,10 @@ def test_the_key_variable_named_in_the_config_is_the_one_checked(
 def test_a_script_file_is_read_and_checked(cli: Any, tmp_path: Path) -> None:
     (tmp_path / "good.yaml").write_text("- text: hello\n- text: bye\n")
     (tmp_path / "bad.yaml").write_text("- tool: bash\n  nonsense: [\n")
-    good = cli("doctor", "--model", f"scripted:{tmp_path / 'good.yaml'}")
+    good = cli("doctor", STEWARD_MODEL=f"scripted:{tmp_path / 'good.yaml'}")
     assert good.returncode == 0 and "2 scripted replies" in line(good.stdout, "model:")
     for model in (f"scripted:{tmp_path / 'bad.yaml'}", f"scripted:{tmp_path / 'gone.yaml'}"):
-        bad = cli("doctor", "--model", model)
+        bad = cli("doctor", STEWARD_MODEL=model)
         assert bad.returncode == 1 and "PROBLEM" in line(bad.stdout, "model:"), bad.stdout
 
 

@@ -1,9 +1,10 @@
 """What ``steward doctor`` checks beyond the sandbox: the model and the store, for real.
 
 The model is resolved the way a run resolves it (its key, its script file) and its server asked
-for its model list, which costs nothing; the store is opened, its schema version read and a
-write transaction tried that changes nothing. Each check prints one line; a problem names the
-fix and makes the doctor's exit code 1.
+for its model list, which costs nothing; with ``--model`` it is also sent three tiny requests
+(``steward.models.diagnose``). The store is opened, its schema version read and a write
+transaction tried that changes nothing. Each check prints one line; a problem names the fix and
+makes the doctor's exit code 1.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from steward.errors import StewardError
 
 if TYPE_CHECKING:
     from steward.agent import Agent
+    from steward.models.diagnose import Diagnosis
 
 PROBE_TIMEOUT_S = 15.0
 
@@ -39,6 +41,49 @@ def check_model(config: Config) -> bool:
         return False
     typer.echo(f"model: {config.model}: {said}")
     return True
+
+
+def check_model_requests(config: Config, *, reached: bool) -> bool:
+    """Three tiny real requests to the model, one line per finding; whether runs can use it.
+
+    ``reached``: the free probe above found the model (otherwise nothing is sent).
+    """
+    if not config.model:
+        typer.echo(
+            "model requests: no model to try (set STEWARD_MODEL or model in steward.toml, or pass "
+            "--model SPEC)"
+        )
+        return False
+    if not reached:
+        typer.echo("model requests: not sent (the model cannot be reached: see the line above)")
+        return False
+    from steward.agent import Agent
+    from steward.models.diagnose import REQUEST_TIMEOUT_S
+
+    typer.echo(
+        f"model requests: 3 tiny ones to {config.model}, each given {REQUEST_TIMEOUT_S:g} s "
+        "(a hosted model bills them):"
+    )
+    try:
+        diagnosis = asyncio.run(_diagnose(Agent(config=config)))
+    except StewardError as exc:  # the model could not be made (its key, its script)
+        typer.echo(f"  PROBLEM: {exc}")
+        return False
+    for finding in diagnosis.findings:
+        mark = "PROBLEM: " if finding.verdict == "problem" else ""
+        typer.echo(f"  {finding.check}: {mark}{finding.detail}")
+    for notice in diagnosis.notices:
+        typer.echo(f"  {config.model} said: {notice}")
+    return diagnosis.usable
+
+
+async def _diagnose(agent: Agent) -> Diagnosis:
+    from steward.models.diagnose import diagnose
+
+    try:
+        return await diagnose(agent.model)
+    finally:
+        await agent.aclose()
 
 
 async def _probe(agent: Agent) -> str:

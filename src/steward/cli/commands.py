@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from steward.cli.continuing import continue_run, persona_named
+from steward.cli.doctor import DoctorCommand, TryModelOpt
 from steward.cli.driving import (
     check_model,
     drive,
@@ -342,12 +343,15 @@ def demo(
     raise typer.Exit(code)
 
 
-@app.command()
-def doctor(workspace: Workspace = Path(), model: ModelOpt = None) -> None:
-    """Check this machine: sandbox, limits, configuration, model (key, server, script) and store."""
+@app.command(cls=DoctorCommand)
+def doctor(workspace: Workspace = Path(), model: TryModelOpt = None) -> None:
+    """Check this machine: sandbox, limits, configuration, model (key, server, script) and store.
+
+    Without --model the model's server is only asked for its model list: nothing is billed.
+    """
     from steward.cli.doctor import check
 
-    check(workspace, model)
+    check(workspace, model or None, try_model=model is not None)
 
 
 def _checkpoint_commands() -> None:

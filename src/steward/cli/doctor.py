@@ -5,19 +5,60 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from steward.cli.options import EXIT_NOT_SOLVED, EXIT_OK, config_from_flags
 from steward.config import Config
 
+MODEL_FLAGS = ("--model", "-m")
 
-def check(workspace: Path, model: str | None = None) -> None:
-    """Check this machine: the sandbox, its limits, the configuration, the model and the store."""
+TryModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        *MODEL_FLAGS,
+        metavar="[SPEC]",
+        help="Also send the model three tiny real requests and report: reachable, streams text, "
+        "streams tool calls, honours max_tokens, reports usage. Bare: the configured model; with "
+        "SPEC (provider:model), that one. Without --model nothing is billed.",
+    ),
+]
+
+
+class DoctorCommand(TyperCommand):
+    """``steward doctor``, whose ``--model`` may come with a value or without one.
+
+    Typer's parser has no option with an optional value, so a bare ``--model`` (last, or before
+    another option) is given an empty one before parsing: "" means the configured model.
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, bare_model_filled(args))
+
+
+def bare_model_filled(args: list[str]) -> list[str]:
+    """``args`` with "" after a ``--model`` or ``-m`` that has no value (up to ``--``)."""
+    out: list[str] = []
+    for n, arg in enumerate(args):
+        if arg == "--":
+            return [*out, *args[n:]]
+        out.append(arg)
+        if arg in MODEL_FLAGS and (n + 1 == len(args) or args[n + 1].startswith("-")):
+            out.append("")  # a model spec never starts with "-"
+    return out
+
+
+def check(workspace: Path, model: str | None = None, *, try_model: bool = False) -> None:
+    """Check this machine: the sandbox, its limits, the configuration, the model and the store.
+
+    ``try_model``: also send the model (``model``, else the configured one) tiny real requests.
+    """
     import platform
 
     from steward import __version__
-    from steward.cli.checkup import check_model, check_store
+    from steward.cli.checkup import check_model, check_model_requests, check_store
     from steward.safety.sandbox.bubblewrap import sandbox_from_config
 
     config = config_from_flags(workspace, model, None)
@@ -40,6 +81,8 @@ def check(workspace: Path, model: str | None = None) -> None:
     )
     _layers(workspace, config)
     model_ok = check_model(config)
+    if try_model:
+        model_ok = check_model_requests(config, reached=model_ok) and model_ok
     store_ok = check_store(config, workspace)
     _context(workspace, config)
     raise typer.Exit(EXIT_OK if status_ok and model_ok and store_ok else EXIT_NOT_SOLVED)
