@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperCommand
 
 from steward.cli.options import EXIT_NOT_SOLVED, EXIT_OK, config_from_flags
-from steward.config import Config
+
+if TYPE_CHECKING:  # `steward --help` imports this module: the configuration's code waits for a check
+    from steward.config import Config
 
 MODEL_FLAGS = ("--model", "-m")
 
