@@ -2,11 +2,68 @@
 
 Both providers map their SDK's exceptions onto these, so a bad key, an unknown model or an
 unreachable server reads the same whichever provider is behind it.
+
+Two rules keep a failure from being sent again and again. A request the server calls invalid
+(its body says so, whatever the status: llama-cpp-python answers a validation error with 500)
+fails the same way every time, so it is sent once. And a failure the provider's own retries
+already met is a ``RetriesSpentError``: the loop's ``RetryingModel`` leaves it alone instead of
+multiplying the provider's tries by its own.
 """
 
 from __future__ import annotations
 
+import re
+
 from steward.errors import ModelError
+
+__all__ = [
+    "RetriesSpentError",
+    "is_invalid_request",
+    "spent",
+    "status_error",
+    "timeout_error",
+    "unreachable_error",
+]
+
+
+class RetriesSpentError(ModelError):
+    """A retryable failure the provider has already tried again itself, ``retries`` times.
+
+    Still ``retryable`` (a later run may well succeed), but the loop's ``RetryingModel``, whose
+    job is a reply that broke off after it started, does not send it again.
+    """
+
+    def __init__(
+        self, message: str, *, provider: str, retries: int, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, provider=provider, retryable=True, retry_after=retry_after)
+        self.retries = retries
+
+
+def spent(error: ModelError, retries: int) -> ModelError:
+    """``error`` marked as already retried by the provider (when it was retried at all)."""
+    if not error.retryable or retries <= 0 or isinstance(error, RetriesSpentError):
+        return error
+    return RetriesSpentError(
+        str(error), provider=error.provider, retries=retries, retry_after=error.retry_after
+    )
+
+
+# What servers say when the request itself is wrong: pydantic (llama-cpp-python, vLLM, LiteLLM),
+# FastAPI, OpenAI's and Anthropic's own error types.
+_INVALID_WORDS = re.compile(
+    r"input should be|validation error|field required|extra inputs are not permitted|"
+    r"invalid_request_error|badrequest|bad request|unprocessable|is not valid under|"
+    r"invalid value|missing required|unexpected field|could not parse|json decode",
+    re.IGNORECASE,
+)
+
+
+def is_invalid_request(status: int, detail: str, kind: str | None = None) -> bool:
+    """The server says the request itself is wrong: sending it again cannot help."""
+    if status in (408, 409, 429):
+        return False
+    return status in (400, 422) or _INVALID_WORDS.search(f"{kind or ''} {detail}") is not None
 
 
 def timeout_error(label: str, url: str, timeout: float | None) -> ModelError:
@@ -27,9 +84,22 @@ def unreachable_error(label: str, url: str, url_env: str, *, retryable: bool) ->
 
 
 def status_error(
-    label: str, status: int, detail: str, *, retries: int, key_env: str, model: str, url: str
+    label: str,
+    status: int,
+    detail: str,
+    *,
+    retries: int,
+    key_env: str,
+    model: str,
+    url: str,
+    kind: str | None = None,
+    repeated: bool = False,
 ) -> ModelError:
-    """An HTTP error status the provider's own retries could not overcome."""
+    """An HTTP error status the provider's own retries (``retries`` of them) could not overcome.
+
+    ``kind`` is the error type the body names; ``repeated``: the server gave the very same error
+    to the very same request twice, so it is deterministic whatever its status says.
+    """
     if status == 401:
         message = (
             f"{label}: the API key was rejected (401). Set {key_env} to a valid key "
@@ -44,15 +114,29 @@ def status_error(
             f"{label}: model '{model}' was not found at {url}. Check the model name "
             f"(steward run --model {label}:NAME) and base_url in [models.{label}]."
         )
+    elif is_invalid_request(status, detail, kind):
+        message = (
+            f"{label}: the request was rejected ({status}): {detail}. The server at {url} calls the "
+            "request invalid, so it was sent once: check its log and version, or try "
+            f"`steward doctor --model {label}:{model}` to see what it accepts."
+        )
+        return ModelError(message, provider=label)
     elif status == 429:
         message = (
             f"{label}: rate limited (429), still after {retries} retries: {detail}. "
             f"Wait and try again, or raise max_retries in [models.{label}]."
         )
+    elif repeated:
+        message = (
+            f"{label}: server error ({status}), the same twice for the same request, so not sent "
+            f"again: {detail}. Check the server's log at {url}: it fails on this request."
+        )
+        return ModelError(message, provider=label)
     elif status == 529:
         message = f"{label}: the API is overloaded (529) after {retries} retries. Try again later."
     elif status >= 500:
         message = f"{label}: server error ({status}) after {retries} retries: {detail}. Try again later."
     else:
         message = f"{label}: the request was rejected ({status}): {detail}"
-    return ModelError(message, provider=label, retryable=status in (408, 409, 429) or status >= 500)
+    error = ModelError(message, provider=label, retryable=status in (408, 409, 429) or status >= 500)
+    return spent(error, retries)

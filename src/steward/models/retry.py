@@ -1,10 +1,12 @@
 """Trying a model again: a wrapper that retries retryable failures with backoff.
 
-A retryable failure (rate limit, overload, a stream broken or stalled midway) that the
-provider's own bounded retries did not cover is tried again up to ``retries`` times, waiting
-``backoff_s`` doubled each time (or what the failure asked for). Each retry is announced in
-the stream as a ``Retrying`` item, so that whoever shows the reply can say so. The waits are
-part of the stream: a deadline on reading it bounds them too.
+A retryable failure that the provider's own bounded retries did not cover (a stream broken,
+stalled or timed out after it started) is tried again up to ``retries`` times, waiting
+``backoff_s`` doubled each time (or what the failure asked for). A failure the provider
+already retried (``RetriesSpentError``: a rate limit, an overload) is not: two layers of retries
+would multiply each other's requests. Each retry is announced in the stream as a
+``Retrying`` item, so that whoever shows the reply can say so. The waits are part of the
+stream: a deadline on reading it bounds them too.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from steward.errors import ModelError
+from steward.models._errors import RetriesSpentError
 from steward.models.base import Model, ModelRequest, Retrying, StreamItem
 
 
@@ -30,7 +33,7 @@ class RetryingModel(Model):
                 async for piece in stream:
                     yield piece
             except ModelError as exc:
-                if not exc.retryable or attempt == attempts:
+                if not exc.retryable or isinstance(exc, RetriesSpentError) or attempt == attempts:
                     raise
                 delay = self.backoff_s * 2 ** (attempt - 1) if exc.retry_after is None else exc.retry_after
                 yield Retrying(f"{exc} (attempt {attempt} of {attempts}; retrying in {delay:g} s)")
