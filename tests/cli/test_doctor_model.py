@@ -27,7 +27,7 @@ def good_replies() -> list[FakeReply]:
     return [
         FakeReply(text=COUNTING),
         FakeReply(tool_calls=[FakeToolCall("get_time", {"timezone": "UTC"})]),
-        FakeReply(text=STORY[:64], output_tokens=LIMIT),
+        FakeReply(text=STORY, output_tokens=120),  # the server stops it at max_tokens
     ]
 
 
@@ -82,7 +82,7 @@ def test_doctor_model_tries_the_configured_model(cli: Any, tmp_path: Path, fake:
     assert said["reachable"] == "yes, it answered as 'smol'"
     assert said["streams text"].startswith("yes, ") and "pieces arrived" in said["streams text"]
     assert "get_time was called" in said["streams tool calls"]
-    assert said["honours max_tokens"].startswith("yes, asked for at most 16")
+    assert said["honours max_tokens"] == "yes, asked for at most 16: 16 tokens, stop reason length"
     assert said["reports usage"].startswith("yes: ")
     # Three requests: text, then one tool (get_time), then a long text bounded at 16 tokens.
     bodies = [r.body for r in fake.requests]
@@ -128,6 +128,19 @@ def test_no_model_configured_is_nothing_to_try(cli: Any, tmp_path: Path) -> None
 
 
 # --- the findings, through the Model interface ---------------------------------------------------
+
+
+async def test_a_server_that_ignores_max_tokens_is_reported(fake: FakeLLMServer) -> None:
+    fake.add(FakeReply(text=COUNTING), FakeReply(tool_calls=[FakeToolCall("get_time")]))
+    fake.add(FakeReply(text=STORY, output_tokens=120, honour_max_tokens=False))
+    model = OpenAIChatModel("smol", base_url=fake.openai_base_url, max_retries=0)
+    try:
+        found = await diagnose(model)
+    finally:
+        await model.aclose()
+    assert found.usable  # it can still run: a step is bounded by its timeout
+    limit = found.finding("honours max_tokens")
+    assert limit.verdict == "note" and "the reply held 120 tokens" in limit.detail
 
 
 async def test_a_request_the_server_refuses_names_the_server_s_words(fake: FakeLLMServer) -> None:

@@ -73,7 +73,7 @@ def check_model_requests(config: Config, *, reached: bool) -> bool:
         mark = "PROBLEM: " if finding.verdict == "problem" else ""
         typer.echo(f"  {finding.check}: {mark}{finding.detail}")
     for notice in diagnosis.notices:
-        typer.echo(f"  {config.model} said: {notice}")
+        typer.echo(f"  note: {notice}")
     return diagnosis.usable
 
 
