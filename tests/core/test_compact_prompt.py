@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,23 @@ def test_a_persona_can_choose_the_compact_prompt(tmp_path: Path) -> None:
     assert config.prompt == "compact"
     agent = Agent(persona=persona)
     assert "agent_step once per step" in agent._static and agent._step_spec is COMPACT_AGENT_STEP_SPEC
+
+
+def test_personas_show_says_which_prompt_a_persona_chose(tmp_path: Path) -> None:
+    (tmp_path / "personas").mkdir()
+    (tmp_path / "personas" / "small.toml").write_text('role = "helper"\nprompt = "compact"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEWARD_")}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config-home")
+    shown = subprocess.run(
+        [sys.executable, "-m", "steward", "personas", "show", "small"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "prompt: compact" in shown.stdout.splitlines()
 
 
 def test_a_persona_with_a_wrong_prompt_style_is_refused_with_its_file(tmp_path: Path) -> None:

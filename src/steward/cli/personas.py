@@ -45,6 +45,8 @@ def show_command(
     tools = ", ".join(persona.tools) if persona.tools is not None else "every tool"
     typer.echo(f"tools: {tools}")
     typer.echo(f"model: {persona.model or '(the configured one)'}")
+    if persona.prompt_style:
+        typer.echo(f"prompt: {persona.prompt_style}")
     for section, values in (("policy", persona.policy), ("limits", persona.limits)):
         if values:
             shown = ", ".join(f"{key} = {value!r}" for key, value in values.items())
