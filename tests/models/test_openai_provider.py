@@ -253,7 +253,8 @@ async def test_rate_limit_is_retried_then_succeeds(
     server.add(FakeReply.error(429, headers={"retry-after-ms": "10"}), FakeReply(text="finally"))
     streamed = await collect(make_openai(max_retries=2), ask())
     assert streamed.response.message.text == "finally"
-    assert [r.headers["x-stainless-retry-count"] for r in server.requests] == ["0", "1"]
+    # Steward retries, not the SDK (whose retries are off, so its retry-count header stays 0).
+    assert len(server.requests) == 2
 
 
 async def test_server_errors_are_retried_then_succeed(

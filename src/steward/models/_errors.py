@@ -19,6 +19,7 @@ from steward.errors import ModelError
 __all__ = [
     "RetriesSpentError",
     "is_invalid_request",
+    "readable",
     "spent",
     "status_error",
     "timeout_error",
@@ -57,6 +58,31 @@ _INVALID_WORDS = re.compile(
     r"invalid value|missing required|unexpected field|could not parse|json decode",
     re.IGNORECASE,
 )
+
+
+# One pydantic error as servers print it: {'type': 'string_type', 'loc': ('body', 'messages', 1,
+# 'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input should be a valid string', ...}
+_PYDANTIC_ERROR = re.compile(
+    r"'type':\s*'(?P<type>[^']+)',\s*'loc':\s*\((?P<loc>[^)]*)\),\s*'msg':\s*(?P<q>['\"])(?P<msg>.*?)(?P=q)"
+)
+
+
+def readable(detail: str, most: int = 300) -> str:
+    """A server's error text on one line; pydantic validation errors (a union's members each
+    failing: several lines of noise) shortened to the field and what is wrong with it."""
+    found = list(_PYDANTIC_ERROR.finditer(detail))
+    # A field of a union type fails once per member; the literal errors (role) are the noise.
+    telling = [m for m in found if m.group("type") != "literal_error"] or found
+    lines: list[str] = []
+    for match in telling:
+        parts = [p.strip().strip("'\"") for p in match.group("loc").split(",")]
+        # Leave out "body" and the model classes a union tried (CamelCase names).
+        where = ".".join(p for p in parts if p and p != "body" and not p[:1].isupper())
+        line = f"{where}: {match.group('msg')}" if where else match.group("msg")
+        if line not in lines:
+            lines.append(line)
+    text = "; ".join(lines) if lines else detail
+    return " ".join(text.split())[:most]
 
 
 def is_invalid_request(status: int, detail: str, kind: str | None = None) -> bool:
@@ -100,6 +126,9 @@ def status_error(
     ``kind`` is the error type the body names; ``repeated``: the server gave the very same error
     to the very same request twice, so it is deterministic whatever its status says.
     """
+    invalid = is_invalid_request(status, detail, kind)
+    detail = readable(detail).rstrip(". ")
+    after = f" after {retries} retries" if retries else ""
     if status == 401:
         message = (
             f"{label}: the API key was rejected (401). Set {key_env} to a valid key "
@@ -114,7 +143,7 @@ def status_error(
             f"{label}: model '{model}' was not found at {url}. Check the model name "
             f"(steward run --model {label}:NAME) and base_url in [models.{label}]."
         )
-    elif is_invalid_request(status, detail, kind):
+    elif invalid:
         message = (
             f"{label}: the request was rejected ({status}): {detail}. The server at {url} calls the "
             "request invalid, so it was sent once: check its log and version, or try "
@@ -133,9 +162,9 @@ def status_error(
         )
         return ModelError(message, provider=label)
     elif status == 529:
-        message = f"{label}: the API is overloaded (529) after {retries} retries. Try again later."
+        message = f"{label}: the API is overloaded (529){after}. Try again later."
     elif status >= 500:
-        message = f"{label}: server error ({status}) after {retries} retries: {detail}. Try again later."
+        message = f"{label}: server error ({status}){after}: {detail}. Try again later."
     else:
         message = f"{label}: the request was rejected ({status}): {detail}"
     error = ModelError(message, provider=label, retryable=status in (408, 409, 429) or status >= 500)

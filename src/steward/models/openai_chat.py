@@ -1,55 +1,59 @@
 """OpenAI Chat Completions, and every server that speaks it (vLLM, llama.cpp, LM Studio, Ollama, OpenRouter).
 
-Built on the official ``openai`` SDK, imported on first use. The SDK's own bounded retries
-(with backoff, honouring ``retry-after``) cover rate limits, server errors, timeouts and
-connection errors; what is left is raised as one ``ModelError`` naming the fix.
+Built on the official ``openai`` SDK (imported on first use) for the connection, the key and
+the error types; the reply's events are read here (``_sse``) because a stream that ends
+without a finish reason or ``[DONE]`` was cut short and is not a reply.
+
+One call, one deadline: ``timeout_s`` bounds the whole call, retries and all, not the gap
+between two chunks (a slow local model keeps producing tokens and would never trip that).
+The retries are this module's, not the SDK's (whose retries are off): rate limits, overloads
+and dropped connections are tried again up to ``max_retries`` times, honouring
+``retry-after``, but a request the server calls invalid is sent once, and the same 5xx twice
+for the same request is not sent a third time. What the retries met is ``RetriesSpentError``,
+which the loop's ``RetryingModel`` does not multiply; a reply that broke off after it started
+is left to it.
+
+Servers that cannot stream a tool choice (llama-cpp-python answers 200 and closes the body
+empty) get the same request again at once as a whole reply; when that brings a tool call,
+the endpoint is remembered for the process and the run hears of it once (``Notice``).
+``stream = false`` in ``[models.X]`` asks for whole replies from the start.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, assert_never
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, aclosing
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelError
-from ._errors import status_error, timeout_error, unreachable_error
-from ._think import ThinkFilter
-from .base import (
-    AssistantMessage,
-    Message,
-    Model,
-    ModelRequest,
-    ModelResponse,
-    StreamItem,
-    SystemMessage,
-    TextDelta,
-    Thinking,
-    ThinkingDelta,
-    ToolCall,
-    ToolResultMessage,
-    ToolSpec,
-    Usage,
-    UserMessage,
-    parse_arguments,
-)
+from . import _openai_wire as wire
+from ._deadline import before, bounded, deadline_after
+from ._errors import readable, spent, status_error, timeout_error, unreachable_error
+from ._sse import DONE, sse_data
+from .base import Model, ModelRequest, ModelResponse, Notice, StreamItem
 
 if TYPE_CHECKING:
-    from openai import APIError, AsyncOpenAI
-    from openai.types.chat import (
-        ChatCompletionAssistantMessageParam,
-        ChatCompletionChunk,
-        ChatCompletionFunctionToolParam,
-        ChatCompletionMessageParam,
-    )
-    from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
-    from openai.types.completion_usage import CompletionUsage
+    from openai import APIError, APIStatusError, AsyncOpenAI
+    from openai._response import AsyncAPIResponse
 
 __all__ = ["OpenAIChatModel"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Sent when a custom server needs no key: the SDK refuses to start without one.
 PLACEHOLDER_API_KEY = "steward-no-key"
+DEFAULT_MAX_RETRIES = 2
+_BACKOFF_S, _BACKOFF_MOST_S = 0.5, 8.0
+_RETRY_AFTER_MOST_S = 60.0  # a server asking for longer is not waited for within one call
+
+# Endpoints (base URL, model) that cannot stream a tool choice, learned in this process.
+_WHOLE_REPLY_ENDPOINTS: set[tuple[str, str]] = set()
+
+
+class _CannotStream(Exception):  # noqa: N818 - control flow inside this module, never raised out
+    """A streamed request with tools ended before any piece of the reply came."""
 
 
 class OpenAIChatModel(Model):
@@ -57,8 +61,9 @@ class OpenAIChatModel(Model):
 
     ``provider`` labels messages and config hints (``ollama`` reuses this class); the key is
     read from ``api_key`` or the ``api_key_env`` variable, the base URL from ``base_url`` or
-    the ``base_url_env`` variable. ``timeout`` is in seconds per request; ``max_retries`` is
-    handed to the SDK (its default when ``None``).
+    the ``base_url_env`` variable. ``timeout`` is in seconds for a whole call; ``max_retries``
+    is how many more times a failed request may be sent (2 when ``None``). ``stream``: None
+    streams and falls back by itself, True always streams, False asks for whole replies.
     """
 
     def __init__(
@@ -81,56 +86,198 @@ class OpenAIChatModel(Model):
         self._api_key = api_key
         self._base_url = base_url
         self._timeout = timeout
-        self._max_retries = max_retries
+        self._retries = DEFAULT_MAX_RETRIES if max_retries is None else max_retries
         #: False: whole replies only ([models.X] stream = false); None: stream, falling back by itself.
         self._stream = stream
         self._api_key_env = api_key_env
         self._base_url_env = base_url_env
         self._client: AsyncOpenAI | None = None
+        self._streamed_tool_call = False
+        self._noticed = False
 
     @property
     def base_url(self) -> str:
         """The endpoint requests go to (explicit, then the environment, then OpenAI's)."""
         return self._base_url or os.environ.get(self._base_url_env) or DEFAULT_BASE_URL
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        import openai
+    @property
+    def streams_tools(self) -> bool | None:
+        """True: a tool call came in a streamed reply; False: tool calls are asked for as whole
+        replies (configured, or fallen back to); None: not known yet."""
+        if self._stream is False or self.fell_back:
+            return False
+        return True if self._streamed_tool_call else None
 
-        client = self._get_client()
-        reply = _ReplyAssembler()
-        limit = openai.omit if request.max_tokens is None else request.max_tokens
+    @property
+    def fell_back(self) -> bool:
+        """This endpoint could not stream a tool call, and gets whole replies from now on."""
+        return self._endpoint in _WHOLE_REPLY_ENDPOINTS
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        deadline = deadline_after(self._timeout)
+        if not self._streams(request):
+            if self.fell_back and not self._noticed:
+                self._noticed = True
+                yield Notice(self._fallback_notice)
+            async for item in self._whole(request, deadline):
+                yield item
+            return
+        may_fall_back = self._stream is None and bool(request.tools)
         try:
-            chunks = await client.chat.completions.create(
-                model=self.model,
-                messages=_messages(request),
-                tools=_tools(request.tools) or openai.omit,
-                stream=True,
-                stream_options={"include_usage": True},
-                temperature=openai.omit if request.temperature is None else request.temperature,
-                # OpenAI's own API wants the newer name; other servers know the older one.
-                max_tokens=openai.omit if self._is_openai else limit,
-                max_completion_tokens=limit if self._is_openai else openai.omit,
-            )
-            async with chunks:
-                async for chunk in chunks:
-                    for delta in reply.add(chunk):
-                        yield delta
-        except openai.APIError as exc:
-            raise self._error(exc) from exc
-        for delta in reply.finish():
-            yield delta
-        yield reply.response(self.model)
+            async for item in self._streamed(request, deadline, may_fall_back=may_fall_back):
+                yield item
+        except _CannotStream:
+            pass
+        else:
+            return
+        # Nothing came, not even a piece: ask again at once for a whole reply. Only a tool call
+        # in it shows the server cannot stream one (a text reply may just follow a cut stream).
+        items = [item async for item in self._whole(request, deadline)]
+        if any(isinstance(item, ModelResponse) and item.message.tool_calls for item in items):
+            _WHOLE_REPLY_ENDPOINTS.add(self._endpoint)
+            if not self._noticed:
+                self._noticed = True
+                yield Notice(self._fallback_notice)
+        for item in items:
+            yield item
 
     async def aclose(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()
 
+    # --- the two ways of asking ----------------------------------------------------------
+
+    def _streams(self, request: ModelRequest) -> bool:
+        if self._stream is None:
+            return not (request.tools and self.fell_back)
+        return self._stream
+
+    async def _streamed(
+        self, request: ModelRequest, deadline: float | None, *, may_fall_back: bool
+    ) -> AsyncIterator[StreamItem]:
+        import httpx2
+
+        reply = wire.ReplyAssembler()
+        async with AsyncExitStack() as stack:
+            response = await self._send(stack, request, streaming=True, deadline=deadline)
+            events = await stack.enter_async_context(aclosing(sse_data(response.iter_lines())))
+            try:
+                async for data in bounded(events, deadline, self._timeout_error):
+                    if data.strip() == DONE:
+                        reply.done = True
+                        break
+                    chunk = self._chunk(data, reply)
+                    if "error" in chunk and not chunk.get("choices"):
+                        if may_fall_back and not reply.delivered:
+                            raise _CannotStream
+                        raise self._stream_failed(chunk["error"])
+                    for delta in reply.add_chunk(chunk):
+                        yield delta
+            except httpx2.TimeoutException as exc:  # a gap longer than the client's own timeout
+                raise self._timeout_error() from exc
+            except httpx2.TransportError as exc:  # the connection dropped while the reply came
+                if may_fall_back and not reply.delivered:
+                    raise _CannotStream from exc
+                raise self._broke_off(reply) from exc
+        if not reply.complete:
+            if may_fall_back and not reply.delivered:
+                raise _CannotStream
+            raise self._broke_off(reply)
+        for delta in reply.finish():
+            yield delta
+        response_item = reply.response(self.model, request)
+        self._streamed_tool_call = self._streamed_tool_call or bool(response_item.message.tool_calls)
+        yield response_item
+
+    async def _whole(self, request: ModelRequest, deadline: float | None) -> AsyncIterator[StreamItem]:
+        import httpx2
+
+        async with AsyncExitStack() as stack:
+            response = await self._send(stack, request, streaming=False, deadline=deadline)
+            try:
+                raw = await before(deadline, response.read(), self._timeout_error)
+            except httpx2.TimeoutException as exc:
+                raise self._timeout_error() from exc
+            except httpx2.TransportError as exc:
+                raise self._broke_off(wire.ReplyAssembler()) from exc
+        reply = wire.ReplyAssembler()
+        body = self._chunk(raw.decode("utf-8", errors="replace"), reply)
+        if "error" in body and not body.get("choices"):
+            raise self._stream_failed(body["error"], what="reply")
+        for delta in [*reply.add_whole(body), *reply.finish()]:
+            yield delta
+        yield reply.response(self.model, request)
+
+    async def _send(
+        self, stack: AsyncExitStack, request: ModelRequest, *, streaming: bool, deadline: float | None
+    ) -> AsyncAPIResponse[Any]:
+        """Send the request, again after what may pass (up to ``max_retries`` times); the
+        response is open until ``stack`` closes."""
+        import openai
+
+        client = self._get_client()
+        arguments = self._arguments(request, streaming)
+        previous: tuple[int, str] | None = None
+        loop = asyncio.get_running_loop()
+        for attempt in range(self._retries + 1):
+            call = client.chat.completions.with_streaming_response.create(**arguments)
+            wait: float | None = None
+            try:
+                return await before(deadline, stack.enter_async_context(call), self._timeout_error)
+            except openai.APIStatusError as exc:
+                seen = (exc.status_code, _detail(exc))
+                error = self._status_error(exc, retries=attempt, repeated=seen == previous)
+                previous, wait = seen, _retry_after(exc.response.headers)
+                worth_it = error.retryable
+            except openai.APIConnectionError as exc:  # timeouts too
+                error = self._error(exc)
+                worth_it = True  # a server starting up or restarting may answer a moment later
+            if not worth_it or attempt == self._retries:
+                raise spent(error, attempt)
+            pause = min(_BACKOFF_S * 2**attempt, _BACKOFF_MOST_S) if wait is None else wait
+            if deadline is not None and loop.time() + pause >= deadline:
+                # The wait would outlast the call: the failure goes to the loop, with the wait.
+                error.retry_after = pause if wait is not None else error.retry_after
+                raise spent(error, attempt)
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _arguments(self, request: ModelRequest, streaming: bool) -> dict[str, Any]:
+        import openai
+
+        limit = openai.omit if request.max_tokens is None else request.max_tokens
+        return {
+            "model": self.model,
+            "messages": wire.messages(request),
+            "tools": wire.tools(request.tools) or openai.omit,
+            # OpenAI's default when tools are offered; some servers show them only when named.
+            "tool_choice": "auto" if request.tools else openai.omit,
+            "stream": streaming,
+            "stream_options": {"include_usage": True} if streaming else openai.omit,
+            "temperature": openai.omit if request.temperature is None else request.temperature,
+            # OpenAI's own API wants the newer name; other servers know the older one.
+            "max_tokens": openai.omit if self._is_openai else limit,
+            "max_completion_tokens": limit if self._is_openai else openai.omit,
+        }
+
     # --- client and errors ---------------------------------------------------------------
 
     @property
     def _is_openai(self) -> bool:
         return self.base_url.rstrip("/") == DEFAULT_BASE_URL
+
+    @property
+    def _endpoint(self) -> tuple[str, str]:
+        return self.base_url.rstrip("/"), self.model
+
+    @property
+    def _fallback_notice(self) -> str:
+        label = self.provider
+        return (
+            f"{label}: {self.base_url} cannot stream tool calls; asking for whole replies from now on "
+            f"(set stream = false in [models.{label}] to skip the first try)"
+        )
 
     def _get_client(self) -> AsyncOpenAI:
         if self._client is None:
@@ -139,8 +286,10 @@ class OpenAIChatModel(Model):
             self._client = openai.AsyncOpenAI(
                 api_key=self._resolve_api_key(),
                 base_url=self.base_url,
+                # Kept as the bound on each gap (connect, between two chunks); the deadline
+                # bounds the whole call.
                 timeout=openai.not_given if self._timeout is None else self._timeout,
-                max_retries=openai.DEFAULT_MAX_RETRIES if self._max_retries is None else self._max_retries,
+                max_retries=0,  # retried here, so that one rule decides what is sent again
             )
         return self._client
 
@@ -177,21 +326,59 @@ class OpenAIChatModel(Model):
             provider=label,
         )
 
+    def _timeout_error(self) -> ModelError:
+        return timeout_error(self.provider, self.base_url, self._timeout)
+
+    def _chunk(self, data: str, reply: wire.ReplyAssembler) -> dict[str, Any]:
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError:
+            chunk = None
+        if not isinstance(chunk, dict):
+            raise ModelError(
+                f"{self.provider}: the reply from {self.base_url} had a part that is not a JSON object "
+                f"after {reply.chunks} chunks: {' '.join(data.split())[:200]!r}",
+                provider=self.provider,
+                retryable=True,
+            )
+        return chunk
+
+    def _broke_off(self, reply: wire.ReplyAssembler) -> ModelError:
+        # Not a reply: whatever came is only the start of one (the README promises a retry).
+        return ModelError(
+            f"{self.provider}: the reply from {self.base_url} broke off after {reply.chunks} chunks "
+            "(no finish_reason): the server closed the stream early; check its log if this repeats.",
+            provider=self.provider,
+            retryable=True,
+        )
+
+    def _stream_failed(self, error: object, *, what: str = "stream") -> ModelError:
+        detail = error.get("message") if isinstance(error, Mapping) else error
+        return ModelError(
+            f"{self.provider}: the {what} failed: {readable(str(detail))}",
+            provider=self.provider,
+            retryable=True,
+        )
+
+    def _status_error(self, exc: APIStatusError, *, retries: int, repeated: bool) -> ModelError:
+        return status_error(self.provider, exc.status_code, _detail(exc), retries=retries,
+                            key_env=self._api_key_env, model=self.model, url=self.base_url,
+                            kind=exc.type, repeated=repeated and exc.status_code >= 500)  # fmt: skip
+
     def _error(self, exc: APIError) -> ModelError:
-        """One line naming the fix, for what the SDK's retries could not overcome."""
+        """One line naming the fix, for an error of the SDK's."""
         import openai
 
         label, url = self.provider, self.base_url
-        retries = openai.DEFAULT_MAX_RETRIES if self._max_retries is None else self._max_retries
-        detail = _detail(exc)
         if isinstance(exc, openai.APITimeoutError):
             return timeout_error(label, url, self._timeout)
         if isinstance(exc, openai.APIConnectionError):
             return unreachable_error(label, url, self._base_url_env, retryable=not _is_connect_error(exc))
         if isinstance(exc, openai.APIStatusError):
-            return status_error(label, exc.status_code, detail, retries=retries, key_env=self._api_key_env,
-                                model=self.model, url=url)  # fmt: skip
-        return ModelError(f"{label}: the stream failed: {detail}", provider=label, retryable=True)
+            return self._status_error(exc, retries=0, repeated=False)
+        return ModelError(
+            f"{label}: the stream failed: {readable(_detail(exc))}", provider=label, retryable=True
+        )
 
 
 def _detail(exc: APIError) -> str:
@@ -202,7 +389,21 @@ def _detail(exc: APIError) -> str:
         inner = body.get("error", body)
         if isinstance(inner, dict) and inner.get("message"):
             text = inner["message"]
-    return " ".join(str(text).split())[:300]
+        elif isinstance(inner, str) and inner:
+            text = inner
+    return str(text)[:4000]  # whole: status_error makes it readable (pydantic lists run long)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asked to wait (``retry-after-ms`` or ``retry-after``), if sensible."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        try:
+            seconds = float(headers.get(name, "")) / scale
+        except ValueError:
+            continue
+        if 0 <= seconds <= _RETRY_AFTER_MOST_S:
+            return seconds
+    return None
 
 
 def _is_connect_error(exc: BaseException) -> bool:
@@ -214,151 +415,3 @@ def _is_connect_error(exc: BaseException) -> bool:
             return True
         cause = cause.__cause__
     return False
-
-
-# --- request mapping ---------------------------------------------------------------------
-
-
-def _messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
-    out: list[ChatCompletionMessageParam] = []
-    if request.system or request.context:
-        out.append({"role": "system", "content": request.system_text})
-    out.extend(_message(message) for message in request.messages)
-    return out
-
-
-def _message(message: Message) -> ChatCompletionMessageParam:
-    match message:
-        case SystemMessage():
-            return {"role": "system", "content": message.content}
-        case UserMessage():
-            return {"role": "user", "content": message.content}
-        case AssistantMessage():
-            return _assistant(message)
-        case ToolResultMessage():
-            # Chat Completions has no error flag: the content itself must say the call failed.
-            return {"role": "tool", "tool_call_id": message.call_id, "content": message.content}
-        case _:
-            assert_never(message)
-
-
-def _assistant(message: AssistantMessage) -> ChatCompletionAssistantMessageParam:
-    # Thinking is not sent back: Chat Completions has no field for it.
-    out: ChatCompletionAssistantMessageParam = {"role": "assistant", "content": message.text or None}
-    if message.tool_calls:
-        out["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments_json()},
-            }
-            for call in message.tool_calls
-        ]
-    elif not message.text:
-        out["content"] = ""
-    return out
-
-
-def _tools(tools: Sequence[ToolSpec]) -> list[ChatCompletionFunctionToolParam]:
-    return [
-        {
-            "type": "function",
-            "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)},
-        }
-        for t in tools
-    ]
-
-
-# --- response assembly -------------------------------------------------------------------
-
-
-@dataclass
-class _PendingCall:
-    id: str = ""
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-
-
-class _ReplyAssembler:
-    """Collects one streamed reply: text through the think filter, reasoning, tool-call fragments."""
-
-    def __init__(self) -> None:
-        self.think = ThinkFilter()
-        self.text: list[str] = []
-        self.thinking: list[str] = []
-        self.calls: dict[int, _PendingCall] = {}
-        self.usage = Usage(requests=1)
-        self.stop_reason = ""
-        self.model = ""
-
-    def add(self, chunk: ChatCompletionChunk) -> list[TextDelta | ThinkingDelta]:
-        if chunk.usage is not None:
-            self._set_usage(chunk.usage)
-        self.model = chunk.model or self.model
-        out: list[TextDelta | ThinkingDelta] = []
-        for choice in chunk.choices:
-            if choice.index != 0:
-                continue
-            delta = choice.delta
-            # vLLM and DeepSeek name it reasoning_content; OpenRouter and LM Studio, reasoning.
-            reasoning = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
-            if isinstance(reasoning, str) and reasoning:
-                out.append(ThinkingDelta(reasoning))
-            if delta.content:
-                out.extend(self.think.feed(delta.content))
-            for fragment in delta.tool_calls or ():
-                self._add_fragment(fragment)
-            if choice.finish_reason:
-                self.stop_reason = choice.finish_reason
-        return self._record(out)
-
-    def finish(self) -> list[TextDelta | ThinkingDelta]:
-        return self._record(self.think.flush())
-
-    def response(self, requested_model: str) -> ModelResponse:
-        thinking = (Thinking("".join(self.thinking)),) if self.thinking else ()
-        message = AssistantMessage(text="".join(self.text), tool_calls=self._tool_calls(), thinking=thinking)
-        return ModelResponse(
-            message=message,
-            usage=self.usage,
-            model=self.model or requested_model,
-            stop_reason=self.stop_reason,
-        )
-
-    def _record(self, deltas: list[TextDelta | ThinkingDelta]) -> list[TextDelta | ThinkingDelta]:
-        for delta in deltas:
-            (self.thinking if isinstance(delta, ThinkingDelta) else self.text).append(delta.text)
-        return deltas
-
-    def _add_fragment(self, fragment: ChoiceDeltaToolCall) -> None:
-        index = getattr(fragment, "index", None)
-        if not isinstance(index, int):
-            # Servers that leave out the index: a fragment with a new id starts a new call.
-            last = max(self.calls, default=-1)
-            starts_new = last < 0 or bool(fragment.id and fragment.id != self.calls[last].id)
-            index = last + 1 if starts_new else last
-        call = self.calls.setdefault(index, _PendingCall())
-        call.id = fragment.id or call.id
-        if fragment.function is not None:
-            call.name = fragment.function.name or call.name
-            if fragment.function.arguments:
-                call.arguments.append(fragment.function.arguments)
-
-    def _tool_calls(self) -> tuple[ToolCall, ...]:
-        calls = []
-        for position, index in enumerate(sorted(self.calls)):
-            pending = self.calls[index]
-            arguments, error = parse_arguments("".join(pending.arguments))
-            call_id = pending.id or f"call_{position}"
-            calls.append(ToolCall(call_id, pending.name, arguments, arguments_error=error))
-        return tuple(calls)
-
-    def _set_usage(self, usage: CompletionUsage) -> None:
-        details = usage.prompt_tokens_details
-        cached = details.cached_tokens if details is not None else None
-        self.usage = Usage(
-            input_tokens=usage.prompt_tokens or 0,
-            output_tokens=usage.completion_tokens or 0,
-            cache_read_tokens=cached or 0,
-            requests=1,
-        )

@@ -104,6 +104,16 @@ class FakeReply:
     ``whole_tool_calls`` (each call in one chunk). Anthropic-only: ``signature`` and
     ``redacted_thinking``. ``stream_error`` (an error type such as ``"overloaded_error"``)
     breaks a stream off after its first event with the provider's in-stream error.
+
+    Both wire formats: ``cut_after=N`` sends the first N chunks (OpenAI) or events (Anthropic)
+    then closes the connection with no end (no finish reason, no ``[DONE]``; no
+    ``message_delta``/``message_stop``). ``trickle`` (seconds) starts the text and then sends
+    one more piece of it every ``trickle`` seconds until the client or the server closes.
+    ``usage=False`` leaves usage out everywhere. ``honour_max_tokens`` (on) stops a reply
+    longer than the request's ``max_tokens`` (counted in pieces) there, with the "length" /
+    "max_tokens" reason, as ``truncated=True`` does for any reply. OpenAI only:
+    ``send_done=False`` ends a complete stream without ``data: [DONE]``, ``send_finish=False``
+    without a finish reason.
     """
 
     text: str = ""
@@ -130,6 +140,8 @@ class FakeReply:
     usage: bool = True
     honour_max_tokens: bool = True
     truncated: bool = False
+    send_done: bool = True
+    send_finish: bool = True
 
     @classmethod
     def error(
@@ -441,7 +453,8 @@ def _openai_sse(reply: FakeReply, model: str, served: int, include_usage: bool) 
     if reply.stream_error:
         message = reply.error_message or f"fake {reply.stream_error}"
         chunks = [chunks[0], {"error": {"message": message, "type": reply.stream_error, "code": None}}]
-    return [*(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks), "data: [DONE]\n\n"]
+    done = ["data: [DONE]\n\n"] if reply.send_done else []
+    return [*(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks), *done]
 
 
 def _openai_trickle(reply: FakeReply, model: str, served: int) -> str | None:
@@ -523,7 +536,7 @@ def _openai_chunks(reply: FakeReply, model: str, served: int, include_usage: boo
             chunk({"tool_calls": [{"index": position, "function": {"arguments": piece}}]})
             for piece in _pieces(arguments, reply.piece)
         ]
-    chunks.append(chunk({}, _openai_finish(reply)))
+    chunks.append(chunk({}, _openai_finish(reply) if reply.send_finish else None))
     if include_usage and reply.usage:
         chunks.append({**base, "choices": [], "usage": _openai_usage(reply)})
     return chunks
