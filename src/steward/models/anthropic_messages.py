@@ -3,9 +3,10 @@
 Raw stream events are assembled here: text (through the ``<think>`` filter as well),
 thinking with its signature, redacted thinking and tool calls whose input arrives as JSON
 pieces. Thinking blocks travel back on the next request with their signatures, as the API
-requires. The SDK's bounded retries cover 429/5xx/529, timeouts and connection errors before
-the stream starts; what goes wrong after it started (an error event, a stream cut short) is
-left to the loop's ``RetryingModel``. One deadline bounds the whole call (``_deadline``), and a
+requires. A request that fails before its stream starts (429/5xx/529, a timeout, a dropped
+connection) is sent again here, by the rule every provider follows (``_resend``; the SDK's own
+retries are off); what goes wrong after the stream started (an error event, a stream cut
+short) is left to the loop's ``RetryingModel``. One deadline bounds the whole call (``_deadline``), and a
 server that reports no usage (a proxy that strips it) gets an estimate (``tokens``).
 """
 
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, assert_never
 from ..errors import ModelError
 from ._deadline import before, bounded, deadline_after
 from ._errors import status_error, timeout_error, unreachable_error
+from ._resend import Attempts
 from ._think import ThinkFilter
 from .base import (
     AssistantMessage,
@@ -40,7 +42,7 @@ from .base import (
 from .tokens import estimate_usage
 
 if TYPE_CHECKING:
-    from anthropic import APIError, AsyncAnthropic
+    from anthropic import APIError, AsyncAnthropic, AsyncStream
     from anthropic.types import (
         ContentBlockParam,
         MessageParam,
@@ -56,6 +58,7 @@ __all__ = ["AnthropicModel"]
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 8192
+DEFAULT_MAX_RETRIES = 2  # as the SDK's own default
 # Sent when a custom base_url (a proxy, a test server) was given without any key.
 PLACEHOLDER_API_KEY = "steward-no-key"
 # Redacted thinking has no text, only opaque data; it rides in ``Thinking.signature`` with
@@ -106,27 +109,11 @@ class AnthropicModel(Model):
 
         client = await self._get_client()
         reply = _ReplyAssembler()
-        system, messages = _messages(request)
         # One bound for the whole call: the SDK's own timeout restarts with every event, so a
         # model that keeps writing slowly would never trip it.
         deadline = deadline_after(self._timeout)
         try:
-            started = client.messages.create(
-                model=self.model,
-                max_tokens=request.max_tokens or self._max_tokens,
-                system=system or anthropic.omit,
-                messages=messages,
-                tools=_tools(request.tools) or anthropic.omit,
-                thinking=(
-                    anthropic.omit
-                    if self._thinking_budget is None
-                    else {"type": "enabled", "budget_tokens": self._thinking_budget}
-                ),
-                stream=True,
-                # This SDK version has no temperature argument; the API still takes the field.
-                extra_body=None if request.temperature is None else {"temperature": request.temperature},
-            )
-            events = await before(deadline, started, self._timeout_error)
+            events = await self._send(client, request, deadline)
             async with events:
                 async for event in bounded(events, deadline, self._timeout_error):
                     for delta in reply.add(event):
@@ -144,6 +131,40 @@ class AnthropicModel(Model):
         for delta in reply.finish():
             yield delta
         yield reply.response(self.model, request)
+
+    async def _send(
+        self, client: AsyncAnthropic, request: ModelRequest, deadline: float | None
+    ) -> AsyncStream[RawMessageStreamEvent]:
+        """The started stream of events; the request is sent again when that is worth it (``_resend``)."""
+        import anthropic
+
+        system, messages = _messages(request)
+        attempts = Attempts(self._retries, deadline)
+        for attempt in attempts:
+            started = client.messages.create(
+                model=self.model,
+                max_tokens=request.max_tokens or self._max_tokens,
+                system=system or anthropic.omit,
+                messages=messages,
+                tools=_tools(request.tools) or anthropic.omit,
+                thinking=(
+                    anthropic.omit
+                    if self._thinking_budget is None
+                    else {"type": "enabled", "budget_tokens": self._thinking_budget}
+                ),
+                stream=True,
+                # This SDK version has no temperature argument; the API still takes the field.
+                extra_body=None if request.temperature is None else {"temperature": request.temperature},
+            )
+            try:
+                return await before(deadline, started, self._timeout_error)
+            except anthropic.APIStatusError as exc:
+                repeated = attempts.repeated(exc.status_code, _detail(exc))
+                error = self._status_error(exc.status_code, exc.type, _detail(exc), attempt, repeated)
+                await attempts.after(error, attempt, exc.response.headers)
+            except anthropic.APIConnectionError as exc:  # timeouts too
+                await attempts.after(self._error(exc), attempt, worth_it=True)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -188,7 +209,7 @@ class AnthropicModel(Model):
                 api_key=key,
                 base_url=self.base_url,
                 timeout=anthropic.not_given if self._timeout is None else self._timeout,
-                max_retries=anthropic.DEFAULT_MAX_RETRIES if self._max_retries is None else self._max_retries,
+                max_retries=0,  # sent again in ``_send``, so that one rule decides for every provider
             )
         except anthropic.CredentialsError as exc:  # a profile named by the environment is broken
             raise self._no_credentials(exc) from exc
@@ -207,9 +228,7 @@ class AnthropicModel(Model):
 
     @property
     def _retries(self) -> int:
-        import anthropic
-
-        return anthropic.DEFAULT_MAX_RETRIES if self._max_retries is None else self._max_retries
+        return DEFAULT_MAX_RETRIES if self._max_retries is None else self._max_retries
 
     def _timeout_error(self) -> ModelError:
         return timeout_error(self.provider, self.base_url, self._timeout)
@@ -237,7 +256,10 @@ class AnthropicModel(Model):
             return self._status_error(exc.status_code, exc.type, _detail(exc))
         return ModelError(f"{self.provider}: the stream failed: {_detail(exc)}", provider=self.provider)
 
-    def _status_error(self, status: int, kind: str | None, detail: str) -> ModelError:
+    def _status_error(
+        self, status: int, kind: str | None, detail: str, retries: int = 0, repeated: bool = False
+    ) -> ModelError:
+        """``retries``: how many times the request was sent again; ``repeated``: the same 5xx twice."""
         label = self.provider
         if status < 400:  # an error event inside a stream that had started fine
             return ModelError(
@@ -245,8 +267,8 @@ class AnthropicModel(Model):
                 provider=label,
                 retryable=kind in _RETRYABLE_KINDS,
             )
-        return status_error(label, status, detail, retries=self._retries, key_env="ANTHROPIC_API_KEY",
-                            model=self.model, url=self.base_url)  # fmt: skip
+        return status_error(label, status, detail, retries=retries, key_env="ANTHROPIC_API_KEY",
+                            model=self.model, url=self.base_url, kind=kind, repeated=repeated)  # fmt: skip
 
 
 _RETRYABLE_KINDS = frozenset({"overloaded_error", "rate_limit_error", "api_error", "timeout_error"})
