@@ -422,6 +422,18 @@ async def test_stream_false_asks_whole_replies_and_reads_them_whole(
     assert "stream_options" not in server.requests[0].body
 
 
+async def test_a_server_that_answers_whole_to_a_stream_request_is_read_whole(
+    server: FakeLLMServer, make_openai: MakeOpenAI
+) -> None:
+    server.quirks = frozenset({"stream_ignored"})
+    server.add(FakeReply(text="All at once.", tool_calls=[FakeToolCall("ls")]))
+    model = make_openai()
+    items = await items_of(model, ask(tools=[LS]))
+    response = reply_of(items)
+    assert response.message.text == "All at once." and response.message.tool_calls[0].name == "ls"
+    assert not notices(items) and len(server.requests) == 1 and server.requests[0].body["stream"]
+
+
 # --- 5. a stream cut short ----------------------------------------------------------------------
 
 

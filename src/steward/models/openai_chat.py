@@ -156,58 +156,90 @@ class OpenAIChatModel(Model):
     async def _streamed(
         self, request: ModelRequest, deadline: float | None, *, may_fall_back: bool
     ) -> AsyncIterator[StreamItem]:
-        import httpx2
 
         reply = wire.ReplyAssembler()
+        whole: str | None = None
         async with AsyncExitStack() as stack:
             response = await self._send(stack, request, streaming=True, deadline=deadline)
-            events = await stack.enter_async_context(aclosing(sse_data(response.iter_lines())))
-            try:
-                async for data in bounded(events, deadline, self._timeout_error):
-                    if data.strip() == DONE:
-                        reply.done = True
-                        break
-                    chunk = self._chunk(data, reply)
-                    if "error" in chunk and not chunk.get("choices"):
-                        if may_fall_back and not reply.delivered:
-                            raise _CannotStream
-                        raise self._stream_failed(chunk["error"])
-                    for delta in reply.add_chunk(chunk):
-                        yield delta
-            except httpx2.TimeoutException as exc:  # a gap longer than the client's own timeout
-                raise self._timeout_error() from exc
-            except httpx2.TransportError as exc:  # the connection dropped while the reply came
-                if may_fall_back and not reply.delivered:
-                    raise _CannotStream from exc
-                raise self._broke_off(reply) from exc
+            if "json" in response.headers.get("content-type", ""):
+                # A server that ignores "stream": true and answers whole; the reply is just as good.
+                whole = await self._read(response, deadline)
+            else:
+                events = await stack.enter_async_context(aclosing(sse_data(response.iter_lines())))
+                async for delta in self._deltas(events, reply, deadline, may_fall_back=may_fall_back):
+                    yield delta
+        if whole is not None:
+            for item in self._whole_reply(whole, request):
+                yield item
+            return
         if not reply.complete:
-            if may_fall_back and not reply.delivered:
-                raise _CannotStream
-            raise self._broke_off(reply)
+            raise self._cut(reply, may_fall_back=may_fall_back)
         for delta in reply.finish():
             yield delta
         response_item = reply.response(self.model, request)
         self._streamed_tool_call = self._streamed_tool_call or bool(response_item.message.tool_calls)
         yield response_item
 
-    async def _whole(self, request: ModelRequest, deadline: float | None) -> AsyncIterator[StreamItem]:
+    async def _deltas(
+        self,
+        events: AsyncIterator[str],
+        reply: wire.ReplyAssembler,
+        deadline: float | None,
+        *,
+        may_fall_back: bool,
+    ) -> AsyncIterator[StreamItem]:
+        """The pieces of a streamed reply as its events come, until ``[DONE]`` or the end."""
         import httpx2
 
+        try:
+            async for data in bounded(events, deadline, self._timeout_error):
+                if data.strip() == DONE:
+                    reply.done = True
+                    return
+                chunk = self._json(data, f"chunk {reply.chunks + 1}")
+                if "error" in chunk and not chunk.get("choices"):
+                    if may_fall_back and not reply.delivered:
+                        raise _CannotStream
+                    raise self._failed(chunk["error"], "stream")
+                for delta in reply.add_chunk(chunk):
+                    yield delta
+        except httpx2.TimeoutException as exc:  # a gap longer than the client's own timeout
+            raise self._timeout_error() from exc
+        except httpx2.TransportError as exc:  # the connection dropped while the reply came
+            raise self._cut(reply, may_fall_back=may_fall_back) from exc
+
+    def _cut(self, reply: wire.ReplyAssembler, *, may_fall_back: bool) -> Exception:
+        """A stream that ended before its end: a server that cannot stream a tool choice when
+        nothing came yet (and falling back is allowed), else a reply that broke off."""
+        if may_fall_back and not reply.delivered:
+            return _CannotStream()
+        return self._broke_off(reply)
+
+    async def _whole(self, request: ModelRequest, deadline: float | None) -> AsyncIterator[StreamItem]:
         async with AsyncExitStack() as stack:
             response = await self._send(stack, request, streaming=False, deadline=deadline)
-            try:
-                raw = await before(deadline, response.read(), self._timeout_error)
-            except httpx2.TimeoutException as exc:
-                raise self._timeout_error() from exc
-            except httpx2.TransportError as exc:
-                raise self._broke_off(wire.ReplyAssembler()) from exc
-        reply = wire.ReplyAssembler()
-        body = self._chunk(raw.decode("utf-8", errors="replace"), reply)
+            raw = await self._read(response, deadline)
+        for item in self._whole_reply(raw, request):
+            yield item
+
+    async def _read(self, response: AsyncAPIResponse[Any], deadline: float | None) -> str:
+        import httpx2
+
+        try:
+            raw = await before(deadline, response.read(), self._timeout_error)
+        except httpx2.TimeoutException as exc:
+            raise self._timeout_error() from exc
+        except httpx2.TransportError as exc:
+            raise self._broke_off(wire.ReplyAssembler()) from exc
+        return raw.decode("utf-8", errors="replace")
+
+    def _whole_reply(self, raw: str, request: ModelRequest) -> list[StreamItem]:
+        """A whole reply's pieces: its reasoning and text at once, then the response."""
+        body = self._json(raw, "whole reply")
         if "error" in body and not body.get("choices"):
-            raise self._stream_failed(body["error"], what="reply")
-        for delta in [*reply.add_whole(body), *reply.finish()]:
-            yield delta
-        yield reply.response(self.model, request)
+            raise self._failed(body["error"], "reply")
+        reply = wire.ReplyAssembler()
+        return [*reply.add_whole(body), *reply.finish(), reply.response(self.model, request)]
 
     async def _send(
         self, stack: AsyncExitStack, request: ModelRequest, *, streaming: bool, deadline: float | None
@@ -329,19 +361,19 @@ class OpenAIChatModel(Model):
     def _timeout_error(self) -> ModelError:
         return timeout_error(self.provider, self.base_url, self._timeout)
 
-    def _chunk(self, data: str, reply: wire.ReplyAssembler) -> dict[str, Any]:
+    def _json(self, data: str, what: str) -> dict[str, Any]:
         try:
-            chunk = json.loads(data)
+            parsed = json.loads(data)
         except json.JSONDecodeError:
-            chunk = None
-        if not isinstance(chunk, dict):
+            parsed = None
+        if not isinstance(parsed, dict):
             raise ModelError(
-                f"{self.provider}: the reply from {self.base_url} had a part that is not a JSON object "
-                f"after {reply.chunks} chunks: {' '.join(data.split())[:200]!r}",
+                f"{self.provider}: the reply from {self.base_url} is not what an OpenAI-compatible "
+                f"server sends ({what} is not a JSON object): {' '.join(data.split())[:200]!r}",
                 provider=self.provider,
                 retryable=True,
             )
-        return chunk
+        return parsed
 
     def _broke_off(self, reply: wire.ReplyAssembler) -> ModelError:
         # Not a reply: whatever came is only the start of one (the README promises a retry).
@@ -352,7 +384,7 @@ class OpenAIChatModel(Model):
             retryable=True,
         )
 
-    def _stream_failed(self, error: object, *, what: str = "stream") -> ModelError:
+    def _failed(self, error: object, what: str) -> ModelError:
         detail = error.get("message") if isinstance(error, Mapping) else error
         return ModelError(
             f"{self.provider}: the {what} failed: {readable(str(detail))}",

@@ -32,6 +32,8 @@ recorded in ``server.requests`` (path, lower-cased headers, JSON body).
   calls a tool gets 200 with event-stream headers and then a closed, empty body (the server
   cannot stream a tool choice); the scripted reply waits for the next request. A text reply
   streams normally.
+* ``stream_ignored``: every request gets one JSON body, ``"stream": true`` or not (as some
+  proxies and older servers answer).
 
 Every wait is bounded: delays and stalls end early when the server closes, and sockets time
 out after ``SOCKET_TIMEOUT`` seconds. Closing the server joins all of its threads.
@@ -52,6 +54,7 @@ from typing import Any, Literal, Self, get_args
 __all__ = [
     "LLAMA_CPP_PYTHON",
     "NO_TOOLS_TEXT",
+    "QUIRKS",
     "FakeLLMServer",
     "FakeReply",
     "FakeToolCall",
@@ -63,8 +66,11 @@ SOCKET_TIMEOUT = 10.0
 # A trickling reply stops after this many pieces even if nobody closes it (a bound, not a plan).
 TRICKLE_MOST = 100_000
 
-Quirk = Literal["null_content_refused", "tools_need_choice", "no_stream_with_tools"]
-LLAMA_CPP_PYTHON: frozenset[Quirk] = frozenset(get_args(Quirk))
+Quirk = Literal["null_content_refused", "tools_need_choice", "no_stream_with_tools", "stream_ignored"]
+QUIRKS: frozenset[Quirk] = frozenset(get_args(Quirk))
+LLAMA_CPP_PYTHON: frozenset[Quirk] = frozenset(
+    {"null_content_refused", "tools_need_choice", "no_stream_with_tools"}
+)
 #: What a model answers when ``tools_need_choice`` hid the tools it was scripted to call.
 NO_TOOLS_TEXT = "I have no tools to call."
 
@@ -166,9 +172,9 @@ class FakeLLMServer:
 
     def __init__(self, replies: Iterable[FakeReply] = (), *, quirks: Iterable[Quirk] = ()) -> None:
         self.quirks: frozenset[Quirk] = frozenset(quirks)
-        unknown = self.quirks - LLAMA_CPP_PYTHON
+        unknown = self.quirks - QUIRKS
         if unknown:
-            raise ValueError(f"unknown quirks {sorted(unknown)}: choose from {sorted(LLAMA_CPP_PYTHON)}")
+            raise ValueError(f"unknown quirks {sorted(unknown)}: choose from {sorted(QUIRKS)}")
         self.requests: list[RecordedRequest] = []
         self._replies: deque[FakeReply] = deque(replies)
         self._served = 0
@@ -319,7 +325,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         scripted = reply
         reply = _limited(reply if anthropic else _tools_hidden(fake.quirks, body, reply), body)
-        if not body.get("stream"):
+        if not body.get("stream") or (not anthropic and "stream_ignored" in fake.quirks):
             build = _anthropic_message if anthropic else _openai_completion
             self._send_json(200, build(reply, model, served), reply.headers)
         elif anthropic:
