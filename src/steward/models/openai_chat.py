@@ -116,7 +116,7 @@ class OpenAIChatModel(Model):
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         deadline = deadline_after(self._timeout)
         if not self._streams(request):
-            if self.fell_back and not self._noticed:
+            if self._stream is None and not self._noticed:  # fallen back, maybe by another model
                 self._noticed = True
                 yield Notice(self._fallback_notice)
             async for item in self._whole(request, deadline):
@@ -156,7 +156,6 @@ class OpenAIChatModel(Model):
     async def _streamed(
         self, request: ModelRequest, deadline: float | None, *, may_fall_back: bool
     ) -> AsyncIterator[StreamItem]:
-
         reply = wire.ReplyAssembler()
         whole: str | None = None
         async with AsyncExitStack() as stack:
