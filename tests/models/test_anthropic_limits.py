@@ -15,7 +15,7 @@ import pytest
 from steward import Agent
 from steward.config import load_config
 from steward.errors import ModelError
-from steward.models.base import ModelRequest, Retrying, UserMessage
+from steward.models.base import Model, ModelRequest, Retrying, UserMessage
 from steward.models.retry import RetryingModel
 from steward.testing.fake_llm import FakeLLMServer, FakeReply, FakeToolCall
 
@@ -30,12 +30,12 @@ END = FakeToolCall(
 )
 
 
-def ask(text: str = "hi", **fields: object) -> ModelRequest:
-    return ModelRequest(system="Be brief.", messages=[UserMessage(text)], **fields)  # type: ignore[arg-type]
+def ask(text: str = "hi") -> ModelRequest:
+    return ModelRequest(system="Be brief.", messages=[UserMessage(text)])
 
 
-async def bounded_collect(collect: Collect, model: object, request: ModelRequest) -> Streamed:
-    return await asyncio.wait_for(collect(model, request), NEVER)  # type: ignore[arg-type]
+async def bounded_collect(collect: Collect, model: Model, request: ModelRequest) -> Streamed:
+    return await asyncio.wait_for(collect(model, request), NEVER)
 
 
 # --- one deadline for the whole call --------------------------------------------------------
