@@ -22,7 +22,7 @@ is honoured: a longer reply stops there with the "length" finish reason.
 recorded in ``server.requests`` (path, lower-cased headers, JSON body).
 
 ``FakeLLMServer(quirks=...)`` makes the Chat Completions endpoint behave like a local server
-(``LLAMA_CPP_PYTHON`` is all of them, as llama-cpp-python 0.3 with chatml-function-calling):
+(``LLAMA_CPP_PYTHON``: the first three, as llama-cpp-python 0.3 with chatml-function-calling):
 
 * ``null_content_refused``: a message whose ``content`` is null gets HTTP 500 with a
   pydantic-style validation body; the scripted reply waits for the next request.
@@ -45,11 +45,23 @@ import json
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Literal, Self, get_args
+
+from ._fake_script import JSON, FakeReply, FakeToolCall, pieces
+from ._fake_wire import (
+    anthropic_error,
+    anthropic_message,
+    anthropic_sse,
+    anthropic_trickle,
+    openai_completion,
+    openai_error,
+    openai_sse,
+    openai_trickle,
+)
 
 __all__ = [
     "LLAMA_CPP_PYTHON",
@@ -73,88 +85,6 @@ LLAMA_CPP_PYTHON: frozenset[Quirk] = frozenset(
 )
 #: What a model answers when ``tools_need_choice`` hid the tools it was scripted to call.
 NO_TOOLS_TEXT = "I have no tools to call."
-
-JSON = dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class FakeToolCall:
-    """A tool call in a scripted reply; a ``str`` for ``arguments`` is sent verbatim (even if not JSON)."""
-
-    name: str
-    arguments: Mapping[str, Any] | str = field(default_factory=dict)
-    id: str | None = None
-
-    def raw_arguments(self) -> str:
-        if isinstance(self.arguments, str):
-            return self.arguments
-        return json.dumps(self.arguments, separators=(",", ":"))
-
-    def input_object(self) -> Any:
-        """The arguments as a JSON value (for non-streamed Anthropic replies)."""
-        if not isinstance(self.arguments, str):
-            return dict(self.arguments)
-        try:
-            return json.loads(self.arguments)
-        except json.JSONDecodeError:
-            return {}
-
-
-@dataclass(frozen=True, slots=True)
-class FakeReply:
-    """One scripted answer, in provider-neutral form.
-
-    ``piece`` is how many characters each streamed fragment carries. OpenAI-only knobs:
-    ``reasoning_field`` (``"reasoning_content"`` as vLLM/DeepSeek, ``"reasoning"`` as
-    OpenRouter/LM Studio), ``tool_call_ids`` (``False`` as some local servers) and
-    ``whole_tool_calls`` (each call in one chunk). Anthropic-only: ``signature`` and
-    ``redacted_thinking``. ``stream_error`` (an error type such as ``"overloaded_error"``)
-    breaks a stream off after its first event with the provider's in-stream error.
-
-    Both wire formats: ``cut_after=N`` sends the first N chunks (OpenAI) or events (Anthropic)
-    then closes the connection with no end (no finish reason, no ``[DONE]``; no
-    ``message_delta``/``message_stop``). ``trickle`` (seconds) starts the text and then sends
-    one more piece of it every ``trickle`` seconds until the client or the server closes.
-    ``usage=False`` leaves usage out everywhere. ``honour_max_tokens`` (on) stops a reply
-    longer than the request's ``max_tokens`` (counted in pieces) there, with the "length" /
-    "max_tokens" reason, as ``truncated=True`` does for any reply. OpenAI only:
-    ``send_done=False`` ends a complete stream without ``data: [DONE]``, ``send_finish=False``
-    without a finish reason.
-    """
-
-    text: str = ""
-    thinking: str = ""
-    tool_calls: Sequence[FakeToolCall] = ()
-    input_tokens: int = 12
-    output_tokens: int = 7
-    cached_tokens: int = 0
-    cache_write_tokens: int = 0
-    piece: int = 4
-    reasoning_field: str = "reasoning_content"
-    tool_call_ids: bool = True
-    whole_tool_calls: bool = False
-    signature: str = "sig-fake"
-    redacted_thinking: str = ""
-    status: int = 200
-    error_message: str = ""
-    headers: Mapping[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-    stall: float = 0.0
-    stream_error: str = ""
-    cut_after: int | None = None
-    trickle: float = 0.0
-    usage: bool = True
-    honour_max_tokens: bool = True
-    truncated: bool = False
-    send_done: bool = True
-    send_finish: bool = True
-
-    @classmethod
-    def error(
-        cls, status: int, message: str = "", *, headers: Mapping[str, str] | None = None, delay: float = 0.0
-    ) -> FakeReply:
-        """An HTTP error reply with the provider's error body."""
-        return cls(status=status, error_message=message, headers=dict(headers or {}), delay=delay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,23 +250,23 @@ class _Handler(BaseHTTPRequestHandler):
             return
         model = str(body.get("model", "fake-model"))
         if reply.status != 200:
-            error = _anthropic_error if anthropic else _openai_error
+            error = anthropic_error if anthropic else openai_error
             self._send_json(reply.status, error(reply, model), reply.headers)
             return
         scripted = reply
         reply = _limited(reply if anthropic else _tools_hidden(fake.quirks, body, reply), body)
         if not body.get("stream") or (not anthropic and "stream_ignored" in fake.quirks):
-            build = _anthropic_message if anthropic else _openai_completion
+            build = anthropic_message if anthropic else openai_completion
             self._send_json(200, build(reply, model, served), reply.headers)
         elif anthropic:
-            self._send_stream(_anthropic_sse(reply, model, served), reply, _anthropic_trickle(reply))
+            self._send_stream(anthropic_sse(reply, model, served), reply, anthropic_trickle(reply))
         elif _cannot_stream(fake.quirks, body, reply):
             fake._put_back(scripted)
             self._send_stream([], reply, None)
         else:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            events = _openai_sse(reply, model, served, include_usage)
-            self._send_stream(events, reply, _openai_trickle(reply, model, served))
+            events = openai_sse(reply, model, served, include_usage)
+            self._send_stream(events, reply, openai_trickle(reply, model, served))
 
     def _send_json(self, status: int, payload: JSON, headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
@@ -430,9 +360,9 @@ def _limited(reply: FakeReply, body: JSON) -> FakeReply:
     limit = body.get("max_completion_tokens") or body.get("max_tokens")
     if not reply.honour_max_tokens or not isinstance(limit, int) or limit <= 0:
         return reply
-    thinking = _pieces(reply.thinking, reply.piece)
-    text = _pieces(reply.text, reply.piece)
-    calls = sum(1 + len(_pieces(c.raw_arguments(), reply.piece)) for c in reply.tool_calls)
+    thinking = pieces(reply.thinking, reply.piece)
+    text = pieces(reply.text, reply.piece)
+    calls = sum(1 + len(pieces(c.raw_arguments(), reply.piece)) for c in reply.tool_calls)
     if len(thinking) + len(text) + calls <= limit:
         return reply
     kept_text = text[: max(limit - len(thinking), 0)]
@@ -444,246 +374,3 @@ def _limited(reply: FakeReply, body: JSON) -> FakeReply:
         truncated=True,
         output_tokens=min(reply.output_tokens, limit),
     )
-
-
-# --- OpenAI Chat Completions ------------------------------------------------------------------
-
-
-def _openai_sse(reply: FakeReply, model: str, served: int, include_usage: bool) -> list[str]:
-    chunks = _openai_chunks(reply, model, served, include_usage)
-    if reply.cut_after is not None or reply.trickle > 0:
-        # The chunks before the finish chunk, and no end: the connection just closes.
-        cut = _openai_chunks(reply, model, served, False)[:-1]
-        kept = cut[:1] if reply.trickle > 0 else cut[: reply.cut_after]
-        return [f"data: {json.dumps(chunk)}\n\n" for chunk in kept]
-    if reply.stream_error:
-        message = reply.error_message or f"fake {reply.stream_error}"
-        chunks = [chunks[0], {"error": {"message": message, "type": reply.stream_error, "code": None}}]
-    done = ["data: [DONE]\n\n"] if reply.send_done else []
-    return [*(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks), *done]
-
-
-def _openai_trickle(reply: FakeReply, model: str, served: int) -> str | None:
-    if reply.trickle <= 0:
-        return None
-    piece = (reply.text or "and so on ")[: max(reply.piece, 1)]
-    base = {"id": f"chatcmpl-fake{served}", "object": "chat.completion.chunk", "created": 0, "model": model}
-    chunk = {**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
-    return f"data: {json.dumps(chunk)}\n\n"
-
-
-def _anthropic_sse(reply: FakeReply, model: str, served: int) -> list[str]:
-    events = _anthropic_events(reply, model, served)
-    if reply.trickle > 0:
-        head = {"type": "text", "text": ""}
-        events = [
-            events[0],
-            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": head}),
-        ]
-    elif reply.cut_after is not None:
-        end = next(n for n, (name, _) in enumerate(events) if name == "message_delta")
-        events = events[:end][: reply.cut_after]
-    if reply.stream_error:
-        message = reply.error_message or f"fake {reply.stream_error}"
-        error = {"type": "error", "error": {"type": reply.stream_error, "message": message}}
-        events = [events[0], ("error", error)]
-    return [_sse_event(name, data) for name, data in events]
-
-
-def _anthropic_trickle(reply: FakeReply) -> str | None:
-    if reply.trickle <= 0:
-        return None
-    delta = {"type": "text_delta", "text": (reply.text or "and so on ")[: max(reply.piece, 1)]}
-    return _sse_event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
-
-
-def _sse_event(name: str, data: JSON) -> str:
-    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
-
-
-def _pieces(text: str, size: int) -> list[str]:
-    size = max(size, 1)
-    return [text[start : start + size] for start in range(0, len(text), size)]
-
-
-def _openai_usage(reply: FakeReply) -> JSON:
-    return {
-        "prompt_tokens": reply.input_tokens,
-        "completion_tokens": reply.output_tokens,
-        "total_tokens": reply.input_tokens + reply.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": reply.cached_tokens},
-    }
-
-
-def _openai_call_id(call: FakeToolCall, served: int, position: int) -> str:
-    return call.id or f"call_fake_{served}_{position}"
-
-
-def _openai_chunks(reply: FakeReply, model: str, served: int, include_usage: bool) -> list[JSON]:
-    base = {"id": f"chatcmpl-fake{served}", "object": "chat.completion.chunk", "created": 0, "model": model}
-
-    def chunk(delta: JSON, finish_reason: str | None = None) -> JSON:
-        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
-
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    chunks += [chunk({reply.reasoning_field: piece}) for piece in _pieces(reply.thinking, reply.piece)]
-    chunks += [chunk({"content": piece}) for piece in _pieces(reply.text, reply.piece)]
-    for position, call in enumerate(reply.tool_calls):
-        arguments = call.raw_arguments()
-        head: JSON = {"index": position, "type": "function", "function": {"name": call.name, "arguments": ""}}
-        if reply.tool_call_ids:
-            head["id"] = _openai_call_id(call, served, position)
-        if reply.whole_tool_calls:
-            head["function"]["arguments"] = arguments
-            chunks.append(chunk({"tool_calls": [head]}))
-            continue
-        chunks.append(chunk({"tool_calls": [head]}))
-        chunks += [
-            chunk({"tool_calls": [{"index": position, "function": {"arguments": piece}}]})
-            for piece in _pieces(arguments, reply.piece)
-        ]
-    chunks.append(chunk({}, _openai_finish(reply) if reply.send_finish else None))
-    if include_usage and reply.usage:
-        chunks.append({**base, "choices": [], "usage": _openai_usage(reply)})
-    return chunks
-
-
-def _openai_finish(reply: FakeReply) -> str:
-    return "length" if reply.truncated else "tool_calls" if reply.tool_calls else "stop"
-
-
-def _openai_completion(reply: FakeReply, model: str, served: int) -> JSON:
-    message: JSON = {"role": "assistant", "content": reply.text or None}
-    if reply.thinking:
-        message[reply.reasoning_field] = reply.thinking
-    if reply.tool_calls:
-        message["tool_calls"] = [
-            {
-                "id": _openai_call_id(call, served, position),
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.raw_arguments()},
-            }
-            for position, call in enumerate(reply.tool_calls)
-        ]
-    completion: JSON = {
-        "id": f"chatcmpl-fake{served}",
-        "object": "chat.completion",
-        "created": 0,
-        "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": _openai_finish(reply)}],
-    }
-    if reply.usage:
-        completion["usage"] = _openai_usage(reply)
-    return completion
-
-
-_OPENAI_ERRORS: dict[int, tuple[str, str | None]] = {
-    400: ("invalid_request_error", None),
-    401: ("invalid_request_error", "invalid_api_key"),
-    403: ("invalid_request_error", "unsupported_country_region_territory"),
-    404: ("invalid_request_error", "model_not_found"),
-    429: ("requests", "rate_limit_exceeded"),
-}
-
-
-def _openai_error(reply: FakeReply, model: str) -> JSON:
-    kind, code = _OPENAI_ERRORS.get(reply.status, ("server_error", None))
-    default = {
-        401: "Incorrect API key provided.",
-        404: f"The model `{model}` does not exist or you do not have access to it.",
-        429: "Rate limit reached for requests.",
-    }.get(reply.status, f"The server had an error ({reply.status}) while processing your request.")
-    return {"error": {"message": reply.error_message or default, "type": kind, "param": None, "code": code}}
-
-
-_ANTHROPIC_ERRORS = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
-}
-
-
-def _anthropic_error(reply: FakeReply, model: str) -> JSON:
-    kind = _ANTHROPIC_ERRORS.get(reply.status, "api_error")
-    default = {401: "invalid x-api-key", 404: f"model: {model}", 529: "Overloaded"}.get(
-        reply.status, f"fake {kind} ({reply.status})"
-    )
-    return {"type": "error", "error": {"type": kind, "message": reply.error_message or default}}
-
-
-def _anthropic_usage(reply: FakeReply, output_tokens: int) -> JSON:
-    return {
-        "input_tokens": reply.input_tokens,
-        "output_tokens": output_tokens,
-        "cache_read_input_tokens": reply.cached_tokens,
-        "cache_creation_input_tokens": reply.cache_write_tokens,
-    }
-
-
-def _anthropic_blocks(reply: FakeReply, served: int) -> list[tuple[JSON, JSON, list[JSON]]]:
-    """Each content block as (complete block, block at ``content_block_start``, its deltas)."""
-    blocks: list[tuple[JSON, JSON, list[JSON]]] = []
-    if reply.thinking:
-        deltas = [{"type": "thinking_delta", "thinking": p} for p in _pieces(reply.thinking, reply.piece)]
-        if reply.signature:
-            deltas.append({"type": "signature_delta", "signature": reply.signature})
-        full = {"type": "thinking", "thinking": reply.thinking, "signature": reply.signature}
-        blocks.append((full, {"type": "thinking", "thinking": "", "signature": ""}, deltas))
-    if reply.redacted_thinking:
-        redacted = {"type": "redacted_thinking", "data": reply.redacted_thinking}
-        blocks.append((redacted, redacted, []))
-    if reply.text:
-        deltas = [{"type": "text_delta", "text": p} for p in _pieces(reply.text, reply.piece)]
-        blocks.append(({"type": "text", "text": reply.text}, {"type": "text", "text": ""}, deltas))
-    for position, call in enumerate(reply.tool_calls):
-        start = {"type": "tool_use", "id": call.id or f"toolu_fake_{served}_{position}", "name": call.name}
-        pieces = _pieces(call.raw_arguments(), reply.piece)
-        deltas = [{"type": "input_json_delta", "partial_json": p} for p in pieces]
-        blocks.append(({**start, "input": call.input_object()}, {**start, "input": {}}, deltas))
-    return blocks
-
-
-def _anthropic_events(reply: FakeReply, model: str, served: int) -> list[tuple[str, JSON]]:
-    message = _anthropic_message(reply, model, served)
-    start = {**message, "content": [], "stop_reason": None}
-    if reply.usage:
-        start["usage"] = _anthropic_usage(reply, 1)
-    events: list[tuple[str, JSON]] = [
-        ("message_start", {"type": "message_start", "message": start}),
-        ("ping", {"type": "ping"}),
-    ]
-    for index, (_, block, deltas) in enumerate(_anthropic_blocks(reply, served)):
-        start_event = {"type": "content_block_start", "index": index, "content_block": block}
-        events.append(("content_block_start", start_event))
-        events.extend(
-            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
-            for delta in deltas
-        )
-        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    stop = {"stop_reason": message["stop_reason"], "stop_sequence": None}
-    delta: JSON = {"type": "message_delta", "delta": stop}
-    if reply.usage:
-        delta["usage"] = {"output_tokens": reply.output_tokens}
-    events.append(("message_delta", delta))
-    events.append(("message_stop", {"type": "message_stop"}))
-    return events
-
-
-def _anthropic_message(reply: FakeReply, model: str, served: int) -> JSON:
-    stop = "max_tokens" if reply.truncated else "tool_use" if reply.tool_calls else "end_turn"
-    message: JSON = {
-        "id": f"msg_fake{served}",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [full for full, _, _ in _anthropic_blocks(reply, served)],
-        "stop_reason": stop,
-        "stop_sequence": None,
-    }
-    if reply.usage:
-        message["usage"] = _anthropic_usage(reply, reply.output_tokens)
-    return message
