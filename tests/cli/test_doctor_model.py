@@ -7,6 +7,7 @@ Plain `steward doctor` stays free: it sends the model no request at all.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from steward.cli.doctor import bare_model_filled
 from steward.models.diagnose import GET_TIME, LIMIT, diagnose
 from steward.models.openai_chat import OpenAIChatModel
 from steward.models.scripted import FunctionModel
-from steward.testing.fake_llm import FakeLLMServer, FakeReply, FakeToolCall
+from steward.testing.fake_llm import LLAMA_CPP_PYTHON, FakeLLMServer, FakeReply, FakeToolCall
 
 COUNTING = "one, two, three, four, five, six, seven, eight, nine, ten"
 STORY = "The keeper climbed the stairs each night to light the lamp above the rocks. " * 6
@@ -81,7 +82,7 @@ def test_doctor_model_tries_the_configured_model(cli: Any, tmp_path: Path, fake:
     said = lines(done.stdout)
     assert said["reachable"] == "yes, it answered as 'smol'"
     assert said["streams text"].startswith("yes, ") and "pieces arrived" in said["streams text"]
-    assert "get_time was called" in said["streams tool calls"]
+    assert said["streams tool calls"] == "yes, get_time was called in a streamed reply"
     assert said["honours max_tokens"] == "yes, asked for at most 16: 16 tokens, stop reason length"
     assert said["reports usage"].startswith("yes: ")
     # Three requests: text, then one tool (get_time), then a long text bounded at 16 tokens.
@@ -98,6 +99,33 @@ def test_doctor_model_spec_tries_that_model(cli: Any, tmp_path: Path, fake: Fake
     assert done.returncode == 0, done.stdout + done.stderr
     assert lines(done.stdout)["reachable"] == "yes, it answered as 'other'"
     assert {r.body["model"] for r in fake.requests} == {"other"}
+
+
+def test_a_llama_cpp_python_like_server_is_usable_with_what_it_cannot_do_said(
+    cli: Any, tmp_path: Path
+) -> None:
+    # Streamed tool choice answered with an empty 200, no usage in any reply, tools shown only
+    # with tool_choice: as llama-cpp-python 0.3 with chatml-function-calling.
+    with FakeLLMServer(quirks=LLAMA_CPP_PYTHON) as server:
+        configure(tmp_path, server)
+        server.add(*(replace(reply, usage=False) for reply in good_replies()))
+        done = cli("doctor", "--model")
+        streamed_then_whole = [r.body.get("stream", False) for r in server.requests if r.body.get("tools")]
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = lines(done.stdout)
+    assert said["reachable"] == "yes, it answered as 'smol'"
+    assert said["streams text"].startswith("yes, ")
+    assert said["streams tool calls"].startswith(
+        "only in whole replies: get_time was called once the request was sent again without streaming"
+    )
+    assert "stream = false in [models.openai]" in said["streams tool calls"]
+    limit = said["honours max_tokens"]  # the tokens of the cut reply, counted here
+    assert limit.startswith("yes, asked for at most 16: ") and limit.endswith(
+        "(estimated), stop reason length"
+    )
+    assert said["reports usage"] == "no usage: tokens are estimated locally (budgets and the page still work)"
+    assert "cannot stream tool calls" in said["note"]  # what the provider says once, said here too
+    assert streamed_then_whole == [True, False]
 
 
 def test_a_model_that_never_calls_a_tool_cannot_run(cli: Any, tmp_path: Path, fake: FakeLLMServer) -> None:
@@ -141,6 +169,21 @@ async def test_a_server_that_ignores_max_tokens_is_reported(fake: FakeLLMServer)
     assert found.usable  # it can still run: a step is bounded by its timeout
     limit = found.finding("honours max_tokens")
     assert limit.verdict == "note" and "the reply held 120 tokens" in limit.detail
+
+
+async def test_a_model_configured_for_whole_replies_is_not_said_to_stream(fake: FakeLLMServer) -> None:
+    fake.add(*good_replies())
+    model = OpenAIChatModel("smol", base_url=fake.openai_base_url, max_retries=0, stream=False)
+    try:
+        found = await diagnose(model)
+    finally:
+        await model.aclose()
+    assert found.usable and found.notices == ()
+    assert found.finding("streams text").detail == "answers whole replies (the text came in one piece)"
+    assert found.finding("streams tool calls").detail == (
+        "get_time was called in a whole reply (stream = false in [models.openai])"
+    )
+    assert not any(r.body.get("stream") for r in fake.requests)
 
 
 async def test_a_request_the_server_refuses_names_the_server_s_words(fake: FakeLLMServer) -> None:

@@ -209,8 +209,8 @@ def _tool_calls(model: Model, reply: _Reply) -> Finding:
         return Finding(
             check,
             "note",
-            f"only in whole replies: {what} once the request was sent again without streaming; runs "
-            f"do the same by themselves (stream = false in [models.{provider}] skips the first try)",
+            f"only in whole replies: {what} once the request was sent again without streaming, as "
+            f"runs do by themselves (stream = false in [models.{provider}] skips the first try)",
         )
     if streamed is False:
         return Finding(check, "note", f"{what} in a whole reply (stream = false in [models.{provider}])")
