@@ -1,9 +1,9 @@
 """`steward run` against local OpenAI-compatible servers and their quirks, end to end.
 
 Each test runs the real command line in a subprocess, with ``[models.openai] base_url``
-pointing at the fake server made to behave like llama-cpp-python (null content refused, tools
-hidden without ``tool_choice``, a streamed tool choice answered with an empty 200, no usage),
-or at a reply cut short. The run reads a file with a tool and ends with ``agent_step end``:
+pointing at the fake server made to behave like a local server (llama-cpp-python's null
+content refused, tools hidden without ``tool_choice`` and streamed tool choice answered with an
+empty 200; one JSON body for a streamed request; no usage), or at a reply cut short. The run reads a file with a tool and ends with ``agent_step end``:
 it must end solved, exit 0, and ``steward runs show`` must tell the story.
 """
 
@@ -163,6 +163,16 @@ def test_a_server_that_cannot_stream_tool_calls_gets_whole_replies_and_says_so_o
     assert (proc.stdout + proc.stderr).count(notice) == 1
     notices = [e for e in steward.recorded() if e["type"] == "signal" and notice in e["data"]["message"]]
     assert len(notices) == 1 and notices[0]["data"]["code"] == "model_notice"
+
+
+@pytest.mark.parametrize("quirky", [frozenset({"stream_ignored"})], indirect=True)
+def test_a_server_that_answers_a_stream_with_one_json_body_is_read_whole(
+    quirky: FakeLLMServer, steward: Steward, workspace: Path
+) -> None:
+    (workspace / "steward.toml").write_text(steward_toml(quirky))
+    quirky.add(*script())
+    solved(*steward.run())
+    assert len(quirky.requests) == 2, "each body was read as the whole reply, nothing sent again"
 
 
 def test_stream_false_asks_for_whole_replies_from_the_first_request(
