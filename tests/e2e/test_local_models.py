@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -231,4 +232,24 @@ def test_a_run_against_llama_cpp_python_calls_its_tool_and_ends_solved(
     solved(proc, shown)
     assert [r.body["stream"] for r in quirky.requests] == [True, False, False]
     assert all(r.body["max_tokens"] == 512 and r.body["tool_choice"] == "auto" for r in quirky.requests)
+    assert steward.usage()["estimated"] is True
+
+
+# --- the Anthropic wire, through a proxy that strips usage ------------------------------------
+
+
+def test_an_anthropic_run_through_a_proxy_gets_a_cut_reply_again_and_estimates_its_tokens(
+    server: FakeLLMServer, steward: Steward, workspace: Path
+) -> None:
+    (workspace / "steward.toml").write_text(
+        'model = "anthropic:claude-local"\n'
+        f'[models.anthropic]\nbase_url = "{server.anthropic_base_url}"\nmax_retries = 0\n'
+        "[limits]\nmax_output_tokens = 512\nmodel_retry_backoff_s = 0\n"
+    )
+    server.add(*script(first=FakeReply(text="Reading the fi", cut_after=4), usage=False))
+    proc, shown = steward.run()
+    solved(proc, shown)
+    # (the SDK passes no ping on: the count is of the events that carry the reply)
+    assert re.search(r"anthropic: the reply from \S+ broke off after \d events \(no message_stop\)", shown)
+    assert [r.body["max_tokens"] for r in server.requests] == [512, 512, 512]
     assert steward.usage()["estimated"] is True
