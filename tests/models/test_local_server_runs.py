@@ -111,14 +111,16 @@ async def test_a_run_calls_its_tool_where_tools_need_tool_choice(
     assert [r.tool for r in tool_results(events)] == ["read_file"]
 
 
-@pytest.mark.parametrize("chunks", [0, 2])
+# 3 chunks: the role chunk and two pieces of text. A stream cut before its first piece would,
+# with tools offered, be asked again as a whole reply (a server that cannot stream tool calls
+# looks just so) unless stream = true.
+@pytest.mark.parametrize(("chunks", "stream"), [(0, True), (3, True), (3, None)])
 async def test_a_run_retries_a_step_whose_stream_was_cut(
-    server: FakeLLMServer, tmp_path: Path, chunks: int
+    server: FakeLLMServer, tmp_path: Path, chunks: int, stream: bool | None
 ) -> None:
     server.add(FakeReply(text="I will read notes.txt now", cut_after=chunks), FakeReply(tool_calls=[READ]))
     server.add(FakeReply(tool_calls=[END]))
-    # Whole replies: a cut stream cannot pass for a server that cannot stream tool calls.
-    outcome, events = await run_in(workspace(tmp_path, server, stream=True))
+    outcome, events = await run_in(workspace(tmp_path, server, stream=stream))
     assert outcome == ("done", "solved", "notes.txt says hello.")
     retries = [e for e in events if e.type == "error" and e.code == "model_retry"]
     assert len(retries) == 1 and "broke off after" in retries[0].message

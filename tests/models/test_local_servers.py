@@ -308,7 +308,8 @@ async def test_a_server_that_answers_whole_to_a_stream_request_is_read_whole(
 # --- 5. a stream cut short ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("chunks", [0, 2])
+# 3 chunks: the role chunk and two pieces of text.
+@pytest.mark.parametrize("chunks", [0, 3])
 async def test_a_stream_cut_short_is_a_retryable_error_not_a_reply(
     server: FakeLLMServer, make_openai: MakeOpenAI, collect: Collect, chunks: int
 ) -> None:
