@@ -3,11 +3,13 @@
 Raw stream events are assembled here: text (through the ``<think>`` filter as well),
 thinking with its signature, redacted thinking and tool calls whose input arrives as JSON
 pieces. Thinking blocks travel back on the next request with their signatures, as the API
-requires. A request that fails before its stream starts (429/5xx/529, a timeout, a dropped
-connection) is sent again here, by the rule every provider follows (``_resend``; the SDK's own
-retries are off); what goes wrong after the stream started (an error event, a stream cut
-short) is left to the loop's ``RetryingModel``. One deadline bounds the whole call (``_deadline``), and a
-server that reports no usage (a proxy that strips it) gets an estimate (``tokens``).
+requires.
+
+A request that fails before its stream starts (429/5xx/529, a timeout, a dropped connection)
+is sent again here, by the rule every provider follows (``_resend``; the SDK's own retries are
+off); what goes wrong after the stream started (an error event, a stream cut short) is left to
+the loop's ``RetryingModel``. One deadline bounds the whole call (``_deadline``), and a server
+that reports no usage (a proxy that strips it) gets an estimate (``tokens``).
 """
 
 from __future__ import annotations
