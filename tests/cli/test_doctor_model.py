@@ -138,14 +138,26 @@ def test_a_model_that_never_calls_a_tool_cannot_run(cli: Any, tmp_path: Path, fa
     assert "made for tool use" in said and "Traceback" not in done.stdout + done.stderr
 
 
-def test_an_unreachable_server_is_not_sent_requests(cli: Any, tmp_path: Path) -> None:
+def test_an_unreachable_server_is_asked_once_and_named(cli: Any, tmp_path: Path) -> None:
     with FakeLLMServer() as gone:
         configure(tmp_path, gone)
     done = cli("doctor", "--model")  # the port is closed now
     assert done.returncode == 1
     assert "cannot reach" in next(x for x in done.stdout.splitlines() if x.startswith("model:"))
-    assert "model requests: not sent (the model cannot be reached" in done.stdout
+    said = lines(done.stdout)
+    assert said["reachable"].startswith("PROBLEM: openai: cannot reach http://127.0.0.1:")
+    assert "is the server running?" in said["reachable"]
+    assert said["streams tool calls"] == "not asked: the model could not be reached"
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_a_missing_key_stops_at_the_first_request(cli: Any, tmp_path: Path) -> None:
+    (tmp_path / "steward.toml").write_text('model = "openai:gpt-4o-mini"\n[sandbox]\nenabled = false\n')
+    done = cli("doctor", "--model")
+    assert done.returncode == 1
+    said = lines(done.stdout)
+    assert said["reachable"].startswith("PROBLEM: openai: no API key. Set OPENAI_API_KEY")
+    assert said["reports usage"] == "not asked: the model could not be reached"
 
 
 def test_no_model_configured_is_nothing_to_try(cli: Any, tmp_path: Path) -> None:

@@ -43,19 +43,18 @@ def check_model(config: Config) -> bool:
     return True
 
 
-def check_model_requests(config: Config, *, reached: bool) -> bool:
+def check_model_requests(config: Config) -> bool:
     """Three tiny real requests to the model, one line per finding; whether runs can use it.
 
-    ``reached``: the free probe above found the model (otherwise nothing is sent).
+    They are sent even when the free check above failed: a busy local server may miss its short
+    bound, or have no model list, and still answer; a server that is down fails the first
+    request at once, and nothing more is asked.
     """
     if not config.model:
         typer.echo(
             "model requests: no model to try (set STEWARD_MODEL or model in steward.toml, or pass "
             "--model SPEC)"
         )
-        return False
-    if not reached:
-        typer.echo("model requests: not sent (the model cannot be reached: see the line above)")
         return False
     from steward.agent import Agent
     from steward.models.diagnose import REQUEST_TIMEOUT_S
@@ -70,7 +69,7 @@ def check_model_requests(config: Config, *, reached: bool) -> bool:
         typer.echo(f"  PROBLEM: {exc}")
         return False
     for finding in diagnosis.findings:
-        mark = "PROBLEM: " if finding.verdict == "problem" else ""
+        mark = {"problem": "PROBLEM: ", "not asked": "not asked: "}.get(finding.verdict, "")
         typer.echo(f"  {finding.check}: {mark}{finding.detail}")
     for notice in diagnosis.notices:
         typer.echo(f"  note: {notice}")

@@ -69,7 +69,7 @@ _TOOL = ModelRequest(
     system=_SYSTEM,
     messages=[UserMessage("What time is it? Call the get_time tool to find out; do not answer in words.")],
     tools=[GET_TIME],
-    max_tokens=256,
+    max_tokens=100,  # a call takes a few dozen; a model that rambles instead is cut short
     temperature=0.0,
 )
 _LONG = ModelRequest(
