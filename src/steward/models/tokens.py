@@ -21,8 +21,8 @@ from steward.models.base import (
     ToolResultMessage,
     Usage,
     UserMessage,
-    schema_chars,
 )
+from steward.text import compact_json
 
 __all__ = ["estimate_tokens", "estimate_usage", "request_tokens"]
 
@@ -66,8 +66,9 @@ def request_tokens(request: ModelRequest) -> int:
     total = estimate_tokens(request.system_text) + _PER_MESSAGE
     for message in request.messages:
         total += _PER_MESSAGE + sum(estimate_tokens(text) for text in _message_text(message))
-    # Schemas are dense JSON: about three characters a token.
-    return total + schema_chars(request.tools) // 3
+    for tool in request.tools:
+        total += estimate_tokens(f"{tool.name} {tool.description} {compact_json(tool.parameters)}")
+    return total
 
 
 def estimate_usage(request: ModelRequest, reply: AssistantMessage) -> Usage:
