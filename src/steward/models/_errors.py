@@ -92,13 +92,20 @@ def is_invalid_request(status: int, detail: str, kind: str | None = None) -> boo
     return status in (400, 422) or _INVALID_WORDS.search(f"{kind or ''} {detail}") is not None
 
 
-def timeout_error(label: str, url: str, timeout: float | None) -> ModelError:
+def timeout_error(label: str, url: str, timeout: float | None, *, what: str = "") -> ModelError:
+    """No reply within ``timeout`` (the bound of a model call; of ``what`` when named, a request
+    with its own bound that ``timeout_s`` does not raise)."""
     within = f" within {timeout:g}s" if timeout is not None else ""
-    return ModelError(
-        f"{label}: no reply from {url}{within}. Raise timeout_s in [models.{label}] or check the server.",
-        provider=label,
-        retryable=True,
-    )
+    if what:
+        message = (
+            f"{label}: no answer to {what} from {url}{within}: is the server busy or down? "
+            f"`steward doctor --model {label}:MODEL` tries it with real requests and a longer bound."
+        )
+    else:
+        message = (
+            f"{label}: no reply from {url}{within}. Raise timeout_s in [models.{label}] or check the server."
+        )
+    return ModelError(message, provider=label, retryable=True)
 
 
 def unreachable_error(label: str, url: str, url_env: str, *, retryable: bool) -> ModelError:

@@ -21,7 +21,6 @@ the endpoint is remembered for the process and the run hears of it once (``Notic
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -31,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ModelError
 from . import _openai_wire as wire
 from ._deadline import before, bounded, deadline_after
-from ._errors import readable, spent, status_error, timeout_error, unreachable_error
-from ._sse import DONE, sse_data
+from ._errors import is_invalid_request, readable, status_error, timeout_error, unreachable_error
+from ._resend import Attempts, retry_after
+from ._sse import DONE, LineTooLongError, WholeBodyError, read_bounded, sse_data, sse_lines
 from .base import Model, ModelRequest, ModelResponse, Notice, StreamItem
 
 if TYPE_CHECKING:
@@ -45,15 +45,23 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Sent when a custom server needs no key: the SDK refuses to start without one.
 PLACEHOLDER_API_KEY = "steward-no-key"
 DEFAULT_MAX_RETRIES = 2
-_BACKOFF_S, _BACKOFF_MOST_S = 0.5, 8.0
-_RETRY_AFTER_MOST_S = 60.0  # a server asking for longer is not waited for within one call
+PROBE_TIMEOUT_S = 10.0  # asking for the model list is quick, or the server is not answering
 
 # Endpoints (base URL, model) that cannot stream a tool choice, learned in this process.
 _WHOLE_REPLY_ENDPOINTS: set[tuple[str, str]] = set()
 
 
 class _CannotStream(Exception):  # noqa: N818 - control flow inside this module, never raised out
-    """A streamed request with tools ended before any piece of the reply came."""
+    """A streamed request with tools ended before any piece of the reply came.
+
+    ``said``: the server ended the body itself (empty, or with an error object), as one that
+    cannot stream a tool choice does; otherwise the connection dropped, which says nothing
+    about the server and is not remembered.
+    """
+
+    def __init__(self, *, said: bool) -> None:
+        super().__init__("nothing came")
+        self.said = said
 
 
 class OpenAIChatModel(Model):
@@ -126,14 +134,15 @@ class OpenAIChatModel(Model):
         try:
             async for item in self._streamed(request, deadline, may_fall_back=may_fall_back):
                 yield item
-        except _CannotStream:
-            pass
+        except _CannotStream as exc:
+            said = exc.said
         else:
             return
-        # Nothing came, not even a piece: ask again at once for a whole reply. Only a tool call
-        # in it shows the server cannot stream one (a text reply may just follow a cut stream).
+        # Nothing came, not even a piece: ask again at once for a whole reply. Only a server that
+        # ended the body itself and then gives a tool call whole cannot stream one (a dropped
+        # connection, or a text reply, says nothing about the server).
         items = [item async for item in self._whole(request, deadline)]
-        if any(isinstance(item, ModelResponse) and item.message.tool_calls for item in items):
+        if said and any(isinstance(item, ModelResponse) and item.message.tool_calls for item in items):
             _WHOLE_REPLY_ENDPOINTS.add(self._endpoint)
             if not self._noticed:
                 self._noticed = True
@@ -164,15 +173,19 @@ class OpenAIChatModel(Model):
                 # A server that ignores "stream": true and answers whole; the reply is just as good.
                 whole = await self._read(response, deadline)
             else:
-                events = await stack.enter_async_context(aclosing(sse_data(response.iter_lines())))
-                async for delta in self._deltas(events, reply, deadline, may_fall_back=may_fall_back):
-                    yield delta
+                lines = sse_lines(response.iter_bytes())
+                events = await stack.enter_async_context(aclosing(sse_data(lines)))
+                try:
+                    async for delta in self._deltas(events, reply, deadline, may_fall_back=may_fall_back):
+                        yield delta
+                except WholeBodyError as exc:  # the same, labelled as something else
+                    whole = exc.body
         if whole is not None:
             for item in self._whole_reply(whole, request):
                 yield item
             return
         if not reply.complete:
-            raise self._cut(reply, may_fall_back=may_fall_back)
+            raise self._cut(reply, may_fall_back=may_fall_back, said=True, tools=bool(request.tools))
         for delta in reply.finish():
             yield delta
         response_item = reply.response(self.model, request)
@@ -198,21 +211,35 @@ class OpenAIChatModel(Model):
                 chunk = self._json(data, f"chunk {reply.chunks + 1}")
                 if "error" in chunk and not chunk.get("choices"):
                     if may_fall_back and not reply.delivered:
-                        raise _CannotStream
+                        raise _CannotStream(said=True)
                     raise self._failed(chunk["error"], "stream")
                 for delta in reply.add_chunk(chunk):
                     yield delta
         except httpx2.TimeoutException as exc:  # a gap longer than the client's own timeout
             raise self._timeout_error() from exc
         except httpx2.TransportError as exc:  # the connection dropped while the reply came
-            raise self._cut(reply, may_fall_back=may_fall_back) from exc
+            raise self._cut(reply, may_fall_back=may_fall_back, said=False, tools=False) from exc
+        except LineTooLongError as exc:
+            raise self._not_a_stream(str(exc)) from exc
 
-    def _cut(self, reply: wire.ReplyAssembler, *, may_fall_back: bool) -> Exception:
+    def _cut(self, reply: wire.ReplyAssembler, *, may_fall_back: bool, said: bool, tools: bool) -> Exception:
         """A stream that ended before its end: a server that cannot stream a tool choice when
-        nothing came yet (and falling back is allowed), else a reply that broke off."""
+        nothing came yet (and falling back is allowed), else a reply that broke off.
+
+        ``said``: the server closed the body itself; ``tools``: the request offered tools.
+        """
         if may_fall_back and not reply.delivered:
-            return _CannotStream()
-        return self._broke_off(reply)
+            return _CannotStream(said=said)
+        error = self._broke_off(reply)
+        if said and tools and not reply.delivered and self._stream is True:
+            # stream = true was asked for, on a server that ends a streamed tool choice empty.
+            error = ModelError(
+                f"{error} The server may not stream tool calls (llama-cpp-python cannot): remove "
+                f"stream = true from [models.{self.provider}] to let Steward ask it for whole replies.",
+                provider=self.provider,
+                retryable=True,
+            )
+        return error
 
     async def _whole(self, request: ModelRequest, deadline: float | None) -> AsyncIterator[StreamItem]:
         async with AsyncExitStack() as stack:
@@ -225,11 +252,13 @@ class OpenAIChatModel(Model):
         import httpx2
 
         try:
-            raw = await before(deadline, response.read(), self._timeout_error)
+            raw = await before(deadline, read_bounded(response.iter_bytes()), self._timeout_error)
         except httpx2.TimeoutException as exc:
             raise self._timeout_error() from exc
         except httpx2.TransportError as exc:
             raise self._broke_off(wire.ReplyAssembler()) from exc
+        except LineTooLongError as exc:
+            raise self._not_a_stream(str(exc)) from exc
         return raw.decode("utf-8", errors="replace")
 
     def _whole_reply(self, raw: str, request: ModelRequest) -> list[StreamItem]:
@@ -249,29 +278,21 @@ class OpenAIChatModel(Model):
 
         client = self._get_client()
         arguments = self._arguments(request, streaming)
-        previous: tuple[int, str] | None = None
-        loop = asyncio.get_running_loop()
-        for attempt in range(self._retries + 1):
+        attempts = Attempts(self._retries, deadline)
+        for attempt in attempts:
             call = client.chat.completions.with_streaming_response.create(**arguments)
-            wait: float | None = None
             try:
                 return await before(deadline, stack.enter_async_context(call), self._timeout_error)
             except openai.APIStatusError as exc:
-                seen = (exc.status_code, _detail(exc))
-                error = self._status_error(exc, retries=attempt, repeated=seen == previous)
-                previous, wait = seen, _retry_after(exc.response.headers)
-                worth_it = error.retryable
+                # A busy server (503 while it loads the model) says the same every time, and passes.
+                repeated = attempts.repeated(exc.status_code, _detail(exc))
+                error = self._status_error(exc, retries=attempt, repeated=repeated)
+                # Kept with the failure: a wait past the call's deadline is left to the loop.
+                error.retry_after = retry_after(exc.response.headers) or error.retry_after
+                await attempts.after(error, attempt, exc.response.headers)
             except openai.APIConnectionError as exc:  # timeouts too
-                error = self._error(exc)
-                worth_it = True  # a server starting up or restarting may answer a moment later
-            if not worth_it or attempt == self._retries:
-                raise spent(error, attempt)
-            pause = min(_BACKOFF_S * 2**attempt, _BACKOFF_MOST_S) if wait is None else wait
-            if deadline is not None and loop.time() + pause >= deadline:
-                # The wait would outlast the call: the failure goes to the loop, with the wait.
-                error.retry_after = pause if wait is not None else error.retry_after
-                raise spent(error, attempt)
-            await asyncio.sleep(pause)
+                # A server starting up or restarting may answer a moment later.
+                await attempts.after(self._error(exc), attempt, worth_it=True)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _arguments(self, request: ModelRequest, streaming: bool) -> dict[str, Any]:
@@ -331,11 +352,14 @@ class OpenAIChatModel(Model):
         import openai
 
         self.check()
-        client = self._get_client().with_options(max_retries=0, timeout=min(self._timeout or 10.0, 10.0))
+        bound = min(self._timeout or PROBE_TIMEOUT_S, PROBE_TIMEOUT_S)
+        client = self._get_client().with_options(max_retries=0, timeout=bound)
         try:
             listed = await client.models.list()
         except openai.NotFoundError:  # a server without the list (some local ones) still answers
             return f"{self.base_url} answers"
+        except openai.APITimeoutError as exc:  # its own bound, not the one of a model call
+            raise timeout_error(self.provider, self.base_url, bound, what="the model list") from exc
         except openai.APIError as exc:
             raise self._error(exc) from exc
         names = {m.id for m in listed.data}
@@ -383,12 +407,24 @@ class OpenAIChatModel(Model):
             retryable=True,
         )
 
-    def _failed(self, error: object, what: str) -> ModelError:
-        detail = error.get("message") if isinstance(error, Mapping) else error
+    def _not_a_stream(self, why: str) -> ModelError:
         return ModelError(
-            f"{self.provider}: the {what} failed: {readable(str(detail))}",
+            f"{self.provider}: the reply from {self.base_url} is not what an OpenAI-compatible server "
+            f"sends ({why}): check base_url in [models.{self.provider}].",
             provider=self.provider,
-            retryable=True,
+        )
+
+    def _failed(self, error: object, what: str) -> ModelError:
+        """An error object in place of a reply; one whose words call the request invalid is final."""
+        fields: Mapping[Any, Any] = error if isinstance(error, Mapping) else {"message": error}
+        detail, code = str(fields.get("message") or error), fields.get("code")
+        status = code if isinstance(code, int) else 0
+        invalid = is_invalid_request(status, detail, str(fields.get("type") or ""))
+        return ModelError(
+            f"{self.provider}: the {what} failed: {readable(detail)}"
+            + (": the server calls the request invalid, so it is not sent again" if invalid else ""),
+            provider=self.provider,
+            retryable=not invalid,
         )
 
     def _status_error(self, exc: APIStatusError, *, retries: int, repeated: bool) -> ModelError:
@@ -423,18 +459,6 @@ def _detail(exc: APIError) -> str:
         elif isinstance(inner, str) and inner:
             text = inner
     return str(text)[:4000]  # whole: status_error makes it readable (pydantic lists run long)
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds the server asked to wait (``retry-after-ms`` or ``retry-after``), if sensible."""
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        try:
-            seconds = float(headers.get(name, "")) / scale
-        except ValueError:
-            continue
-        if 0 <= seconds <= _RETRY_AFTER_MOST_S:
-            return seconds
-    return None
 
 
 def _is_connect_error(exc: BaseException) -> bool:

@@ -30,12 +30,12 @@ def openai_sse(reply: FakeReply, model: str, served: int, include_usage: bool) -
         # The chunks before the finish chunk, and no end: the connection just closes.
         cut = _openai_chunks(reply, model, served, False)[:-1]
         kept = cut[:1] if reply.trickle > 0 else cut[: reply.cut_after]
-        return [f"data: {json.dumps(chunk)}\n\n" for chunk in kept]
+        return [f"data: {_utf8(chunk)}\n\n" for chunk in kept]
     if reply.stream_error:
         message = reply.error_message or f"fake {reply.stream_error}"
         chunks = [chunks[0], {"error": {"message": message, "type": reply.stream_error, "code": None}}]
     done = ["data: [DONE]\n\n"] if reply.send_done else []
-    return [*(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks), *done]
+    return [*(f"data: {_utf8(chunk)}\n\n" for chunk in chunks), *done]
 
 
 def openai_trickle(reply: FakeReply, model: str, served: int) -> str | None:
@@ -44,7 +44,13 @@ def openai_trickle(reply: FakeReply, model: str, served: int) -> str | None:
     piece = (reply.text or "and so on ")[: max(reply.piece, 1)]
     base = {"id": f"chatcmpl-fake{served}", "object": "chat.completion.chunk", "created": 0, "model": model}
     chunk = {**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
-    return f"data: {json.dumps(chunk)}\n\n"
+    return f"data: {_utf8(chunk)}\n\n"
+
+
+def _utf8(chunk: JSON) -> str:
+    # Characters as they are, not \u escapes: llama.cpp's server and vLLM send UTF-8 so, and JSON
+    # leaves U+2028 and U+0085 unescaped inside a string (a reader must not end a line there).
+    return json.dumps(chunk, ensure_ascii=False)
 
 
 def anthropic_sse(reply: FakeReply, model: str, served: int) -> list[str]:

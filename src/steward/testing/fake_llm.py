@@ -34,6 +34,8 @@ recorded in ``server.requests`` (path, lower-cased headers, JSON body).
   streams normally.
 * ``stream_ignored``: every request gets one JSON body, ``"stream": true`` or not (as some
   proxies and older servers answer).
+* ``json_as_events``: as ``stream_ignored``, but a streamed request's JSON body is labelled
+  ``text/event-stream`` (a proxy that keeps the header of the stream it was asked for).
 
 Every wait is bounded: delays and stalls end early when the server closes, and sockets time
 out after ``SOCKET_TIMEOUT`` seconds. Closing the server joins all of its threads.
@@ -78,7 +80,9 @@ SOCKET_TIMEOUT = 10.0
 # A trickling reply stops after this many pieces even if nobody closes it (a bound, not a plan).
 TRICKLE_MOST = 100_000
 
-Quirk = Literal["null_content_refused", "tools_need_choice", "no_stream_with_tools", "stream_ignored"]
+Quirk = Literal[
+    "null_content_refused", "tools_need_choice", "no_stream_with_tools", "stream_ignored", "json_as_events"
+]
 QUIRKS: frozenset[Quirk] = frozenset(get_args(Quirk))
 LLAMA_CPP_PYTHON: frozenset[Quirk] = frozenset(
     {"null_content_refused", "tools_need_choice", "no_stream_with_tools"}
@@ -255,9 +259,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         scripted = reply
         reply = _limited(reply if anthropic else _tools_hidden(fake.quirks, body, reply), body)
-        if not body.get("stream") or (not anthropic and "stream_ignored" in fake.quirks):
+        whole = {"stream_ignored", "json_as_events"} & fake.quirks
+        if not body.get("stream") or (not anthropic and whole):
             build = anthropic_message if anthropic else openai_completion
-            self._send_json(200, build(reply, model, served), reply.headers)
+            label = "text/event-stream" if body.get("stream") and "json_as_events" in whole else None
+            self._send_json(200, build(reply, model, served), reply.headers, content_type=label)
         elif anthropic:
             self._send_stream(anthropic_sse(reply, model, served), reply, anthropic_trickle(reply))
         elif _cannot_stream(fake.quirks, body, reply):
@@ -268,10 +274,17 @@ class _Handler(BaseHTTPRequestHandler):
             events = openai_sse(reply, model, served, include_usage)
             self._send_stream(events, reply, openai_trickle(reply, model, served))
 
-    def _send_json(self, status: int, payload: JSON, headers: Mapping[str, str] | None = None) -> None:
+    def _send_json(
+        self,
+        status: int,
+        payload: JSON,
+        headers: Mapping[str, str] | None = None,
+        *,
+        content_type: str | None = None,
+    ) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type or "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Connection", "close")
         for name, value in (headers or {}).items():

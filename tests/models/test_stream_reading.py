@@ -1,0 +1,135 @@
+"""How a streamed body is cut into lines and events, and what a body that is no stream becomes.
+
+The reader (``_sse``) is fed bytes split where a network may split them; then the provider reads
+such bodies from the fake server over a real socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+
+from steward.errors import ModelError
+from steward.models._sse import LineTooLongError, WholeBodyError, sse_data, sse_lines
+from steward.models.base import ModelRequest, ModelResponse, StreamItem, ToolSpec, UserMessage
+from steward.models.openai_chat import OpenAIChatModel
+from steward.testing.fake_llm import FakeLLMServer, FakeReply, FakeToolCall
+
+from .conftest import MakeOpenAI
+
+NEVER = 60.0  # an upper bound a correct program never reaches
+
+LS = ToolSpec("ls", "List a directory.", {"type": "object", "properties": {"path": {"type": "string"}}})
+
+
+async def _reads(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+async def lines_of(*parts: bytes, most: int = 1 << 20) -> list[str]:
+    return [line async for line in sse_lines(_reads(*parts), most)]
+
+
+async def events_of(*parts: bytes) -> list[str]:
+    return [data async for data in sse_data(sse_lines(_reads(*parts)))]
+
+
+# --- lines ----------------------------------------------------------------------------------
+
+
+async def test_lines_end_only_at_cr_and_lf_never_at_unicode_line_separators() -> None:
+    text = 'data: {"t": "a\u2028b\u0085c\u2029d\x0ce"}'
+    assert await lines_of(text.encode() + b"\n") == [text]
+
+
+async def test_a_crlf_split_between_two_reads_is_one_line_end() -> None:
+    # A stray empty line would end the event early and split its two data lines in two events.
+    assert await events_of(b"data: a\r", b"\ndata: b\r\n\r\n") == ["a\nb"]
+
+
+async def test_a_character_split_between_two_reads_is_whole_again() -> None:
+    encoded = "data: é€😀\n".encode()
+    assert await lines_of(*(encoded[n : n + 1] for n in range(len(encoded)))) == ["data: é€😀"]
+
+
+async def test_lone_cr_line_ends_and_a_last_line_without_end_are_lines() -> None:
+    assert await lines_of(b"one\rtwo\r\nthree\nfour\r") == ["one", "two", "three", "four"]
+    assert await lines_of(b"one\n", b"last") == ["one", "last"]
+
+
+async def test_a_line_that_never_ends_is_bounded() -> None:
+    with pytest.raises(LineTooLongError, match="longer than 1,024 bytes"):
+        await lines_of(*([b"x" * 100] * 20), most=1024)
+
+
+# --- events ---------------------------------------------------------------------------------
+
+
+async def test_comments_event_and_id_fields_and_a_bom_are_skipped() -> None:
+    body = "\ufeff: ping\r\nevent: message\r\nid: 7\r\ndata: one\r\n\r\n: ping\r\ndata:two\r\n\r\n"
+    assert await events_of(body.encode()) == ["one", "two"]
+
+
+async def test_a_body_that_opens_a_json_object_is_given_whole() -> None:
+    with pytest.raises(WholeBodyError) as caught:
+        await events_of(b'\n{"choices": [\n  {"index": 0}\n]}\n')
+    assert caught.value.body == '{"choices": [\n  {"index": 0}\n]}'
+
+
+# --- over a socket --------------------------------------------------------------------------
+
+
+def ask(*, tools: Sequence[ToolSpec] = ()) -> ModelRequest:
+    return ModelRequest(system="Be brief.", messages=[UserMessage("hi")], tools=list(tools))
+
+
+async def items_of(model: OpenAIChatModel, request: ModelRequest) -> list[StreamItem]:
+    async def read() -> list[StreamItem]:
+        return [item async for item in model.stream(request)]
+
+    return await asyncio.wait_for(read(), NEVER)
+
+
+def reply_of(items: list[StreamItem]) -> ModelResponse:
+    (response,) = [item for item in items if isinstance(item, ModelResponse)]
+    return response
+
+
+async def test_a_reply_holding_unicode_line_separators_arrives_whole(
+    server: FakeLLMServer, make_openai: MakeOpenAI
+) -> None:
+    text = "One\u2028two\u0085three\u2029four."  # sent as UTF-8, as llama.cpp's server does
+    server.add(FakeReply(text=text, piece=3))
+    assert reply_of(await items_of(make_openai(), ask())).message.text == text
+
+
+async def test_a_json_body_labelled_as_an_event_stream_is_read_whole(
+    server: FakeLLMServer, make_openai: MakeOpenAI
+) -> None:
+    server.quirks = frozenset({"json_as_events"})
+    server.add(FakeReply(text="All at once.", tool_calls=[FakeToolCall("ls")]))
+    response = reply_of(await items_of(make_openai(), ask(tools=[LS])))
+    assert response.message.text == "All at once." and response.message.tool_calls[0].name == "ls"
+    assert len(server.requests) == 1 and server.requests[0].body["stream"]
+
+
+async def test_an_error_object_calling_the_request_invalid_is_not_retryable(
+    server: FakeLLMServer, make_openai: MakeOpenAI
+) -> None:
+    message = "1 validation error: field required: messages.2.content"
+    server.add(FakeReply(stream_error="invalid_request_error", error_message=message))
+    with pytest.raises(ModelError, match="calls the request invalid") as caught:
+        await items_of(make_openai(), ask())
+    assert not caught.value.retryable
+
+
+async def test_an_error_object_of_a_busy_server_stays_retryable(
+    server: FakeLLMServer, make_openai: MakeOpenAI
+) -> None:
+    server.add(FakeReply(stream_error="server_error", error_message="the slot was cancelled"))
+    with pytest.raises(ModelError, match="the slot was cancelled") as caught:
+        await items_of(make_openai(), ask())
+    assert caught.value.retryable
