@@ -11,7 +11,7 @@ import pytest
 
 from steward.errors import ModelError
 from steward.models import openai_chat
-from steward.models.base import ModelRequest, ModelResponse, StreamItem, ToolSpec, UserMessage
+from steward.models.base import ModelRequest, ModelResponse, Notice, StreamItem, ToolSpec, UserMessage
 from steward.models.openai_chat import OpenAIChatModel
 from steward.testing.fake_llm import FakeLLMServer, FakeReply, FakeToolCall
 
@@ -74,3 +74,22 @@ async def test_the_model_list_timing_out_names_its_own_bound_not_the_call_s(
         await asyncio.wait_for(model.probe(), NEVER)
     message = str(caught.value)
     assert "within 0.2s" in message and "model list" in message and "300" not in message
+
+
+async def test_a_dropped_connection_before_a_tool_call_is_asked_again_but_not_remembered(
+    server: FakeLLMServer, make_openai: MakeOpenAI
+) -> None:
+    # A connection that breaks says nothing about what the server can stream: the request is
+    # sent again whole (this once), and the next one streams again.
+    server.add(
+        FakeReply(tool_calls=[FakeToolCall("ls")], drop_after=1), FakeReply(tool_calls=[FakeToolCall("ls")])
+    )
+    model = make_openai()
+    items = await items_of(model, ask(tools=[LS]))
+    (response,) = [item for item in items if isinstance(item, ModelResponse)]
+    assert response.message.tool_calls[0].name == "ls"
+    assert not [item for item in items if isinstance(item, Notice)] and not model.fell_back
+    assert [r.body["stream"] for r in server.requests] == [True, False]
+    server.add(FakeReply(tool_calls=[FakeToolCall("ls")]))
+    await items_of(model, ask(tools=[LS]))
+    assert server.requests[-1].body["stream"] is True

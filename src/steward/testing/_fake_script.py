@@ -54,7 +54,8 @@ class FakeReply:
     longer than the request's ``max_tokens`` (counted in pieces) there, with the "length" /
     "max_tokens" reason, as ``truncated=True`` does for any reply. OpenAI only:
     ``send_done=False`` ends a complete stream without ``data: [DONE]``, ``send_finish=False``
-    without a finish reason.
+    without a finish reason. ``drop_after=N`` sends the first N events in chunked encoding and
+    drops the connection without its last chunk: the client sees a broken body, not an end.
     """
 
     text: str = ""
@@ -83,6 +84,7 @@ class FakeReply:
     truncated: bool = False
     send_done: bool = True
     send_finish: bool = True
+    drop_after: int | None = None
 
     @classmethod
     def error(

@@ -294,6 +294,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _send_stream(self, events: list[str], reply: FakeReply, repeat: str | None) -> None:
+        if reply.drop_after is not None:
+            self._send_dropped(events[: reply.drop_after])
+            return
         # No Content-Length: the body ends when the connection closes, as SSE over HTTP/1.1 may.
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -316,6 +319,18 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self.wfile.write(repeat.encode())
             self.wfile.flush()
+
+    def _send_dropped(self, events: list[str]) -> None:
+        """``events`` as chunks of a chunked body whose last chunk never comes."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        for event in events:
+            data = event.encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
 
 
 # --- wire formats ---------------------------------------------------------------------------
