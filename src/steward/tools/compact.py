@@ -24,9 +24,13 @@ __all__ = ["CompactToolset", "compact_spec", "first_sentence", "without_descript
 # Keywords that only annotate a schema: dropping them changes no value the schema accepts.
 _ANNOTATIONS = frozenset({"description", "title", "examples", "$comment"})
 # Keywords whose value is a mapping of names to schemas: the names are data, never keywords.
-_NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
-# Keywords whose value is data (a default, the allowed values): copied as they are.
-_DATA = frozenset({"default", "enum", "const", "required", "dependentRequired"})
+# (draft 7's "dependencies" maps a property's name to a schema or to a list of names.)
+_NAMED_SCHEMAS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
+)
+# Keywords whose value is data (a default, the allowed values, OpenAPI's discriminator with its
+# mapping of tags, which pydantic emits for tagged unions): copied as they are.
+_DATA = frozenset({"default", "enum", "const", "required", "dependentRequired", "discriminator"})
 
 # The end of a sentence: . ! or ? then a space or the end, not right after a common abbreviation.
 _SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)[.!?](?=\s|$)")
