@@ -1,7 +1,8 @@
 """``steward``: the command line's entry point.
 
-Exit codes: 0 solved, 1 partial, stuck or failed, 2 usage or configuration error,
-130 interrupted. A user's mistake is one line naming the fix, never a traceback.
+Exit codes: 0 solved, 3 answered (without saying the goal was done), 1 partial, stuck or
+failed, 2 usage or configuration error, 130 interrupted (``steward.cli.options``). A user's
+mistake is one line naming the fix, never a traceback.
 
 This module imports nothing heavy: the command table (``steward.cli.commands``) is loaded
 inside ``main``. Most of a command's start-up is importing, so Ctrl-C then ends with one line

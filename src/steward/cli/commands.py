@@ -23,6 +23,7 @@ from steward.cli.driving import (
     warn_about_sandbox,
 )
 from steward.cli.options import (
+    EXIT_CODES_HELP,
     EXIT_INTERRUPTED,
     NO_MODEL,
     AllowOpt,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 app = typer.Typer(
     name="steward",
     help="Steward: autonomous, tool-using agents that plan, act, verify and report.",
+    epilog=EXIT_CODES_HELP,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -73,7 +75,7 @@ def _root(
     """Steward: autonomous, tool-using agents that plan, act, verify and report."""
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES_HELP)
 def run(
     goal: Annotated[str | None, typer.Argument(help="What the agent should achieve.", metavar="GOAL")] = None,
     resume_id: ResumeOpt = None,

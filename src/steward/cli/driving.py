@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from steward.cli._stdin import LineReader
-from steward.cli.options import EXIT_INTERRUPTED, EXIT_NOT_SOLVED, EXIT_OK, EXIT_TERMINATED, fail
+from steward.cli.options import EXIT_INTERRUPTED, EXIT_NOT_SOLVED, EXIT_TERMINATED, exit_code, fail
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -31,10 +31,6 @@ if TYPE_CHECKING:
 
 _STDIN = LineReader()
 CURRENT: list[Run] = []  # the run being driven: named when it is stopped, asked how it stands
-
-
-def _exit_code(status: str, end_status: str | None) -> int:
-    return EXIT_OK if status == "done" and end_status == "solved" else EXIT_NOT_SOLVED
 
 
 async def drive(run: Run, *, json_lines: bool, quiet: bool, first: AsyncIterator[Event] | None = None) -> int:
@@ -103,7 +99,7 @@ async def _drive_stream(
             _still_waiting(run)
             return EXIT_NOT_SOLVED
         events = run.answer_stream(answer)
-    return _exit_code(run.status, run.state.end_status)
+    return exit_code(run.status, run.state.end_status)
 
 
 def _still_waiting(run: Run) -> None:

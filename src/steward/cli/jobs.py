@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from steward.cli.options import EXIT_NOT_SOLVED, EXIT_OK
+from steward.cli.options import EXIT_ANSWERED, EXIT_NOT_SOLVED, EXIT_OK
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -115,7 +115,8 @@ def submit(
             async with _saying_who_serves(queue, handle, role):
                 if follow:
                     return await _follow(handle, json_lines=json_lines)
-                return _outcome(await handle.wait())
+                job = await handle.wait()
+                return _outcome(job, await _end_status(handle))
 
     raise typer.Exit(asyncio.run(main()))
 
@@ -187,17 +188,28 @@ async def _follow(handle: JobHandle, *, json_lines: bool) -> int:
                 renderer.show(event)
     finally:
         renderer.close()
-    return _outcome(await handle.get(), waits_on)
+    job = await handle.get()
+    return _outcome(job, await _end_status(handle), waits_on)
 
 
-def _outcome(job: Job, waits_on: str = "") -> int:
-    """Print how the job stands; its exit code. ``waits_on``: the kind of its wait, if known."""
-    typer.echo(f"job {job.id} {job.status}: {job.result or job.error or ''}".rstrip(": "))
+async def _end_status(handle: JobHandle) -> str | None:
+    """How the job's run ended (solved, answered, partial, stuck), once it has."""
+    row = await handle.queue.store.get_run(handle.id)
+    return row.end_status if row is not None else None
+
+
+def _outcome(job: Job, end_status: str | None, waits_on: str = "") -> int:
+    """Print how the job stands; its exit code (as ``steward run``'s, from how its run ended).
+    ``waits_on``: the kind of its wait, if known."""
+    how = " (answered)" if job.status == "done" and end_status == "answered" else ""  # done alone: solved
+    typer.echo(f"job {job.id} {job.status}{how}: {job.result or job.error or ''}".rstrip(": "))
     if job.status == "waiting":
         answer, decide = f'`steward answer {job.id} "ANSWER"`', f"`steward approve|deny {job.id}`"
         hint = {"question": answer, "approval": decide}.get(waits_on, f"{answer}, or {decide}")
         typer.echo(f"steward: it waits for you: {hint}", err=True)
-    return EXIT_OK if job.status == "done" else EXIT_NOT_SOLVED
+    if job.status != "done":
+        return EXIT_NOT_SOLVED
+    return EXIT_ANSWERED if end_status == "answered" else EXIT_OK  # a job is done only when it finished
 
 
 @jobs_app.command("list")
@@ -249,18 +261,20 @@ JobId = Annotated[str, typer.Argument(help="The job: its id or a unique prefix."
 def show_job(job_id: JobId, workspace: Workspace = Path()) -> None:
     """Show one job: its state, run, attempts, result or error."""
 
-    async def main() -> tuple[Job, list[Job]]:
+    async def main() -> tuple[Job, list[Job], str | None]:
         store, jobs = await _with_jobs(workspace)
         try:
             job = await jobs.get(job_id)
-            return job, await jobs.list(parent_id=job.id, limit=100)
+            row = await store.get_run(job.id) if job.run_id else None
+            return job, await jobs.list(parent_id=job.id, limit=100), row.end_status if row else None
         finally:
             await store.close()
 
-    job, children = asyncio.run(main())
+    job, children, end_status = asyncio.run(main())
     typer.echo(_line(job))
     typer.echo(f"workspace: {job.workspace}")
-    typer.echo(f"run: {job.run_id or '(not started)'}  attempts: {job.attempts} of {job.max_attempts}")
+    ended = f" ({end_status})" if end_status else ""  # how the run ended: solved, answered, partial, stuck
+    typer.echo(f"run: {job.run_id or '(not started)'}{ended}  attempts: {job.attempts} of {job.max_attempts}")
     for label, value in (
         ("held by", job.lease_owner), ("parent", job.parent_id), ("result", job.result), ("error", job.error)
     ):  # fmt: skip

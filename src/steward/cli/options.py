@@ -12,6 +12,21 @@ if TYPE_CHECKING:
     from steward.personas import Persona
 
 EXIT_OK, EXIT_NOT_SOLVED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+EXIT_ANSWERED = 3
+"""The agent answered in plain text without saying the goal was done (end status ``answered``)."""
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 solved; 3 answered (the agent answered without saying the goal was done); "
+    "1 partial, stuck or failed; 2 usage or configuration error; 130 interrupted; 143 terminated."
+)
+
+
+def exit_code(status: str, end_status: str | None) -> int:
+    """How a run (or a job's run) that stopped as ``status``/``end_status`` ends the command."""
+    if status != "done":
+        return EXIT_NOT_SOLVED
+    return {"solved": EXIT_OK, "answered": EXIT_ANSWERED}.get(end_status or "", EXIT_NOT_SOLVED)
+
 
 NO_MODEL = (
     "No model configured. Set STEWARD_MODEL=openai:gpt-4o-mini (or pass --model, or put "

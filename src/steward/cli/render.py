@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console, RenderableType
@@ -69,6 +70,15 @@ def _tool_label(tool: str, arguments: dict[str, Any]) -> str:
 
 def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def tokens_label(usage: Mapping[str, Any]) -> str:
+    """A run's tokens as recorded (``Usage.as_dict``): "~1,234 tokens (estimated)" when counted
+    here because the server reported none; "" when there are none."""
+    tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+    if not tokens:
+        return ""
+    return f"~{tokens:,} tokens (estimated)" if usage.get("estimated") else f"{tokens:,} tokens"
 
 
 class Running:
@@ -212,12 +222,11 @@ class TerminalRenderer:
     def _final(self, event: DoneEvent, *, quiet: bool) -> None:
         if not quiet:
             status = event.end_status or event.status
-            color = {"solved": "green", "partial": "yellow"}.get(status, "red")
-            usage = event.usage
-            tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+            color = {"solved": "green", "answered": "cyan", "partial": "yellow"}.get(status, "red")
+            tokens = tokens_label(event.usage)
             self.err.print(
                 f"[bold {color}]■ {status}[/] · {_count(event.steps, 'step')} · "
-                f"{_count(event.tool_calls, 'tool call')}" + (f" · {tokens:,} tokens" if tokens else "")
+                f"{_count(event.tool_calls, 'tool call')}" + (f" · {tokens}" if tokens else "")
             )
         if event.status == "failed":
             if quiet:  # otherwise the error event was shown already

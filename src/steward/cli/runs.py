@@ -115,6 +115,8 @@ def _how_to_go_on(row: RunRow, events: list[Event]) -> str:
 
 
 def _timeline_line(kind: str, d: dict[str, object]) -> str | None:  # noqa: PLR0911 - one line per kind
+    from steward.cli.render import tokens_label
+
     match kind:
         case "phase":
             return f"step {d['step']:<3} {str(d['phase']).upper():<8} {d['summary']}"
@@ -136,7 +138,9 @@ def _timeline_line(kind: str, d: dict[str, object]) -> str | None:  # noqa: PLR0
         case "answer":
             return f"          answered: {_short(d['answer'])}"
         case "done":
-            return f"■ {d['end_status'] or d['status']} · {d['steps']} steps · {_short(d['message'])}"
+            tokens = tokens_label(usage) if isinstance(usage := d.get("usage"), dict) else ""
+            counts = f"{d['steps']} steps" + (f" · {tokens}" if tokens else "")
+            return f"■ {d['end_status'] or d['status']} · {counts} · {_short(d['message'])}"
         case "rewind":
             changed = len(d["restored"]) + len(d["removed"])  # type: ignore[arg-type]
             return f"↶ rewound to checkpoint #{d['checkpoint']} (before step {d['step']}): {changed} files"

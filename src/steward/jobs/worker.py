@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 
 _PAST_EXPIRY_S = 0.05  # how long after a lease runs out an idle worker looks for it
 _ANY_ATTEMPTS = 10**9  # the queue counts a job's lost workers (``max_attempts``), not the run
+#: How a run ends that makes its job ``done`` (the run's row keeps which of the two it was):
+#: the agent said the goal was reached, or it answered without saying so. Partial or stuck
+#: runs did not do what was asked: their jobs fail.
+FINISHED = frozenset({"solved", "answered"})
 
 
 @dataclass(slots=True, frozen=True)
@@ -375,7 +379,7 @@ class Worker:
                 else:
                     _report(waiting, await notifier.notify(waiting, "waiting"))
                 return
-            case "done" if st.end_status == "solved":
+            case "done" if st.end_status in FINISHED:
                 ended = await self.jobs.finish(claim, "done", result=st.output)
             case "done":  # partial or stuck: the run ended without doing what was asked
                 why = f"{st.end_status}: {st.output}"
@@ -388,9 +392,9 @@ class Worker:
 
     async def _settle_ended_run(self, claim: Claim, notifier: Notifier) -> None:
         row = await self.store.get_run(claim.job.id)
-        solved = row is not None and row.status == "done" and row.end_status == "solved"
+        finished = row is not None and row.status == "done" and row.end_status in FINISHED
         output = row.output if row is not None else ""
-        if solved:
+        if finished:
             ended = await self.jobs.finish(claim, "done", result=output)
         else:
             ended = await self.jobs.finish(claim, "failed", error=output or "its run ended without an answer")

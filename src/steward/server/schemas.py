@@ -66,7 +66,7 @@ class LastRun(BaseModel):
     id: str
     goal: str
     status: str = Field(description="queued, running, waiting, done, failed, cancelled or dead.")
-    end_status: str | None = Field(description="solved, partial or stuck, once it is done.")
+    end_status: str | None = Field(description="solved, answered, partial or stuck, once it is done.")
     created_at: float
 
 

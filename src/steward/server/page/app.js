@@ -11,6 +11,14 @@ const RECONNECT_LIMIT = 8; // failed reconnects in a row before we stop and offe
 const RECONNECT_CAP_MS = 10000;
 const STREAM_HEALTHY_MS = 30000; // a stream that lasted this long was fine, whatever ended it
 const TERMINAL = new Set(['done', 'failed', 'cancelled', 'dead']);
+// What an end status that is not plain from its name means (said next to the answer).
+const END_MEANS = { answered: 'the agent answered without saying the goal was done' };
+
+/** A run's tokens: "~1,234 tokens (estimated)" when counted here because the server reported none. */
+function tokensLabel(usage) {
+  const tokens = (usage?.input_tokens ?? 0) + (usage?.output_tokens ?? 0);
+  return usage?.estimated ? `~${tokens.toLocaleString('en-US')} tokens (estimated)` : `${tokens.toLocaleString('en-US')} tokens`;
+}
 // Resolved against the page, not the host root: works behind a path prefix too.
 const BASE = new URL('.', location.href);
 
@@ -611,10 +619,11 @@ class RunView {
     this.setStatus(d.status, d.end_status);
     this.dom.final.hidden = false;
     this.dom.final.dataset.status = d.status;
+    this.dom.final.dataset.end = d.end_status ?? '';
     this.dom.answer.textContent = d.message;
-    const tokens = (d.usage?.input_tokens ?? 0) + (d.usage?.output_tokens ?? 0);
+    const ended = END_MEANS[d.end_status] ? `${d.end_status} (${END_MEANS[d.end_status]})` : (d.end_status ?? d.status);
     this.dom.finalMeta.textContent =
-      `${d.end_status ?? d.status} · ${d.steps} steps · ${d.tool_calls} tool calls · ${tokens} tokens`;
+      `${ended} · ${d.steps} steps · ${d.tool_calls} tool calls · ${tokensLabel(d.usage)}`;
     this.add(event, `done ${d.status}`, `run ${d.status}${d.end_status ? ` (${d.end_status})` : ''}`);
     this.scheduleChart();
     refreshSoon();
@@ -670,6 +679,7 @@ class RunView {
     const s = this.dom.status;
     s.textContent = endStatus ? `${status} · ${endStatus}` : status;
     s.dataset.status = status;
+    s.dataset.end = endStatus ?? '';
     s.className = `status status-${status}`;
     const ended = TERMINAL.has(status);
     this.dom.cancel.disabled = ended;
