@@ -230,7 +230,9 @@ class AnswerEvent(Event):
 class DoneEvent(Event):
     type: ClassVar[str] = "done"
     status: str  # "done" | "failed" | "cancelled"
-    end_status: str | None  # "solved" | "partial" | "stuck" when status is "done"
+    # When status is "done": "solved" | "partial" | "stuck" (the agent's agent_step end), or
+    # "answered" (a plain-text reply with nothing saying the work was unfinished: steward.ending).
+    end_status: str | None
     message: str
     steps: int
     tool_calls: int

@@ -122,7 +122,7 @@ class Loop:
         """Mark the run cancelled and return its closing ``done`` event."""
         return self._finish("cancelled", None, "Cancelled before it finished.")
 
-    def _finish(self, status: str, end_status: EndStatus | None, message: str) -> ev.Event:
+    def _finish(self, status: str, end_status: rs.RunEnd | None, message: str) -> ev.Event:
         return self.emit(self.state.finish(status, end_status, message))
 
     @property
@@ -238,8 +238,9 @@ class Loop:
     async def _route_reply(self, text: str, calls: tuple[ToolCall, ...]) -> Items:
         st = self.state
         if not calls:
-            if text.strip():
-                for item in self._answer("solved", text.strip()):
+            if text.strip():  # an answer, or a claim the state contradicts (``steward.ending``)
+                events, end = rs.plain_answer(st, self.settings, text.strip())
+                for item in (*map(self.emit, events), end):
                     yield item
                 return
             st.empty_replies += 1

@@ -21,9 +21,8 @@ from steward.events import Event, RunStart, WaitingEvent
 from steward.loop import Loop
 from steward.models.base import Usage
 from steward.ownership import process_owner
-from steward.phases import EndStatus
 from steward.run_rules import record
-from steward.run_state import Pending, RunState
+from steward.run_state import Pending, RunEnd, RunState
 
 if TYPE_CHECKING:
     from steward.safety.policy.rules import ModeSwitch
@@ -64,7 +63,7 @@ class RunResult:
 
     run: Run
     status: str  # done | waiting | failed | cancelled
-    end_status: EndStatus | None
+    end_status: RunEnd | None
     output: str
     steps: int
     usage: Usage
@@ -76,7 +75,13 @@ class RunResult:
 
     @property
     def solved(self) -> bool:
+        """The agent said the goal was reached (agent_step end solved, or a typed answer)."""
         return self.status == "done" and self.end_status == "solved"
+
+    @property
+    def answered(self) -> bool:
+        """The agent answered in plain text, without saying the goal was reached."""
+        return self.status == "done" and self.end_status == "answered"
 
     @property
     def question(self) -> str | None:

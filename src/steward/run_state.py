@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from steward import ending
 from steward import signals as sig
 from steward.answers import check_answer
 from steward.errors import ApprovalRequired, ConfigError
@@ -44,7 +45,7 @@ class Continue:
 
 @dataclass(slots=True, frozen=True)
 class Finish:
-    end_status: EndStatus
+    end_status: RunEnd  # defined below, with the outcomes (annotations are lazy)
     message: str
 
 
@@ -61,6 +62,11 @@ class Fail:
 
 Outcome = Continue | Finish | Pause | Fail
 CONTINUE = Continue()
+
+#: How a finished run ended: the agent's own ``end`` statuses, or ``answered`` (a plain-text
+#: reply, with nothing saying the work was unfinished: ``steward.ending``). ``answered`` is not
+#: offered to the model.
+RunEnd = EndStatus | Literal["answered"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -153,7 +159,7 @@ class RunState:
     counters: sig.LoopCounters = field(default_factory=sig.LoopCounters)
     usage: Usage = field(default_factory=Usage)
     status: str = "running"  # running | waiting | done | failed | cancelled
-    end_status: EndStatus | None = None
+    end_status: RunEnd | None = None
     output: str = ""
     pending: Pending | None = None
     seq: int = 0
@@ -166,10 +172,13 @@ class RunState:
     run_time_s: float = 0.0
     #: Final answers rejected by the output schema since a tool last ran.
     invalid_answers: int = 0
+    #: Plain-text replies sent back since a tool call last succeeded, because the work was not
+    #: done (``steward.ending``).
+    unfinished_answers: int = 0
 
     # --- what a step leaves behind (the loop decides; these record) ---
 
-    def finish(self, status: str, end_status: EndStatus | None, message: str) -> DoneEvent:
+    def finish(self, status: str, end_status: RunEnd | None, message: str) -> DoneEvent:
         """The run ends (done, failed or cancelled); its closing event."""
         self.status, self.end_status, self.output = status, end_status, message
         c = self.counters
@@ -188,6 +197,8 @@ class RunState:
         """Record a finished call everywhere it belongs; its ``tool_result`` event."""
         n = self.counters.step
         self.invalid_answers = 0  # work done since: the next answers count afresh
+        if not result.is_error:
+            self.unfinished_answers = 0
         category = (result.category or sig.categorize_error(result.content)) if result.is_error else None
         status: Literal["success", "failed"] = "failed" if result.is_error else "success"
         self.memory.add_step(
@@ -232,11 +243,36 @@ class RunState:
         return new
 
 
+def plain_answer(st: RunState, settings: LoopSettings, text: str) -> tuple[list[Event], Outcome]:
+    """How a reply in plain text (no tool call) ends the run, or why it does not (``steward.ending``).
+
+    Nothing saying the work is unfinished, it ends the run ``answered``; with an output schema
+    a matching answer ends it ``solved`` (the schema says what a finished answer is). Otherwise
+    the reply is sent back once with a nudge, and the next one ends the run ``partial``.
+    """
+    plan, c = st.memory.plan, st.counters
+    open_tasks = [(t.id, t.title) for t in plan.sub_tasks if t.status != "done"] if plan is not None else []
+    why = ending.unfinished(
+        open_tasks, acted=c.tool_calls > c.failed_tool_calls, goal=st.goal,
+        typed=settings.output_schema is not None,
+    )  # fmt: skip
+    if why is not None:
+        st.unfinished_answers += 1
+        if st.unfinished_answers >= ending.MAX_UNFINISHED_ANSWERS:
+            return [], Finish("partial", f"{text}\n\n{progress_report(st)}")
+        st.transcript.add_user(why)
+        return [SignalEvent(code=ending.UNFINISHED_ANSWER, level="warning", message=why)], CONTINUE
+    if settings.output_schema is not None:
+        return final_answer(st, settings, "solved", text)
+    return [], Finish("answered", text)
+
+
 def final_answer(
     st: RunState, settings: LoopSettings, status: EndStatus, text: str, call: ToolCall | None = None,
     thinking: str = "",
 ) -> tuple[list[Event], Outcome]:  # fmt: skip
-    """How a final answer ends the run (``call``: the agent_step end; None: a plain text reply).
+    """How a final answer ends the run (``call``: the agent_step end; None: a plain text reply
+    that ``plain_answer`` let through).
 
     With an output schema a solved run's answer must be JSON matching it, and that JSON is the
     output; an answer that does not match goes back to the model to fix, and after

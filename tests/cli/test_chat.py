@@ -8,6 +8,11 @@ from typing import Any
 import yaml
 
 
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 def script(tmp_path: Path, replies: list[dict[str, Any]]) -> str:
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(replies))
@@ -18,9 +23,9 @@ def test_chat_keeps_turns_and_new_starts_a_session_from_a_summary(cli: Any, tmp_
     model = script(
         tmp_path,
         [
-            {"text": "Hello Ada."},
-            {"text": "You asked me to greet you."},
-            {"text": "Fresh start."},
+            ended("Hello Ada."),
+            ended("You asked me to greet you."),
+            ended("Fresh start."),
         ],
     )
     lines = [
@@ -54,7 +59,7 @@ def test_chat_keeps_turns_and_new_starts_a_session_from_a_summary(cli: Any, tmp_
 
 
 def test_run_session_adds_runs_to_one_session(cli: Any, tmp_path: Path) -> None:
-    model = script(tmp_path, [{"text": "first answer"}, {"text": "second answer"}])
+    model = script(tmp_path, [ended("first answer"), ended("second answer")])
     first = cli("run", "one", "--session", "new", "--model", model)
     assert first.returncode == 0, first.stderr
     session_id = next(w for w in first.stderr.split() if len(w) == 12 and w.isalnum())
@@ -71,7 +76,7 @@ def test_run_session_adds_runs_to_one_session(cli: Any, tmp_path: Path) -> None:
 
 def test_core_memory_persists_between_cli_runs(cli: Any, tmp_path: Path) -> None:
     first = script(
-        tmp_path, [{"tool": "memory_append", "args": {"label": "user", "text": "likes blue"}}, {"text": "ok"}]
+        tmp_path, [{"tool": "memory_append", "args": {"label": "user", "text": "likes blue"}}, ended("ok")]
     )
     proc = cli("run", "remember blue", "--json", "--model", first)
     assert proc.returncode == 0, proc.stderr
@@ -81,7 +86,7 @@ def test_core_memory_persists_between_cli_runs(cli: Any, tmp_path: Path) -> None
         tmp_path,
         [
             {"tool": "memory_replace", "args": {"label": "user", "old": "likes blue", "new": "likes green"}},
-            {"text": "ok"},
+            ended("ok"),
         ],
     )
     proc = cli("run", "now green", "--json", "--model", second)

@@ -18,6 +18,12 @@ from typing import IO, Any
 import pytest
 import yaml
 
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 SLEEP = {"tool": "bash", "args": {"command": "touch started; sleep 30"}}
 CURL = {"tool": "bash", "args": {"command": "curl --version"}}  # the network: asks for approval
 
@@ -105,7 +111,7 @@ def wait_for_file(path: Path, timeout: float = 30) -> None:
 def test_ctrl_c_during_a_turn_cancels_it_and_the_chat_goes_on(
     cli: Any, tmp_path: Path, start_chat: Any
 ) -> None:
-    chat = start_chat([SLEEP, {"text": "second answer"}])
+    chat = start_chat([SLEEP, ended("second answer")])
     chat.wait_for("steward chat · session")
     chat.say("wait a while")
     wait_for_file(tmp_path / "started")
@@ -120,7 +126,7 @@ def test_ctrl_c_during_a_turn_cancels_it_and_the_chat_goes_on(
 
 
 def test_a_cancelled_turn_is_not_remembered_as_an_answer(cli: Any, tmp_path: Path, start_chat: Any) -> None:
-    chat = start_chat([SLEEP, {"text": "second answer"}])
+    chat = start_chat([SLEEP, ended("second answer")])
     chat.wait_for("steward chat · session")
     chat.say("wait a while")
     wait_for_file(tmp_path / "started")
@@ -140,7 +146,7 @@ def test_a_cancelled_turn_is_not_remembered_as_an_answer(cli: Any, tmp_path: Pat
 def test_ctrl_c_at_an_approval_prompt_cancels_the_waiting_turn(
     cli: Any, tmp_path: Path, start_chat: Any
 ) -> None:
-    chat = start_chat([CURL, {"text": "second answer"}])
+    chat = start_chat([CURL, ended("second answer")])
     chat.wait_for("steward chat · session")
     chat.say("check curl")
     chat.wait_for("? approve bash")

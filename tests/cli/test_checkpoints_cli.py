@@ -12,6 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"),
     pytest.mark.skipif(shutil.which("git") is None, reason="needs git"),
@@ -44,7 +50,7 @@ def test_a_wiped_workspace_is_rewound_and_the_rewind_is_logged(cli: Any, project
         [
             {"tool": "write_file", "args": {"path": "README.md", "content": "# changed\n"}},
             {"tool": "bash", "args": {"command": WIPE}},
-            {"text": "done"},
+            ended("done"),
         ],
     )
     run = cli("run", "tidy up", "--model", model, "--json")
@@ -75,7 +81,7 @@ def test_a_wiped_workspace_is_rewound_and_the_rewind_is_logged(cli: Any, project
 
 
 def test_rewind_without_a_target_or_with_a_wrong_step_names_the_fix(cli: Any, project: Path) -> None:
-    model = script(project, [{"tool": "bash", "args": {"command": "echo x > x.txt"}}, {"text": "ok"}])
+    model = script(project, [{"tool": "bash", "args": {"command": "echo x > x.txt"}}, ended("ok")])
     assert cli("run", "x", "--model", model).returncode == 0
     missing = cli("rewind", "last")
     assert missing.returncode == 2 and "--to STEP" in missing.stderr

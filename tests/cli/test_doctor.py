@@ -8,6 +8,12 @@ from typing import Any
 
 import pytest
 
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"
 )
@@ -54,9 +60,7 @@ def test_run_without_bubblewrap_refuses_bash_and_names_the_fix(cli: Any, tmp_pat
     empty.mkdir()
     script = tmp_path / "s.yaml"
     marker = tmp_path / "ran"
-    script.write_text(
-        yaml.safe_dump([{"tool": "bash", "args": {"command": f"touch {marker}"}}, {"text": "ok"}])
-    )
+    script.write_text(yaml.safe_dump([{"tool": "bash", "args": {"command": f"touch {marker}"}}, ended("ok")]))
     proc = cli("run", "touch it", "--json", "--model", f"scripted:{script}", PATH=str(empty))
     assert not marker.exists()
     assert "apt-get install bubblewrap" in proc.stdout and "--no-sandbox" in proc.stdout
@@ -66,7 +70,7 @@ def test_no_sandbox_is_explicit_and_loud(cli: Any, tmp_path: Path) -> None:
     import yaml
 
     script = tmp_path / "s.yaml"
-    script.write_text(yaml.safe_dump([{"tool": "bash", "args": {"command": "echo direct"}}, {"text": "ok"}]))
+    script.write_text(yaml.safe_dump([{"tool": "bash", "args": {"command": "echo direct"}}, ended("ok")]))
     proc = cli("run", "echo", "--no-sandbox", "--model", f"scripted:{script}")
     assert proc.returncode == 0
     assert "--no-sandbox: commands run directly on this machine" in proc.stderr
@@ -77,7 +81,7 @@ def test_a_sandbox_turned_off_by_a_config_file_is_announced(cli: Any, tmp_path: 
 
     (tmp_path / "steward.toml").write_text("[sandbox]\nenabled = false\n")
     script = tmp_path / "s.yaml"
-    script.write_text(yaml.safe_dump([{"text": "ok"}]))
+    script.write_text(yaml.safe_dump([ended("ok")]))
     proc = cli("run", "hi", "--model", f"scripted:{script}")
     assert proc.returncode == 0
     assert "the sandbox is off ([sandbox] enabled = false" in proc.stderr

@@ -9,11 +9,14 @@ from typing import Any
 import yaml
 
 
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 def test_bash_with_a_list_command_tells_the_model_to_pass_a_string(cli: Any, tmp_path: Path) -> None:
     script = tmp_path / "s.yaml"
-    script.write_text(
-        yaml.safe_dump([{"tool": "bash", "args": {"command": ["ls", "-la"]}}, {"text": "done"}])
-    )
+    script.write_text(yaml.safe_dump([{"tool": "bash", "args": {"command": ["ls", "-la"]}}, ended("done")]))
     proc = cli("run", "list the files", "--json", "--model", f"scripted:{script}")
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]

@@ -10,11 +10,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 SLOW = {"tool": "bash", "args": {"command": "sleep 2.6; echo slept"}}
-ANSWER = {"text": "finished"}
+ANSWER = ended("finished")
 _CONTROL = re.compile(r"\x1b\[(\d*)([A-Za-z])|\x1b\[\?\d+[hl]|\r|\n")
 
 

@@ -12,6 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"),
     pytest.mark.skipif(shutil.which("git") is None, reason="needs git"),
@@ -26,7 +32,7 @@ MAKE_NAMES = (
 def test_names_with_control_sequences_are_printed_escaped(cli: Any, tmp_path: Path) -> None:
     (tmp_path / "README.md").write_text("# readme\n")
     script = tmp_path / "s.yaml"
-    replies = [{"tool": "bash", "args": {"command": MAKE_NAMES}}, {"text": "done"}]
+    replies = [{"tool": "bash", "args": {"command": MAKE_NAMES}}, ended("done")]
     script.write_text(yaml.safe_dump(replies))
     printed = []
     run = cli("run", "make files", "--model", f"scripted:{script}")

@@ -34,7 +34,8 @@ def test_the_readme_shows_the_example_file_verbatim() -> None:
 def test_the_example_runs_to_its_answer(cli: Any, tmp_path: Path) -> None:
     workspace = _workspace(tmp_path)
     proc = cli("run", "How many lines has notes.txt?", "--model", f"scripted:{EXAMPLE}", cwd=workspace)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr  # answered: a question, answered in text
+    assert "■ answered" in proc.stderr
     assert proc.stdout.strip() == "notes.txt has two lines, alpha and beta."
     assert "never used" not in proc.stderr
 
@@ -50,7 +51,7 @@ def test_the_example_shows_each_kind_of_reply(cli: Any, tmp_path: Path) -> None:
     results = {e["data"]["tool"]: e["data"] for e in events if e["type"] == "tool_result"}
     assert set(results) == {"read_file", "glob", "list_dir", "grep"}  # via act, tool, tool_calls
     assert all(r["status"] == "completed" for r in results.values())
-    assert events[-1]["data"]["end_status"] == "solved"
+    assert events[-1]["data"]["end_status"] == "answered"
 
 
 def test_a_script_that_runs_out_fails_as_the_readme_says(cli: Any, tmp_path: Path) -> None:
@@ -66,5 +67,5 @@ def test_replies_left_over_are_reported_as_the_readme_says(cli: Any, tmp_path: P
     longer = tmp_path / "long.yaml"
     longer.write_text(EXAMPLE.read_text(encoding="utf-8") + "- text: never needed\n")
     proc = cli("run", "How many lines?", "--model", f"scripted:{longer}", cwd=_workspace(tmp_path))
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr
     assert f"warning: 1 of 7 scripted replies in {longer} were never used." in proc.stderr

@@ -13,6 +13,12 @@ from typing import Any
 
 import yaml
 
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 ASK = {
     "agent_step": {
         "phase": "feedback",
@@ -83,7 +89,7 @@ def test_a_killed_run_resumes_and_its_interrupted_command_is_not_repeated(cli: A
         {"tool": "bash", "args": {"command": "echo one >> log.txt"}},
         {"tool": "bash", "args": {"command": "echo two >> log.txt; sleep 30; echo three >> log.txt"}},
         {"tool": "bash", "args": {"command": "cat log.txt"}},
-        {"text": "finished"},
+        ended("finished"),
     ]
     model = script(tmp_path, replies)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "OPENAI_", "ANTHROPIC_"))}
@@ -148,7 +154,7 @@ SLOW: list[dict[str, Any]] = [
         "args": {"command": "echo one >> log.txt; touch started; sleep 30; echo three >> log.txt"},
     },
     {"tool": "bash", "args": {"command": "cat log.txt"}},
-    {"text": "finished"},
+    ended("finished"),
 ]
 
 
@@ -222,7 +228,7 @@ def test_kill_9_leaves_no_placeholder_behind_after_resume(cli: Any, tmp_path: Pa
 def test_last_means_the_newest_waiting_run_for_answers(cli: Any, tmp_path: Path) -> None:
     waiting = script(tmp_path, [CURL, END])
     assert cli("run", "check curl", "--model", waiting, stdin="").returncode == 1
-    (tmp_path / "s2.yaml").write_text(yaml.safe_dump([{"text": "later"}]))
+    (tmp_path / "s2.yaml").write_text(yaml.safe_dump([ended("later")]))
     assert cli("run", "newer", "--model", f"scripted:{tmp_path / 's2.yaml'}").returncode == 0
     approved = cli("approve", "last", "--json")
     assert approved.returncode == 0, approved.stderr
@@ -232,14 +238,14 @@ def test_last_means_the_newest_waiting_run_for_answers(cli: Any, tmp_path: Path)
 
 
 def test_chat_ends_cleanly_when_input_ends_inside_a_pasted_block(cli: Any, tmp_path: Path) -> None:
-    model = script(tmp_path, [{"text": "hello"}, {"text": "never"}])
+    model = script(tmp_path, [ended("hello"), ended("never")])
     proc = cli("chat", "--model", model, stdin='hi\n"""\nunterminated\n', timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert "the block was not sent" in proc.stderr and "hello" in proc.stdout and "never" not in proc.stdout
 
 
 def test_stdio_refuses_a_run_id_already_recorded_with_that_run_id(cli: Any, tmp_path: Path) -> None:
-    model = script(tmp_path, [{"text": "one"}, {"text": "two"}])
+    model = script(tmp_path, [ended("one"), ended("two")])
     request = json.dumps({"prompt": "x", "run_id": "job-1"}) + "\n"
     assert cli("stdio", "--model", model, stdin=request).returncode == 0
     again = cli("stdio", "--model", model, stdin=request)

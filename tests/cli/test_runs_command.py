@@ -18,13 +18,13 @@ def test_a_run_is_recorded_and_exported_exactly_as_streamed(cli: Any, tmp_path: 
     script = tmp_path / "s.yaml"
     script.write_text(yaml.safe_dump([ECHO, {"text": "streamed final answer"}]))
     proc = cli("run", "record me", "--json", "--model", f"scripted:{script}")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr  # answered: it acted, then replied in text
     streamed = [json.loads(line) for line in proc.stdout.splitlines()]
     logged = [e for e in streamed if e["seq"]]  # streamed deltas (seq 0) are not part of the log
     assert [e["seq"] for e in logged] == list(range(1, len(logged) + 1))
     run_id = logged[0]["run_id"]
     listed = cli("runs", "list")
-    assert listed.returncode == 0 and run_id in listed.stdout and "solved" in listed.stdout
+    assert listed.returncode == 0 and run_id in listed.stdout and "answered" in listed.stdout
     assert "record me" in listed.stdout
     exported = cli("runs", "export", run_id)
     assert exported.returncode == 0

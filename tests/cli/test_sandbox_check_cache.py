@@ -15,6 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"
 )
@@ -29,7 +35,7 @@ def _cache(tmp_path: Path) -> Path:
 def _reply_only(cli: Any, tmp_path: Path, **env: str) -> Any:
     """A run that starts no command: only the start-up check can look at the sandbox."""
     script = tmp_path / "s.yaml"
-    script.write_text(yaml.safe_dump([{"text": "ok"}]))
+    script.write_text(yaml.safe_dump([ended("ok")]))
     return cli("run", "say ok", "--model", f"scripted:{script}", **env)
 
 
@@ -128,9 +134,7 @@ def test_a_remembered_success_never_lets_a_command_skip_the_real_check(cli: Any,
     _cache(tmp_path).write_text(json.dumps(record))
     marker = tmp_path / "ran-unsandboxed"
     script = tmp_path / "touch.yaml"
-    script.write_text(
-        yaml.safe_dump([{"tool": "bash", "args": {"command": f"touch {marker}"}}, {"text": "ok"}])
-    )
+    script.write_text(yaml.safe_dump([{"tool": "bash", "args": {"command": f"touch {marker}"}}, ended("ok")]))
     proc = cli("run", "touch it", "--json", "--model", f"scripted:{script}", PATH=path)
     assert not marker.exists()
     assert "the sandbox does not work here" in proc.stdout and "namespace" in proc.stdout

@@ -13,6 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"),
     pytest.mark.skipif(shutil.which("git") is None, reason="needs git"),
@@ -38,7 +44,7 @@ def test_a_rewind_of_files_named_after_a_secret_stores_no_secret(cli: Any, tmp_p
             [
                 {"tool": "bash", "args": {"command": f"touch {names} && ls"}},
                 {"tool": "write_file", "args": {"path": f"{SPELLINGS[2]}.txt", "content": "x\n"}},
-                {"text": "done"},
+                ended("done"),
             ]
         )
     )
@@ -76,7 +82,7 @@ def test_host_variables_passed_into_the_sandbox_are_redacted_in_output_and_store
 ) -> None:
     (tmp_path / "steward.toml").write_text('[sandbox]\nenv = ["DATABASE_*"]\n')
     (tmp_path / "s.yaml").write_text(
-        yaml.safe_dump([{"tool": "bash", "args": {"command": ECHOES}}, {"text": "ok"}])
+        yaml.safe_dump([{"tool": "bash", "args": {"command": ECHOES}}, ended("ok")])
     )
     run = cli(
         "run", "show the database settings", "--model", f"scripted:{tmp_path / 's.yaml'}", "--json",

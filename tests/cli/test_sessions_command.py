@@ -15,9 +15,10 @@ from steward.store.events import open_store
 
 
 def answering(tmp_path: Path, answer: str) -> str:
-    """A model for one process: a script whose only reply is ``answer``."""
+    """A model for one process: a script whose only reply ends the run with ``answer``."""
     path = tmp_path / f"{len(list(tmp_path.glob('*.yaml')))}.yaml"
-    path.write_text(yaml.safe_dump([{"text": answer}]))
+    end = {"phase": "end", "summary": "done", "end_status": "solved", "end_message": answer}
+    path.write_text(yaml.safe_dump([{"agent_step": end}]))
     return f"scripted:{path}"
 
 

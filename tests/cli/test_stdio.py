@@ -9,13 +9,18 @@ from typing import Any
 import yaml
 
 
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 def events_of(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines()]
 
 
 def test_requests_run_in_order_and_bad_lines_get_error_events(cli: Any, tmp_path: Path) -> None:
     script = tmp_path / "s.yaml"
-    script.write_text(yaml.safe_dump([{"text": "first answer"}, {"text": "second answer"}]))
+    script.write_text(yaml.safe_dump([ended("first answer"), ended("second answer")]))
     lines = [
         json.dumps({"prompt": "one"}),
         "this is not json",
@@ -90,7 +95,7 @@ def test_answer_in_the_same_session_finishes_the_run(cli: Any, tmp_path: Path) -
 
 def test_bad_fields_get_error_events_and_the_server_goes_on(cli: Any, tmp_path: Path) -> None:
     script = tmp_path / "s.yaml"
-    script.write_text(yaml.safe_dump([{"text": "still serving"}]))
+    script.write_text(yaml.safe_dump([ended("still serving")]))
     lines = [
         json.dumps({"prompt": "x", "workspace": 5}),
         json.dumps({"prompt": "x", "workspace": {"a": 1}}),
@@ -118,7 +123,7 @@ def test_bad_fields_get_error_events_and_the_server_goes_on(cli: Any, tmp_path: 
 
 def test_a_run_id_chosen_by_the_client_tags_every_event(cli: Any, tmp_path: Path) -> None:
     script = tmp_path / "s.yaml"
-    script.write_text(yaml.safe_dump([{"text": "a"}]))
+    script.write_text(yaml.safe_dump([ended("a")]))
     lines = [json.dumps({"prompt": "x", "run_id": "req-7"}), json.dumps({"prompt": "y", "run_id": "req-7"})]
     proc = cli("stdio", "--model", f"scripted:{script}", stdin="\n".join(lines) + "\n")
     events = events_of(proc.stdout)

@@ -14,7 +14,8 @@ from steward.config import anchored_store_url, load_config
 
 def model(tmp_path: Path) -> str:
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump([{"text": "done"}]))
+    end = {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "done"}
+    path.write_text(yaml.safe_dump([{"agent_step": end}]))
     return f"scripted:{path}"
 
 

@@ -36,8 +36,9 @@ def test_a_run_waiting_for_an_approval_gets_no_unused_replies_warning(cli: Any, 
 
 
 def test_a_run_that_ended_early_still_warns_about_unused_replies(cli: Any, tmp_path: Path) -> None:
-    proc = cli("run", "go", "--model", script(tmp_path, [{"text": "finished"}, END]))
-    assert proc.returncode == 0, proc.stderr
+    # A question answered in text ends the run (answered): the last reply is left over.
+    proc = cli("run", "what is left?", "--model", script(tmp_path, [{"text": "nothing"}, END]))
+    assert proc.returncode == 3, proc.stderr
     assert "1 of 2 scripted replies" in proc.stderr and "never used" in proc.stderr
 
 

@@ -34,9 +34,9 @@ async def test_end_phase_finishes_with_its_status_and_message(script: Any) -> No
     assert out.of("done")[0].message == "Half of it."
 
 
-async def test_plain_text_reply_is_the_final_answer(script: Any) -> None:
-    out = await script([{"text": "The answer is 42."}])
-    assert out.result.solved
+async def test_plain_text_reply_is_the_final_answer_but_not_a_solution(script: Any) -> None:
+    out = await script([{"text": "The answer is 42."}], goal="what is the answer?")
+    assert (out.result.status, out.result.end_status) == ("done", "answered") and not out.result.solved
     assert out.result.output == "The answer is 42."
 
 
@@ -190,8 +190,8 @@ async def test_an_empty_reply_is_nudged_not_sent_back(workspace: Any) -> None:
         seen.append(request)
         return next(replies)
 
-    result = await Agent(FunctionModel(reply), builtin_tools=False).run("goal", workspace=workspace)
-    assert result.solved and result.output == "Done."
+    result = await Agent(FunctionModel(reply), builtin_tools=False).run("what is it?", workspace=workspace)
+    assert result.answered and result.output == "Done."
     second = seen[1].messages
     assert not any(isinstance(m, AssistantMessage) for m in second)
     assert isinstance(second[-1], UserMessage) and "reply was empty" in second[-1].content

@@ -66,7 +66,7 @@ async def test_a_toolset_raising_in_call_tool_becomes_a_failed_result(tmp_path: 
         AssistantMessage(tool_calls=(ToolCall("1", "boom", {}),)), AssistantMessage(text="ok")
     )
     run = Agent(model, toolsets=[Exploding(on_list=False)], builtin_tools=False).start(
-        "go", workspace=tmp_path
+        "what does boom say?", workspace=tmp_path
     )
     events = [e async for e in run.stream()]
     result = next(e for e in events if isinstance(e, ToolResultEvent))
@@ -100,7 +100,8 @@ async def test_the_users_answer_is_kept_as_a_key_fact(tmp_path: Path) -> None:
             ToolCall("q", "agent_step", {"phase": "feedback", "summary": "s", "feedback_message": "Which?"}),
         )
     )
-    model, seen = scripted(ask, AssistantMessage(text="ok"))
+    end = {"phase": "end", "summary": "s", "end_status": "solved", "end_message": "ok"}
+    model, seen = scripted(ask, AssistantMessage(tool_calls=(ToolCall("e", "agent_step", end),)))
     run = Agent(model, builtin_tools=False).start("go", workspace=tmp_path)
     _ = [e async for e in run.stream()]
     result = await run.answer("the blue one")

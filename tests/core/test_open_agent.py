@@ -22,8 +22,8 @@ async def test_an_opened_agent_records_its_runs_in_the_workspace_store(tmp_path:
     try:
         assert agent.store is not None  # given at construction, not assigned afterwards
         assert agent.config_file == tmp_path.resolve() / "steward.toml"
-        result = await agent.run("say done", workspace=tmp_path)
-        assert result.solved and result.output == "done"
+        result = await agent.run("what is done?", workspace=tmp_path)
+        assert result.answered and result.output == "done"
     finally:
         await agent.aclose()
     database = tmp_path / ".steward" / "steward.db"
@@ -40,12 +40,12 @@ async def test_a_shared_store_stays_open_for_its_owner(tmp_path: Path) -> None:
         first = await Agent.open(
             config, workspace=tmp_path, model=scripted(tmp_path, {"text": "one"}), store=store
         )
-        await first.run("first", workspace=tmp_path)
+        await first.run("first?", workspace=tmp_path)
         await first.aclose()
         second = await Agent.open(
             config, workspace=tmp_path, model=scripted(tmp_path, {"text": "two"}), store=store
         )
-        result = await second.run("second", workspace=tmp_path)  # the store is still open
+        result = await second.run("second?", workspace=tmp_path)  # the store is still open
         await second.aclose()
         assert result.output == "two"
         assert len(await store.runs()) == 2

@@ -158,9 +158,9 @@ async def slow() -> str:
 
 def slow_then_answer(request: ModelRequest) -> AssistantMessage:
     asked = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
-    return (
-        AssistantMessage(tool_calls=(ToolCall("c1", "slow", {}),)) if asked == 0 else AssistantMessage("ok")
-    )
+    end = {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "ok"}
+    call = ToolCall("c1", "slow", {}) if asked == 0 else ToolCall("c2", "agent_step", end)
+    return AssistantMessage(tool_calls=(call,))
 
 
 def slow_agent(store: EventStore) -> Agent:

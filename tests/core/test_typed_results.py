@@ -12,7 +12,7 @@ import pytest
 from steward import Agent, FunctionModel, tool
 from steward.answers import check_answer, check_schema, load_schema_file
 from steward.errors import ConfigError
-from steward.events import ErrorEvent, Event, RunStart, decode_event, encode_event
+from steward.events import ErrorEvent, Event, RunStart, SignalEvent, decode_event, encode_event
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage, UserMessage
 from steward.personas import persona_from_data
 from steward.run import Run
@@ -147,9 +147,31 @@ async def test_an_agent_step_end_that_is_not_solved_is_not_checked(tmp_path: Pat
     assert result.end_status == "partial" and result.output == "Could not count them."
 
 
-async def test_without_a_schema_any_text_solves(tmp_path: Path) -> None:
+async def test_a_typed_answer_solves_even_a_goal_worded_as_a_change(tmp_path: Path) -> None:
+    """The schema says what a finished answer is: no tool needs to have run for it."""
+    run = agent_for(Replies('{"count": 3}')).start(
+        "write down the count", workspace=tmp_path, output_schema=SCHEMA
+    )
+    assert (await run.result()).solved and run.state.output == '{"count": 3}'
+
+
+async def test_a_typed_answer_with_its_plan_still_open_is_sent_back_first(tmp_path: Path) -> None:
+    plan = {"goal": "count", "sub_tasks": [{"id": 1, "title": "Count the files"}]}
+    verify = ToolCall(
+        "v1", "agent_step", {"phase": "verify", "summary": "counted", "sub_task_outcome": "done"}
+    )
+    model = Replies(ToolCall("p1", "agent_step", {"phase": "plan", "summary": "plan", "plan": plan}),
+                    '{"count": 3}', verify, '{"count": 3}')  # fmt: skip
+    run, events = await run_typed(model, tmp_path)
+    assert run.snapshot().solved and run.state.output == '{"count": 3}'
+    assert [e.code for e in events if isinstance(e, SignalEvent) and e.level == "warning"] == [
+        "unfinished_answer"
+    ]
+
+
+async def test_without_a_schema_any_text_is_an_answer(tmp_path: Path) -> None:
     run, _ = await run_typed(Replies("There are three files."), tmp_path, schema=None)
-    assert run.snapshot().solved and run.state.output == "There are three files."
+    assert run.snapshot().answered and run.state.output == "There are three files."
 
 
 # --- the schema ---------------------------------------------------------------------------------
@@ -243,4 +265,4 @@ async def test_a_run_recorded_without_a_schema_is_resumed_without_one(tmp_path: 
         typed = persona_from_data({"role": "counter", "output_schema": SCHEMA}, name="counter")
         resumed = await agent_for(Replies("three files"), store=store, persona=typed).resume(run.id)
         result = await resumed.answer("all")
-        assert result.solved and result.output == "three files"
+        assert result.answered and result.output == "three files"  # text, as the run started: no schema

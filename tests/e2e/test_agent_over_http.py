@@ -47,7 +47,7 @@ async def test_openai_wire_format_drives_a_full_run(server: FakeLLMServer, works
     )
     model = OpenAIChatModel("gpt-test", base_url=server.openai_base_url, api_key="k", max_retries=0)
     result, events = await run_agent(model, workspace)
-    assert result.solved and result.output == "notes.txt has 2 lines."
+    assert result.answered and result.output == "notes.txt has 2 lines."  # a question, answered in text
     assert result.usage.requests == 4 and result.usage.input_tokens == 48
     tool_result = next(e for e in events if e.type == "tool_result")
     assert tool_result.tool == "bash" and tool_result.output.startswith("2")
@@ -77,7 +77,7 @@ async def test_anthropic_wire_format_drives_a_full_run(server: FakeLLMServer, wo
     )
     model = AnthropicModel("claude-test", base_url=server.anthropic_base_url, api_key="k", max_retries=0)
     result, events = await run_agent(model, workspace)
-    assert result.solved and result.output == "notes.txt has 2 lines."
+    assert result.answered and result.output == "notes.txt has 2 lines."
     assert any(e.type == "thinking" and e.text == "I should plan." and not e.partial for e in events)
     second = server.requests[1].body
     static, view = second["system"]
@@ -100,7 +100,7 @@ async def test_malformed_tool_arguments_go_back_to_the_model(server: FakeLLMServ
     )
     model = OpenAIChatModel("gpt-test", base_url=server.openai_base_url, api_key="k", max_retries=0)
     result, events = await run_agent(model, workspace)
-    assert result.solved
+    assert result.answered
     error = next(e for e in events if e.type == "error")
     assert error.recoverable and "not valid JSON" in error.message
     second = server.requests[1].body
@@ -133,8 +133,9 @@ def test_steward_run_with_an_openai_compatible_server(server: FakeLLMServer, wor
         workspace, "run", "count the lines of notes.txt", "--model", "openai:local-model",
         OPENAI_BASE_URL=server.openai_base_url, OPENAI_API_KEY="k",
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr  # answered: it counted, then said so in text
     assert proc.stdout.strip() == "2 lines."
+    assert "■ answered" in proc.stderr
     assert server.requests[0].body["model"] == "local-model"
 
 
@@ -142,7 +143,7 @@ def test_steward_run_with_ollama(server: FakeLLMServer, workspace: Path) -> None
     server.add(FakeReply(text="Hello from a local model."))
     proc = steward_cli(workspace, "run", "say hello", "--json", "-m", "ollama:qwen3:8b",
                        OLLAMA_BASE_URL=server.openai_base_url)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr  # answered
     done = json.loads(proc.stdout.splitlines()[-1])
     assert done["type"] == "done" and done["data"]["message"] == "Hello from a local model."
     assert server.requests[0].body["model"] == "qwen3:8b"
@@ -168,7 +169,7 @@ def test_provider_settings_come_from_steward_toml(server: FakeLLMServer, workspa
         'api_key_env = "MY_SERVER_KEY"\nmax_retries = 0\n'
     )
     proc = steward_cli(workspace, "run", "hello", MY_SERVER_KEY="secret-123")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr  # answered
     assert proc.stdout.strip() == "configured."
     request = server.requests[0]
     assert request.body["model"] == "from-config"

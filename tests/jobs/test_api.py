@@ -9,6 +9,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fleet_kit import Fleet
@@ -17,6 +18,12 @@ from steward.errors import ConfigError, StewardError
 from steward.events import Event, WaitingEvent
 from steward.jobs.api import JobHandle, Queue
 from steward.jobs.store import JobError
+
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
 
 QUESTION = {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Which colour?"}}
 TIMEOUT_S = 180  # a bound on waiting for outcomes, not a figure: a busy machine must pass
@@ -46,7 +53,7 @@ UNTIL_GO = "until [ -f go ]; do sleep 0.05; done"  # a call that lasts until the
 async def test_events_follow_the_run_in_order_as_the_worker_writes_them(fleet: Fleet, queue: Queue) -> None:
     fleet.persona(
         "appender",
-        [{"tool": "bash", "args": {"command": f"{UNTIL_GO}; echo ran >> ran.txt"}}, {"text": "appended"}],
+        [{"tool": "bash", "args": {"command": f"{UNTIL_GO}; echo ran >> ran.txt"}}, ended("appended")],
     )
     job = await queue.submit("appender", "append a line", workspace=fleet.workspace)
     assert (await job.get()).status == "queued"
@@ -77,7 +84,7 @@ async def test_events_follow_the_run_in_order_as_the_worker_writes_them(fleet: F
 async def test_a_question_stops_the_events_and_an_answer_from_python_queues_it_again(
     fleet: Fleet, queue: Queue
 ) -> None:
-    fleet.persona("asker", [QUESTION, {"text": "painted it green"}])
+    fleet.persona("asker", [QUESTION, ended("painted it green")])
     job = await queue.submit("asker", "paint the shed", workspace=fleet.workspace)
     fleet.worker("--lease", "5")
     asked = await followed(job)
@@ -105,7 +112,7 @@ async def test_a_question_stops_the_events_and_an_answer_from_python_queues_it_a
 async def test_replies_to_a_job_that_does_not_wait_are_refused_and_a_queued_job_is_cancelled(
     fleet: Fleet, queue: Queue
 ) -> None:
-    fleet.persona("quick", [{"text": "ok"}], tools="[]")
+    fleet.persona("quick", [ended("ok")], tools="[]")
     job = await queue.submit("quick", "nothing much", workspace=fleet.workspace)  # no worker runs it
     for reply in (job.answer("x"), job.approve(), job.deny("no")):
         with pytest.raises(JobError, match=f"job {job.id} is queued, not waiting"):
@@ -125,7 +132,7 @@ async def test_replies_to_a_job_that_does_not_wait_are_refused_and_a_queued_job_
 
 
 async def test_submit_refuses_bad_input_before_anything_is_queued(fleet: Fleet, queue: Queue) -> None:
-    fleet.persona("quick", [{"text": "ok"}], tools="[]")
+    fleet.persona("quick", [ended("ok")], tools="[]")
     with pytest.raises(ConfigError, match=r"no persona 'nobody'.*quick"):
         await queue.submit("nobody", "x", workspace=fleet.workspace)
     with pytest.raises(ConfigError):
@@ -150,12 +157,10 @@ async def test_a_job_that_delegates_is_waited_for_until_it_ends(fleet: Fleet, qu
     """Waiting for its child is not waiting for a person: ``wait`` and ``events`` go on through it."""
     fleet.persona(
         "lead",
-        [{"tool": "delegate", "args": {"role": "helper", "goal": "say hello"}}, {"text": "lead done"}],
+        [{"tool": "delegate", "args": {"role": "helper", "goal": "say hello"}}, ended("lead done")],
         tools='["delegate", "bash"]',
     )
-    fleet.persona(
-        "helper", [{"tool": "bash", "args": {"command": "echo ran > child.txt"}}, {"text": "hello"}]
-    )
+    fleet.persona("helper", [{"tool": "bash", "args": {"command": "echo ran > child.txt"}}, ended("hello")])
     job = await queue.submit("lead", "get a greeting", workspace=fleet.workspace)
     fleet.worker("--lease", "5")  # one slot: the lead gives it up while its child runs
     done = await job.wait(timeout=TIMEOUT_S)
@@ -172,7 +177,7 @@ async def test_a_job_that_delegates_is_waited_for_until_it_ends(fleet: Fleet, qu
 def test_submit_with_a_schema_file_it_cannot_read_says_so_and_queues_nothing(
     fleet: Fleet, tmp_path: Path
 ) -> None:
-    fleet.persona("quick", [{"text": "ok"}], tools="[]")
+    fleet.persona("quick", [ended("ok")], tools="[]")
     missing = fleet.steward("submit", "--role", "quick", "x", "--schema", "no-such.schema.json")
     assert missing.returncode != 0 and "no-such.schema.json" in missing.stderr, missing.stderr
     assert "no such file" in missing.stderr and "Traceback" not in missing.stderr

@@ -11,11 +11,18 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 from fleet_kit import Fleet
 
 from steward.events import ToolResultEvent
 from steward.store.events import open_store
+
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
 
 UNTIL_GO = "until [ -f go ]; do sleep 0.05; done"  # a call that lasts until the test says go
 
@@ -43,8 +50,8 @@ def tool_results(fleet: Fleet, run_id: str) -> list[ToolResultEvent]:
 
 def test_a_waiting_job_frees_its_worker_and_an_answer_queues_it_again(fleet: Fleet) -> None:
     question = {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Which colour?"}}
-    fleet.persona("asker", [question, {"text": "painted it"}])
-    fleet.persona("appender", [{"tool": "bash", "args": {"command": "echo ran >> ran.txt"}}, {"text": "ok"}])
+    fleet.persona("asker", [question, ended("painted it")])
+    fleet.persona("appender", [{"tool": "bash", "args": {"command": "echo ran >> ran.txt"}}, ended("ok")])
     asker = fleet.submit("asker", "paint the shed")
     fleet.worker("--lease", "5")  # one slot
     fleet.wait_until(lambda jobs: any(j.id == asker and j.status == "waiting" for j in jobs), what="a wait")
@@ -68,12 +75,12 @@ def test_a_waiting_job_frees_its_worker_and_an_answer_queues_it_again(fleet: Fle
 def test_delegation_runs_a_child_job_and_returns_its_answer_without_wider_permissions(fleet: Fleet) -> None:
     fleet.persona(
         "lead",
-        [{"tool": "delegate", "args": {"role": "helper", "goal": "say hello"}}, {"text": "lead done"}],
+        [{"tool": "delegate", "args": {"role": "helper", "goal": "say hello"}}, ended("lead done")],
         tools='["delegate"]',
     )
     fleet.persona(
         "helper",
-        [{"tool": "bash", "args": {"command": "touch escaped"}}, {"text": "hello from the helper"}],
+        [{"tool": "bash", "args": {"command": "touch escaped"}}, ended("hello from the helper")],
         tools='["bash", "read_file"]',
     )
     lead = fleet.submit("lead", "get a greeting")
@@ -100,7 +107,7 @@ def test_a_worker_frozen_past_its_lease_is_fenced_out(fleet: Fleet) -> None:
         [
             {"tool": "bash", "args": {"command": f"echo first >> ran.txt; touch started; {UNTIL_GO}"}},
             {"tool": "bash", "args": {"command": "echo second >> ran.txt"}},
-            {"text": "finished"},
+            ended("finished"),
         ],
     )
     job_id = fleet.submit("slow", "two calls")
@@ -129,7 +136,7 @@ def test_stopping_lets_the_call_finish_and_a_second_signal_stops_at_once(fleet: 
         [
             {"tool": "bash", "args": {"command": f"touch started; {UNTIL_GO}; echo one >> ran.txt"}},
             {"tool": "bash", "args": {"command": "echo two >> ran.txt"}},
-            {"text": "both"},
+            ended("both"),
         ],
     )
     drained = fleet.submit("steps", "drain me")
@@ -168,7 +175,7 @@ def test_stopping_lets_the_call_finish_and_a_second_signal_stops_at_once(fleet: 
 
 def test_cancelling_a_running_job_stops_its_processes_within_seconds(fleet: Fleet) -> None:
     fleet.persona(
-        "sleeper", [{"tool": "bash", "args": {"command": "touch started; sleep 37.25"}}, {"text": "x"}]
+        "sleeper", [{"tool": "bash", "args": {"command": "touch started; sleep 37.25"}}, ended("x")]
     )
     job_id = fleet.submit("sleeper", "sleep")
     fleet.worker("--lease", "10")
@@ -186,7 +193,7 @@ def test_cancelling_a_running_job_stops_its_processes_within_seconds(fleet: Flee
 
 def test_a_job_that_keeps_losing_its_worker_is_dead_with_the_reason(fleet: Fleet) -> None:
     crash = {"tool": "bash", "args": {"command": "touch started; sleep 30"}}
-    fleet.persona("crashy", [crash, crash, crash, {"text": "x"}])  # each takeover meets the next call
+    fleet.persona("crashy", [crash, crash, crash, ended("x")])  # each takeover meets the next call
     job_id = fleet.submit("crashy", "crash", "--max-attempts", "2")
     for _ in range(2):
         worker = fleet.worker("--lease", "1")
@@ -202,7 +209,7 @@ def test_a_job_that_keeps_losing_its_worker_is_dead_with_the_reason(fleet: Fleet
 
 
 def test_higher_priority_jobs_start_first(fleet: Fleet) -> None:
-    fleet.persona("quick", [{"text": "ok"}], tools="[]")
+    fleet.persona("quick", [ended("ok")], tools="[]")
     low = fleet.submit("quick", "low", "--priority", "0")
     high = fleet.submit("quick", "high", "--priority", "9")
     mid = fleet.submit("quick", "mid", "--priority", "5")
@@ -213,7 +220,7 @@ def test_higher_priority_jobs_start_first(fleet: Fleet) -> None:
 
 
 def test_submit_refuses_bad_input_at_once(fleet: Fleet) -> None:
-    fleet.persona("quick", [{"text": "ok"}], tools="[]")
+    fleet.persona("quick", [ended("ok")], tools="[]")
     unknown = fleet.steward("submit", "--role", "nobody", "x")
     assert unknown.returncode != 0 and "nobody" in unknown.stderr and "Traceback" not in unknown.stderr
     missing = fleet.steward("submit", "--role", "quick", "x", "-w", "no/such/dir")
@@ -230,7 +237,7 @@ def test_submit_refuses_bad_input_at_once(fleet: Fleet) -> None:
 
 
 def test_follow_streams_the_job_s_events_as_a_worker_writes_them(fleet: Fleet) -> None:
-    fleet.persona("appender", [{"tool": "bash", "args": {"command": "echo ran >> ran.txt"}}, {"text": "ok"}])
+    fleet.persona("appender", [{"tool": "bash", "args": {"command": "echo ran >> ran.txt"}}, ended("ok")])
     fleet.worker("--lease", "5")
     followed = fleet.steward("submit", "--role", "appender", "append", "--follow", "--json")
     assert followed.returncode == 0, followed.stderr
@@ -248,7 +255,7 @@ def test_the_hook_is_told_when_a_job_waits_and_when_it_ends(fleet: Fleet) -> Non
         f'[notify]\ncommand = [{json.dumps(sys.executable)}, "-c", {json.dumps(record)}]\n'
     )
     question = {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Go on?"}}
-    fleet.persona("asker", [question, {"text": "went on"}])
+    fleet.persona("asker", [question, ended("went on")])
     job_id = fleet.submit("asker", "ask first")
     fleet.worker("--lease", "5")
     fleet.wait_until(lambda jobs: jobs[0].status == "waiting", what="the wait")
@@ -274,7 +281,7 @@ def test_random_kills_of_workers_on_two_machines_lose_no_job_and_run_no_call_twi
     script = [
         {"tool": "bash", "args": {"command": "echo a >> ran.txt; sleep 0.4"}},
         {"tool": "bash", "args": {"command": "echo b >> ran.txt; sleep 0.4"}},
-        {"text": "finished"},
+        ended("finished"),
     ]
     fleet.persona("worker", script)
     workspaces = []
@@ -313,7 +320,7 @@ def test_random_kills_of_workers_on_two_machines_lose_no_job_and_run_no_call_twi
 
 
 def test_an_approval_is_given_from_the_command_line_or_expires_by_its_deadline(fleet: Fleet) -> None:
-    script = [{"tool": "bash", "args": {"command": "echo approved >> ran.txt"}}, {"text": "over"}]
+    script = [{"tool": "bash", "args": {"command": "echo approved >> ran.txt"}}, ended("over")]
     fleet.persona("careful", script, extra='[policy]\nask = ["bash"]\napproval_timeout_s = 8\n')
     first = fleet.submit("careful", "ask and be approved")
     fleet.worker("--lease", "5")
@@ -342,10 +349,10 @@ def test_an_approval_is_given_from_the_command_line_or_expires_by_its_deadline(f
 def test_a_child_cancelled_from_the_command_line_wakes_its_waiting_parent(fleet: Fleet) -> None:
     fleet.persona(
         "lead",
-        [{"tool": "delegate", "args": {"role": "helper", "goal": "never runs"}}, {"text": "lead done"}],
+        [{"tool": "delegate", "args": {"role": "helper", "goal": "never runs"}}, ended("lead done")],
         tools='["delegate"]',
     )
-    fleet.persona("helper", [{"text": "unused"}], tools="[]")
+    fleet.persona("helper", [ended("unused")], tools="[]")
     lead = fleet.submit("lead", "delegate, then go on")
     fleet.worker("--lease", "5", "--role", "lead")  # nobody takes the helper's job
     jobs = fleet.wait_until(lambda jobs: any(j.parent_id == lead for j in jobs), what="the child")

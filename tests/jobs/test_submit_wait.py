@@ -6,11 +6,17 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from typing import Any
 
 from fleet_kit import Fleet
 
 from steward.jobs import presence
 from steward.store.events import open_store
+
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
 
 
 def serving(fleet: Fleet, role: str) -> list[str]:
@@ -22,7 +28,7 @@ def serving(fleet: Fleet, role: str) -> list[str]:
 
 
 def test_a_waiting_submit_says_no_worker_serves_the_role_then_that_one_does(fleet: Fleet) -> None:
-    fleet.persona("closer", [{"text": "finished"}], tools="[]")
+    fleet.persona("closer", [ended("finished")], tools="[]")
     submit = subprocess.Popen(
         [sys.executable, "-m", "steward", "submit", "--role", "closer", "close it", "--wait"],
         cwd=fleet.workspace, env=fleet.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -45,8 +51,8 @@ def test_a_waiting_submit_says_no_worker_serves_the_role_then_that_one_does(flee
 
 
 def test_a_worker_for_other_roles_serves_nobody_here(fleet: Fleet) -> None:
-    fleet.persona("closer", [{"text": "finished"}], tools="[]")
-    fleet.persona("other", [{"text": "other"}], tools="[]")
+    fleet.persona("closer", [ended("finished")], tools="[]")
+    fleet.persona("other", [ended("other")], tools="[]")
     fleet.worker("--role", "other")
     fleet.wait_until(lambda _jobs: bool(serving(fleet, "other")), what="the worker of 'other' to be there")
     submit = subprocess.Popen(

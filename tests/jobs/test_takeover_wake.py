@@ -7,6 +7,7 @@ import asyncio
 import secrets
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -18,6 +19,12 @@ from steward.store.engine import write_transaction
 from steward.store.events import EventStore, open_store
 from steward.store.schema import jobs as jobs_table
 
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 NEVER_S = 3600.0  # a poll so rare that only the lease's end can wake the worker within the test
 
 
@@ -27,7 +34,7 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     ws = tmp_path / "ws"
     (ws / "personas").mkdir(parents=True)
-    (ws / "personas" / "s.yaml").write_text(yaml.safe_dump([{"text": "finished"}]))
+    (ws / "personas" / "s.yaml").write_text(yaml.safe_dump([ended("finished")]))
     (ws / "personas" / "closer.toml").write_text('role = "closer"\ntools = []\nmodel = "scripted:s.yaml"\n')
     return ws
 

@@ -10,11 +10,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from steward.jobs.store import Job, JobStore
 from steward.store.events import open_store
+
+
+def end_step(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
 
 
 def workspace_with_persona(root: Path, script: list[object]) -> Path:
@@ -63,7 +69,7 @@ def wait_for(db_url: str, done: int, timeout: float = 60) -> list[Job]:
 
 
 def test_two_workers_finish_every_job_exactly_once(tmp_path: Path, db_url: str) -> None:
-    script = [{"tool": "bash", "args": {"command": "echo ran >> ran.txt"}}, {"text": "appended"}]
+    script = [{"tool": "bash", "args": {"command": "echo ran >> ran.txt"}}, end_step("appended")]
     workspace = workspace_with_persona(tmp_path, script)
     env = environment(tmp_path, db_url)
     ids = []
@@ -105,7 +111,7 @@ def test_a_killed_worker_s_job_is_taken_over_and_its_call_is_not_run_again(
 ) -> None:
     script = [
         {"tool": "bash", "args": {"command": "echo ran >> ran.txt; touch started; sleep 30"}},
-        {"text": "finished after the takeover"},
+        end_step("finished after the takeover"),
     ]
     workspace = workspace_with_persona(tmp_path, script)
     env = environment(tmp_path, db_url)

@@ -106,8 +106,9 @@ class Recording(ScriptedModel):
 
 
 def calls(*items: tuple[str, Mapping[str, Any]], answer: str = "done") -> list[dict[str, Any]]:
-    """One reply per tool call, then the final answer."""
-    return [{"tool": name, "args": dict(args)} for name, args in items] + [{"text": answer}]
+    """One reply per tool call, then the final answer (an agent_step end: the run is solved)."""
+    end = {"phase": "end", "summary": "done", "end_status": "solved", "end_message": answer}
+    return [{"tool": name, "args": dict(args)} for name, args in items] + [{"agent_step": end}]
 
 
 async def run_agent(

@@ -14,6 +14,12 @@ from typing import Any
 import yaml
 from mcp_kit import HERE, HttpServer
 
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 TOKEN = "mcpTok3Nq8Zv1Lx6Wr"
 LITERAL = "k7Hd2Qm9Xc4Vb8Pz"
 HEADER = "hdr5Tk9Lm2Qx7Zv4"
@@ -64,7 +70,7 @@ env = {{ TOKEN = "${{STEWARD_TEST_MCP_TOKEN}}", API_KEY = "{LITERAL}", LOG_LEVEL
     replies: list[dict[str, Any]] = [
         {"tool": "r__env", "args": {}},
         {"tool": "r__echo", "args": {"text": base64.b64encode(TOKEN.encode()).decode()}},
-        {"text": "done"},
+        ended("done"),
     ]
     results, exported, stored = _run(workspace, config, replies, STEWARD_TEST_MCP_TOKEN=TOKEN)
     assert "[redacted: secret from [mcp_servers.r] env TOKEN]" in results
@@ -88,7 +94,7 @@ headers = {{ Authorization = "Bearer ${{STEWARD_TEST_MCP_HEADER}}" }}
     spellings = [HEADER, base64.b64encode(HEADER.encode()).decode(), HEADER.encode().hex()]
     replies: list[dict[str, Any]] = [
         *({"tool": "ev__echo", "args": {"message": s}} for s in spellings),
-        {"text": "done"},
+        ended("done"),
     ]
     results, exported, stored = _run(workspace, config, replies, STEWARD_TEST_MCP_HEADER=HEADER)
     assert results.count("[redacted: secret from [mcp_servers.ev] headers Authorization]") == 3

@@ -35,6 +35,12 @@ from steward.events import ApprovalGateEvent, ApprovalResultEvent, Event, Signal
 from steward.mcp import mcp_toolsets
 from steward.tools.base import ToolContext
 
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 E = TypeVar("E", bound=Event)
 
 # --- mcp-server-time ----------------------------------------------------------------------------
@@ -155,7 +161,7 @@ async def test_everything_echo_and_sum(workspace: Path) -> None:
 
 
 async def test_everything_tool_schemas_reach_the_model(workspace: Path) -> None:
-    run = await run_agent(workspace, {"ev": everything()}, [{"text": "nothing to do"}])
+    run = await run_agent(workspace, {"ev": everything()}, [ended("nothing to do")])
 
     assert run.status == "done"
     tools = {t.name: t for t in run.requests[0].tools}

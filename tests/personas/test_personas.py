@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,6 +17,11 @@ from steward.config import load_config
 from steward.errors import ConfigError
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage
 from steward.personas import Persona, find_persona, list_personas, persona_from_data, read_persona
+
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
 
 
 @pytest.fixture(autouse=True)
@@ -83,7 +89,8 @@ class Recorder:
         self.requests.append(request)
         if self.calls:
             return AssistantMessage(tool_calls=(self.calls.pop(0),))
-        return AssistantMessage(text="done")
+        end = {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "done"}
+        return AssistantMessage(tool_calls=(ToolCall("end", "agent_step", end),))
 
 
 async def test_the_persona_s_words_are_its_prompt_and_its_allowlist_wraps_the_tools(tmp_path: Path) -> None:
@@ -151,7 +158,7 @@ def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_commands_list_show_and_run_a_persona(tmp_path: Path) -> None:
-    script = [{"tool": "bash", "args": {"command": "echo hi"}}, {"text": "listed"}]
+    script = [{"tool": "bash", "args": {"command": "echo hi"}}, ended("listed")]
     (tmp_path / "personas").mkdir()
     (tmp_path / "personas" / "script.yaml").write_text(yaml.safe_dump(script))
     write(
@@ -202,7 +209,7 @@ def test_a_run_started_as_a_persona_goes_on_as_that_persona(tmp_path: Path) -> N
     script = [
         {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Which folder?"}},
         {"tool": "bash", "args": {"command": "echo widened > widened.txt"}},
-        {"text": "done"},
+        ended("done"),
     ]
     (tmp_path / "personas").mkdir()
     (tmp_path / "personas" / "script.yaml").write_text(yaml.safe_dump(script))

@@ -14,6 +14,12 @@ from typing import Any
 import httpx
 from server_kit import Deployment, Server, sse, wait_for
 
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 PLAN = {
     "agent_step": {
         "phase": "plan", "summary": "plan it",
@@ -25,7 +31,7 @@ PLAN = {
 def careful(deployment: Deployment, name: str = "careful", command: str = "echo hi >> made.txt") -> None:
     """A persona whose one bash call waits for approval."""
     deployment.persona(
-        name, [PLAN, {"tool": "bash", "args": {"command": command}}, {"text": "made it"}],
+        name, [PLAN, {"tool": "bash", "args": {"command": command}}, ended("made it")],
         extra='[policy]\nask = ["bash"]\n',
     )  # fmt: skip
 
@@ -80,7 +86,7 @@ def test_a_dropped_stream_resumes_with_last_event_id_without_loss_or_doubles(dep
     steps: list[object] = [
         {"tool": "bash", "args": {"command": f"echo {i} >> steps.txt; sleep 0.2"}} for i in range(6)
     ]
-    deployment.persona("stepper", [*steps, {"text": "six"}])
+    deployment.persona("stepper", [*steps, ended("six")])
     server = deployment.start()
     with server.client() as client:
         run = start(client, goal="six steps", persona="stepper")
@@ -100,7 +106,7 @@ def test_a_dropped_stream_resumes_with_last_event_id_without_loss_or_doubles(dep
 def test_questions_are_answered_and_deny_gives_the_reason_to_the_model(sqlite_deployment: Deployment) -> None:
     deployment = sqlite_deployment
     ask = {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Which colour?"}}
-    deployment.persona("asker", [ask, {"text": "painted it"}])
+    deployment.persona("asker", [ask, ended("painted it")])
     careful(deployment, "denied", "echo no >> denied.txt")
     server = deployment.start()
     with server.client() as client:
@@ -136,7 +142,7 @@ def test_switching_a_waiting_run_to_autonomous_is_recorded_and_applies(sqlite_de
         {"tool": "bash", "args": {"command": "echo one >> two.txt"}},
         {"tool": "bash", "args": {"command": "echo two >> two.txt"}},
         {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Anything else?"}},
-        {"text": "both"},
+        ended("both"),
     ]
     deployment.persona("twice", two, extra='[policy]\nask = ["bash"]\n')
     server = deployment.start()
@@ -163,7 +169,7 @@ def test_switching_a_waiting_run_to_autonomous_is_recorded_and_applies(sqlite_de
 def test_cancel_stops_a_running_run_and_its_stream_ends(deployment: Deployment) -> None:
     deployment.persona(
         "sleeper",
-        [{"tool": "bash", "args": {"command": "touch started; sleep 30; touch finished"}}, {"text": "no"}],
+        [{"tool": "bash", "args": {"command": "touch started; sleep 30; touch finished"}}, ended("no")],
     )
     server = deployment.start()
     with server.client() as client:
@@ -265,7 +271,7 @@ def test_two_servers_on_one_postgres_store_stream_each_others_runs(deployment: D
     steps: list[object] = [
         {"tool": "bash", "args": {"command": f"echo {i} >> b.txt; sleep 0.3"}} for i in range(4)
     ]
-    deployment.persona("remote", [*steps, {"text": "ran on B"}])
+    deployment.persona("remote", [*steps, ended("ran on B")])
     api_only: Server = deployment.start(workers=0)  # A: no workers of its own
     runner: Server = deployment.start(workers=2)  # B: runs the jobs
     with api_only.client() as a, runner.client() as b:
@@ -334,7 +340,7 @@ def test_a_retried_run_streams_past_its_earlier_end(sqlite_deployment: Deploymen
         [
             {"tool": "bash", "args": {"command": "touch started; sleep 30"}},
             {"tool": "bash", "args": {"command": "echo second >> again.txt"}},
-            {"text": "went on"},
+            ended("went on"),
         ],
     )
     server = deployment.start()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 from chat_kit import (
@@ -25,10 +26,15 @@ from chat_kit import (
 from server_kit import Deployment, wait_for
 
 
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 def test_an_approval_asked_in_chat_is_given_by_replying_yes_and_each_message_goes_out_once(
     deployment: Deployment, receiver: Receiver
 ) -> None:
-    deployment.persona("careful", [WRITE, {"text": "wrote approved.txt"}], extra=ASK_BASH)
+    deployment.persona("careful", [WRITE, ended("wrote approved.txt")], extra=ASK_BASH)
     channel(deployment, receiver, "careful")
     first, second = deployment.start(), deployment.start()  # two servers on one store
 
@@ -61,7 +67,7 @@ def test_a_question_is_answered_by_the_next_message_and_the_session_goes_on(
     sqlite_deployment: Deployment, receiver: Receiver
 ) -> None:
     deployment = sqlite_deployment
-    deployment.persona("painter", [QUESTION, {"text": "painted it green"}])
+    deployment.persona("painter", [QUESTION, ended("painted it green")])
     channel(deployment, receiver, "painter")
     server = deployment.start()
 
@@ -89,7 +95,7 @@ def test_a_denial_with_a_reason_stops_the_call_and_an_unclear_reply_is_asked_aga
     sqlite_deployment: Deployment, receiver: Receiver
 ) -> None:
     deployment = sqlite_deployment
-    deployment.persona("careful", [WRITE, {"text": "did not write it"}], extra=ASK_BASH)
+    deployment.persona("careful", [WRITE, ended("did not write it")], extra=ASK_BASH)
     channel(deployment, receiver, "careful")
     server = deployment.start()
 
@@ -109,7 +115,7 @@ def test_a_message_without_the_channels_signature_is_refused_and_starts_nothing(
     sqlite_deployment: Deployment, receiver: Receiver
 ) -> None:
     deployment = sqlite_deployment
-    deployment.persona("careful", [WRITE, {"text": "unused"}], extra=ASK_BASH)
+    deployment.persona("careful", [WRITE, ended("unused")], extra=ASK_BASH)
     channel(deployment, receiver, "careful")
     server = deployment.start()
     body = json.dumps({"user": "mallory", "text": "rm -rf everything"}).encode()
@@ -144,7 +150,7 @@ def test_a_message_without_the_channels_signature_is_refused_and_starts_nothing(
 
 def test_bad_input_is_a_problem_that_names_the_fix(sqlite_deployment: Deployment, receiver: Receiver) -> None:
     deployment = sqlite_deployment
-    deployment.persona("careful", [{"text": "unused"}])
+    deployment.persona("careful", [ended("unused")])
     channel(deployment, receiver, "careful")
     server = deployment.start()
 
@@ -173,7 +179,7 @@ def test_a_message_while_the_job_is_under_way_is_told_it_still_is_and_starts_no_
     sqlite_deployment: Deployment, receiver: Receiver
 ) -> None:
     deployment = sqlite_deployment
-    deployment.persona("slow", [{"text": "unused"}])
+    deployment.persona("slow", [ended("unused")])
     channel(deployment, receiver, "slow")
     server = deployment.start(workers=0)  # nobody runs the job: it stays queued
     receiver.fail_first = 1  # the chat app is down for a moment: the acknowledgement is tried again
@@ -196,7 +202,7 @@ def test_a_failing_receiver_is_logged_and_the_server_goes_on(
     sqlite_deployment: Deployment, receiver: Receiver
 ) -> None:
     deployment = sqlite_deployment
-    deployment.persona("quick", [{"text": "done quickly"}])
+    deployment.persona("quick", [ended("done quickly")])
     channel(deployment, receiver, "quick")
     server = deployment.start()
     receiver.fail_first = 100  # every try answers 503
@@ -239,7 +245,7 @@ def test_a_channel_that_cannot_work_says_why_and_the_webhook_needs_no_token(
 def test_two_servers_send_each_message_of_many_users_once_and_in_order(
     deployment: Deployment, receiver: Receiver
 ) -> None:
-    deployment.persona("idle", [{"text": "unused"}])
+    deployment.persona("idle", [ended("unused")])
     channel(deployment, receiver, "idle")
     servers = [deployment.start(workers=0), deployment.start(workers=0)]  # the jobs stay queued
     users = [f"user{n}" for n in range(12)]
@@ -260,7 +266,7 @@ def test_a_question_that_failed_to_go_out_is_sent_again_when_the_user_writes(
     sqlite_deployment: Deployment, receiver: Receiver
 ) -> None:
     deployment = sqlite_deployment
-    deployment.persona("careful", [WRITE, {"text": "wrote approved.txt"}], extra=ASK_BASH)
+    deployment.persona("careful", [WRITE, ended("wrote approved.txt")], extra=ASK_BASH)
     channel(deployment, receiver, "careful")
     server = deployment.start()
     started = say(server, "write the file")

@@ -12,10 +12,17 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Route, expect, sync_playwright
 from server_kit import Deployment, Server, wait_for
+
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
 
 CHROMIUM = shutil.which("chromium")
 WAIT_MS = 30_000  # a scripted run takes a second or two; this bounds a broken one
@@ -42,7 +49,7 @@ WRITTEN = {
 READ = {"tool": "read_file", "args": {"path": "note.txt"}}
 READ_BACK = {"agent_step": {"phase": "verify", "summary": "read back", "sub_task_outcome": "done"}}
 ANSWER = "The note says hello."
-NOTE_SCRIPT: list[object] = [PLAN, WRITE, WRITTEN, READ, READ_BACK, {"text": ANSWER}]
+NOTE_SCRIPT: list[object] = [PLAN, WRITE, WRITTEN, READ, READ_BACK, ended(ANSWER)]
 # bash waits for a person; the deadline is far enough that it never decides for the test.
 ASK_BASH = '[policy]\nask = ["bash"]\napproval_timeout_s = 600\n'
 TOOLS = '["bash", "read_file"]'
@@ -228,7 +235,7 @@ def test_a_dropped_stream_resumes_from_the_last_event_without_gaps_or_doubles(
 def test_a_denied_call_needs_a_reason_and_the_run_goes_on_without_it(
     sqlite_deployment: Deployment, page: Page
 ) -> None:
-    sqlite_deployment.persona("careful", [WRITE, {"text": "I was not allowed to write."}], extra=ASK_BASH)
+    sqlite_deployment.persona("careful", [WRITE, ended("I was not allowed to write.")], extra=ASK_BASH)
     server = sqlite_deployment.start()
     open_page(page, server, start_run(server, "careful", "write a note"))
     expect(page.get_by_test_id("approval-card")).to_be_visible()
@@ -248,7 +255,7 @@ def test_a_question_is_answered_in_the_page_and_the_mode_switches_while_it_waits
     sqlite_deployment: Deployment, page: Page
 ) -> None:
     question = {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Which colour?"}}
-    sqlite_deployment.persona("asker", [question, {"text": "Painted it."}])
+    sqlite_deployment.persona("asker", [question, ended("Painted it.")])
     server = sqlite_deployment.start()
     open_page(page, server, start_run(server, "asker", "paint the shed"))
     expect(page.get_by_test_id("question")).to_have_text("Which colour?")
@@ -263,6 +270,24 @@ def test_a_question_is_answered_in_the_page_and_the_mode_switches_while_it_waits
     expect(timeline).to_contain_text("answered: green <b>please</b>")  # shown as text, not markup
     expect(timeline.locator("b")).to_have_count(0)
     expect(timeline).to_contain_text("mode switched to autonomous")
+
+
+def test_a_run_that_answered_in_text_says_so_next_to_its_answer(
+    sqlite_deployment: Deployment, page: Page
+) -> None:
+    sqlite_deployment.persona("answerer", [{"text": "It says hello."}], tools="[]")
+    server = sqlite_deployment.start()
+    open_page(page, server, start_run(server, "answerer", "what does the note say?"))
+    expect(page.get_by_test_id("final-answer")).to_have_text("It says hello.")
+    status = page.get_by_test_id("run-status")
+    expect(status).to_have_text("done · answered")
+    expect(status).to_have_attribute("data-end", "answered")
+    expect(page.get_by_test_id("final")).to_have_attribute("data-end", "answered")
+    meta = page.get_by_test_id("final-meta")
+    expect(meta).to_contain_text("answered (the agent answered without saying the goal was done) · 1 steps")
+    expect(meta).to_contain_text(" tokens")
+    entry = page.get_by_test_id("sessions").get_by_test_id("session")
+    expect(entry).to_have_attribute("data-state", "answered")
 
 
 def test_a_waiting_run_is_cancelled_from_the_page(note_server: Server, page: Page) -> None:
@@ -363,7 +388,7 @@ def test_each_approval_shows_at_the_call_it_stopped_before_that_calls_output(
 ) -> None:
     first = {"tool": "bash", "args": {"command": "echo one > one.txt"}}
     second = {"tool": "bash", "args": {"command": "echo two > two.txt"}}
-    sqlite_deployment.persona("careful", [first, second, {"text": "both"}], extra=ASK_BASH)
+    sqlite_deployment.persona("careful", [first, second, ended("both")], extra=ASK_BASH)
     server = sqlite_deployment.start()
     open_page(page, server, start_run(server, "careful", "two writes"))
     calls = page.get_by_test_id("tool-call")

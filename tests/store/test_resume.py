@@ -15,11 +15,16 @@ import pytest
 from steward.agent import Agent
 from steward.errors import RunError, StewardError
 from steward.events import ApprovalGateEvent, ApprovalResultEvent, Event, ToolResultEvent, ToolUse
+from steward.models.base import ToolCall
 from steward.run import Run, RunResult
 from steward.store.events import EventStore, open_store
 from steward.testing.trajectory import GOAL, markers, trajectory_agent
 
 ALL = ["a", "b", "c", "d", "e"]
+# The model's last reply in the runs below: it says it is done ("ok").
+END_OK = ToolCall(
+    "end", "agent_step", {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "ok"}
+)
 
 
 def _dead_owner() -> str:
@@ -226,7 +231,7 @@ async def test_a_cancelled_run_resumes_and_its_cut_call_is_reported(
         return (
             AssistantMessage(tool_calls=(ToolCall("c1", "slow", {}),))
             if n == 0
-            else AssistantMessage(text="ok")
+            else AssistantMessage(tool_calls=(END_OK,))
         )
 
     agent = Agent(FunctionModel(reply), tools=[slow], builtin_tools=False, store=store)
@@ -269,7 +274,7 @@ async def test_a_rebuilt_run_reports_the_notes_of_its_calls_again(store: EventSt
 
     def reply(request: ModelRequest) -> AssistantMessage:
         n = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
-        return AssistantMessage(tool_calls=(script[n],)) if n < len(script) else AssistantMessage(text="ok")
+        return AssistantMessage(tool_calls=(script[n] if n < len(script) else END_OK,))
 
     def make() -> Agent:
         policy = Policy.from_lists(deny=["deploy(prod)"])
@@ -321,7 +326,7 @@ async def test_an_idempotent_tool_cut_short_runs_again_instead_of_being_reported
         return (
             AssistantMessage(tool_calls=(ToolCall("c1", "lookup", {}),))
             if n == 0
-            else AssistantMessage(text="ok")
+            else AssistantMessage(tool_calls=(END_OK,))
         )
 
     def make() -> Agent:

@@ -521,5 +521,5 @@ async def test_a_rebuilt_run_offers_the_tools_it_had_found(tmp_path: Path) -> No
     finally:
         await store.close()
 
-    assert result.solved and result.output == "It is sunny in Paris."
+    assert result.answered and result.output == "It is sunny in Paris."
     assert "weather__get_forecast" in after["weather"][0]  # the first request after the rebuild

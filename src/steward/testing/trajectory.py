@@ -67,7 +67,8 @@ SCRIPT: list[list[tuple[str, dict[str, Any]]] | str] = [
     [_step(phase="feedback", thinking="need a colour", summary="ask", feedback_message="Which colour?")],
     [("mark", {"name": "c"})],
     [("mark", {"name": "d"}), ("mark", {"name": "e"})],
-    "Marked a, b, c, d and e.",
+    [_step(phase="verify", thinking="all written", summary="verified c, d, e", sub_task_outcome="done")],
+    [_step(phase="end", summary="done", end_status="solved", end_message="Marked a, b, c, d and e.")],
 ]
 
 
