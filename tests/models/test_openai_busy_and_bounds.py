@@ -93,3 +93,14 @@ async def test_a_dropped_connection_before_a_tool_call_is_asked_again_but_not_re
     server.add(FakeReply(tool_calls=[FakeToolCall("ls")]))
     await items_of(model, ask(tools=[LS]))
     assert server.requests[-1].body["stream"] is True
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999/v1", "http://[::1/v1", "localhost:8080/v1"])
+async def test_a_base_url_that_cannot_be_used_is_named_before_any_request(url: str, closing: Closing) -> None:
+    model = closing(OpenAIChatModel("m", base_url=url, timeout=5))
+    for attempt in (model.probe(), items_of(model, ask())):
+        with pytest.raises(
+            ModelError, match=r"the base URL .* cannot be used .*: set OPENAI_BASE_URL"
+        ) as caught:
+            await asyncio.wait_for(attempt, NEVER)
+        assert not caught.value.retryable and url in str(caught.value)

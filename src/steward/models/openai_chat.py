@@ -335,6 +335,8 @@ class OpenAIChatModel(Model):
         if self._client is None:
             import openai
 
+            self._check_url()
+
             self._client = openai.AsyncOpenAI(
                 api_key=self._resolve_api_key(),
                 base_url=self.base_url,
@@ -346,7 +348,27 @@ class OpenAIChatModel(Model):
         return self._client
 
     def check(self) -> None:
+        self._check_url()
         self._resolve_api_key()
+
+    def _check_url(self) -> None:
+        """A base URL the HTTP client cannot even try (no scheme, a bad port) named as such."""
+        from urllib.parse import urlsplit
+
+        url, label = self.base_url, self.provider
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - reading it checks it
+        except ValueError as exc:
+            problem = str(exc).lower().rstrip(".")
+        else:
+            problem = "" if parts.scheme in ("http", "https") and parts.hostname else "not an http(s) URL"
+        if problem:
+            raise ModelError(
+                f"{label}: the base URL {url!r} cannot be used ({problem}): set {self._base_url_env} "
+                f"or base_url in [models.{label}] to http://HOST:PORT/v1.",
+                provider=label,
+            )
 
     async def probe(self) -> str:
         import openai
