@@ -133,3 +133,24 @@ async def test_an_error_object_of_a_busy_server_stays_retryable(
     with pytest.raises(ModelError, match="the slot was cancelled") as caught:
         await items_of(make_openai(), ask())
     assert caught.value.retryable
+
+
+async def test_an_error_field_is_given_as_the_error_object_other_servers_send() -> None:
+    body = b'data: {"choices": []}\n\nerror: {"code": 400, "message": "too long"}\n\nerror: plain words\n\n'
+    assert await events_of(body) == [
+        '{"choices": []}',
+        '{"error": {"code": 400, "message": "too long"}}',
+        '{"error": "plain words"}',
+    ]
+
+
+async def test_llama_cpp_s_error_line_reaches_the_user_with_the_server_s_words(
+    server: FakeLLMServer, make_openai: MakeOpenAI
+) -> None:
+    # llama.cpp's server sends a prompt over its context this way once the stream has begun:
+    # the words are the fix, and asking again cannot help.
+    message = "the request exceeds the available context size, try increasing it"
+    server.add(FakeReply(stream_error="exceed_context_size_error", error_message=message, error_field=True))
+    with pytest.raises(ModelError, match="exceeds the available context size") as caught:
+        await items_of(make_openai(), ask())
+    assert not caught.value.retryable

@@ -51,11 +51,13 @@ def spent(error: ModelError, retries: int) -> ModelError:
 
 
 # What servers say when the request itself is wrong: pydantic (llama-cpp-python, vLLM, LiteLLM),
-# FastAPI, OpenAI's and Anthropic's own error types.
+# FastAPI, OpenAI's and Anthropic's own error types; and a prompt longer than the model's context
+# (llama.cpp's server says so inside a stream, where no status comes with it).
 _INVALID_WORDS = re.compile(
     r"input should be|validation error|field required|extra inputs are not permitted|"
     r"invalid_request_error|badrequest|bad request|unprocessable|is not valid under|"
-    r"invalid value|missing required|unexpected field|could not parse|json decode",
+    r"invalid value|missing required|unexpected field|could not parse|json decode|"
+    r"exceeds? the available context|exceed_context_size|maximum context length",
     re.IGNORECASE,
 )
 

@@ -14,6 +14,7 @@ breaks its lines is not an event stream, and is not kept in memory whole.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 
@@ -84,7 +85,9 @@ async def sse_data(lines: AsyncIterator[str], most: int = MOST_LINE_BYTES) -> As
     """The ``data`` of each event in ``lines`` (one line each, without its line break).
 
     Several ``data:`` lines of one event are joined with newlines; comments (``:`` lines, the
-    keep-alives some servers send), ``event:``, ``id:`` and ``retry:`` fields are skipped. A
+    keep-alives some servers send), ``event:``, ``id:`` and ``retry:`` fields are skipped. An
+    ``error:`` field (llama.cpp's server sends a failure so, the context overflowing for one)
+    is given as the data ``{"error": ...}`` that other servers send. A
     last event whose blank line never came is still given: the caller judges whether it is
     whole. A body whose first line opens a JSON object is no event stream: it is read whole
     (up to ``most`` characters) and raised as ``WholeBodyError``.
@@ -102,13 +105,22 @@ async def sse_data(lines: AsyncIterator[str], most: int = MOST_LINE_BYTES) -> As
                 pending, size = [], 0
             continue
         name, _, value = line.partition(":")
-        if name == "data":
-            pending.append(value.removeprefix(" "))
+        if name in ("data", "error"):
+            value = value.removeprefix(" ")
+            pending.append(value if name == "data" else _error_data(value))
             size += len(value)
             if size > most:
                 raise LineTooLongError(f"an event longer than {most:,} characters")
     if pending:
         yield "\n".join(pending)
+
+
+def _error_data(value: str) -> str:
+    try:
+        error = json.loads(value)
+    except json.JSONDecodeError:
+        error = value
+    return json.dumps({"error": error})
 
 
 async def _rest(first: str, lines: AsyncIterator[str], most: int) -> str:

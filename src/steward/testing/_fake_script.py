@@ -44,7 +44,8 @@ class FakeReply:
     OpenRouter/LM Studio), ``tool_call_ids`` (``False`` as some local servers) and
     ``whole_tool_calls`` (each call in one chunk). Anthropic-only: ``signature`` and
     ``redacted_thinking``. ``stream_error`` (an error type such as ``"overloaded_error"``)
-    breaks a stream off after its first event with the provider's in-stream error.
+    breaks a stream off after its first event with the provider's in-stream error;
+    ``error_field`` sends that error as llama.cpp's server does, an ``error:`` line (OpenAI).
 
     Both wire formats: ``cut_after=N`` sends the first N chunks (OpenAI) or events (Anthropic)
     then closes the connection with no end (no finish reason, no ``[DONE]``; no
@@ -85,6 +86,7 @@ class FakeReply:
     send_done: bool = True
     send_finish: bool = True
     drop_after: int | None = None
+    error_field: bool = False
 
     @classmethod
     def error(

@@ -33,7 +33,10 @@ def openai_sse(reply: FakeReply, model: str, served: int, include_usage: bool) -
         return [f"data: {_utf8(chunk)}\n\n" for chunk in kept]
     if reply.stream_error:
         message = reply.error_message or f"fake {reply.stream_error}"
-        chunks = [chunks[0], {"error": {"message": message, "type": reply.stream_error, "code": None}}]
+        error = {"message": message, "type": reply.stream_error, "code": None}
+        if reply.error_field:  # llama.cpp's server: the error object alone, in a field of its own
+            return [f"data: {_utf8(chunks[0])}\n\n", f"error: {_utf8(error)}\n\n"]
+        chunks = [chunks[0], {"error": error}]
     done = ["data: [DONE]\n\n"] if reply.send_done else []
     return [*(f"data: {_utf8(chunk)}\n\n" for chunk in chunks), *done]
 
