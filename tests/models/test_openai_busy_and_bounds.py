@@ -104,3 +104,16 @@ async def test_a_base_url_that_cannot_be_used_is_named_before_any_request(url: s
         ) as caught:
             await asyncio.wait_for(attempt, NEVER)
         assert not caught.value.retryable and url in str(caught.value)
+
+
+async def test_a_prompt_over_the_model_s_context_names_both_fixes(
+    server: FakeLLMServer, make_openai: MakeOpenAI
+) -> None:
+    # llama.cpp's server, word for word (a request over its --ctx-size).
+    words = "request (40016 tokens) exceeds the available context size (8192 tokens), try increasing it"
+    server.add(*[FakeReply.error(400, words)] * 3)
+    with pytest.raises(ModelError) as caught:
+        await items_of(make_openai(max_retries=2), ask())
+    message = str(caught.value)
+    assert "40016 tokens" in message and "--ctx-size" in message and "request_token_budget" in message
+    assert not caught.value.retryable and len(server.requests) == 1

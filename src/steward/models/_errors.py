@@ -60,6 +60,7 @@ _INVALID_WORDS = re.compile(
     r"exceeds? the available context|exceed_context_size|maximum context length",
     re.IGNORECASE,
 )
+_OVER_CONTEXT = re.compile(r"exceeds? the available context|exceed_context_size|maximum context length", re.I)
 
 
 # One pydantic error as servers print it: {'type': 'string_type', 'loc': ('body', 'messages', 1,
@@ -152,6 +153,13 @@ def status_error(
             f"{label}: model '{model}' was not found at {url}. Check the model name "
             f"(steward run --model {label}:NAME) and base_url in [models.{label}]."
         )
+    elif invalid and _OVER_CONTEXT.search(detail):
+        message = (
+            f"{label}: the request is longer than the model's context at {url} ({status}): {detail}. "
+            "Give the server a larger context (llama.cpp: --ctx-size; Ollama: num_ctx), or set "
+            "request_token_budget in [limits] below it."
+        )
+        return ModelError(message, provider=label)
     elif invalid:
         message = (
             f"{label}: the request was rejected ({status}): {detail}. The server at {url} calls the "
