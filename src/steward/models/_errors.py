@@ -155,9 +155,9 @@ def status_error(
         )
     elif invalid and _OVER_CONTEXT.search(detail):
         message = (
-            f"{label}: the request is longer than the model's context at {url} ({status}): {detail}. "
-            "Give the server a larger context (llama.cpp: --ctx-size; Ollama: num_ctx), or set "
-            "request_token_budget in [limits] below it."
+            f"{label}: the request was rejected ({status}): {detail}. It is longer than the model's "
+            f"context at {url}: give the server a larger one (llama.cpp: --ctx-size; Ollama: num_ctx), "
+            "or set request_token_budget in [limits] below it."
         )
         return ModelError(message, provider=label)
     elif invalid:
