@@ -7,7 +7,9 @@ such bodies from the fake server over a real socket.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -17,7 +19,7 @@ from steward.models.base import ModelRequest, ModelResponse, StreamItem, ToolSpe
 from steward.models.openai_chat import OpenAIChatModel
 from steward.testing.fake_llm import FakeLLMServer, FakeReply, FakeToolCall
 
-from .conftest import MakeOpenAI
+from .conftest import Closing, MakeOpenAI
 
 NEVER = 60.0  # an upper bound a correct program never reaches
 
@@ -153,4 +155,43 @@ async def test_llama_cpp_s_error_line_reaches_the_user_with_the_server_s_words(
     server.add(FakeReply(stream_error="exceed_context_size_error", error_message=message, error_field=True))
     with pytest.raises(ModelError, match="exceeds the available context size") as caught:
         await items_of(make_openai(), ask())
+    assert not caught.value.retryable
+
+
+class _WebPage(BaseHTTPRequestHandler):
+    """A web server at the base URL (a chat UI's, say): a page for every request."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        page = b"<!DOCTYPE html>\n<html><body>Welcome</body></html>\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+@pytest.fixture
+def web_page() -> Iterator[str]:
+    with ThreadingHTTPServer(("127.0.0.1", 0), _WebPage) as httpd:
+        thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        finally:
+            httpd.shutdown()
+            thread.join(NEVER)
+
+
+async def test_a_web_page_where_a_stream_was_asked_for_names_base_url(
+    web_page: str, closing: Closing
+) -> None:
+    model = closing(OpenAIChatModel("m", base_url=web_page, timeout=5, max_retries=0))
+    with pytest.raises(
+        ModelError, match=r"answered text/html where an event stream .* check base_url"
+    ) as caught:
+        await items_of(model, ask())
     assert not caught.value.retryable

@@ -169,7 +169,8 @@ class OpenAIChatModel(Model):
         whole: str | None = None
         async with AsyncExitStack() as stack:
             response = await self._send(stack, request, streaming=True, deadline=deadline)
-            if "json" in response.headers.get("content-type", ""):
+            label = response.headers.get("content-type", "")
+            if "json" in label:
                 # A server that ignores "stream": true and answers whole; the reply is just as good.
                 whole = await self._read(response, deadline)
             else:
@@ -184,6 +185,9 @@ class OpenAIChatModel(Model):
             for item in self._whole_reply(whole, request):
                 yield item
             return
+        if not reply.complete and reply.chunks == 0 and label and "event-stream" not in label:
+            # A web page or a plain text where events were asked for: another kind of server.
+            raise self._not_a_stream(f"it answered {label.split(';')[0]} where an event stream was asked for")
         if not reply.complete:
             raise self._cut(reply, may_fall_back=may_fall_back, said=True, tools=bool(request.tools))
         for delta in reply.finish():
