@@ -6,16 +6,19 @@ without a finish reason or ``[DONE]`` was cut short and is not a reply.
 
 One call, one deadline: ``timeout_s`` bounds the whole call, retries and all, not the gap
 between two chunks (a slow local model keeps producing tokens and would never trip that).
-The retries are this module's, not the SDK's (whose retries are off): rate limits, overloads
-and dropped connections are tried again up to ``max_retries`` times, honouring
-``retry-after``, but a request the server calls invalid is sent once, and the same 5xx twice
-for the same request is not sent a third time. What the retries met is ``RetriesSpentError``,
+The retries are this module's, not the SDK's (whose retries are off), on the schedule every
+provider shares (``_resend``): rate limits, overloads and dropped connections are tried again
+up to ``max_retries`` times, honouring ``retry-after``, but a request the server calls invalid
+is sent once, and the same 5xx twice for the same request is not sent a third time (a busy
+503, "Loading model", still is). What the retries met is ``RetriesSpentError``,
 which the loop's ``RetryingModel`` does not multiply; a reply that broke off after it started
 is left to it.
 
 Servers that cannot stream a tool choice (llama-cpp-python answers 200 and closes the body
-empty) get the same request again at once as a whole reply; when that brings a tool call,
-the endpoint is remembered for the process and the run hears of it once (``Notice``).
+empty) get the same request again at once as a whole reply; when the server ended the body
+itself and the whole reply brings a tool call, the endpoint is remembered for the process and
+each model reaching it says so once (``Notice``). A connection that dropped before anything
+came is asked again whole too, but says nothing about the server and is not remembered.
 ``stream = false`` in ``[models.X]`` asks for whole replies from the start.
 """
 
