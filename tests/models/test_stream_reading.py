@@ -195,3 +195,16 @@ async def test_a_web_page_where_a_stream_was_asked_for_names_base_url(
     ) as caught:
         await items_of(model, ask())
     assert not caught.value.retryable
+
+
+async def test_an_error_event_s_data_is_given_as_an_error_object() -> None:
+    body = (
+        b'event: error\ndata: {"message": "upstream timed out"}\n\n'
+        b'event: error\ndata: {"error": {"message": "already wrapped"}}\n\n'
+        b"event: message\ndata: {}\n\n"
+    )
+    assert await events_of(body) == [
+        '{"error": {"message": "upstream timed out"}}',
+        '{"error": {"message": "already wrapped"}}',
+        "{}",
+    ]

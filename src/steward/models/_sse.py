@@ -85,41 +85,46 @@ async def sse_data(lines: AsyncIterator[str], most: int = MOST_LINE_BYTES) -> As
     """The ``data`` of each event in ``lines`` (one line each, without its line break).
 
     Several ``data:`` lines of one event are joined with newlines; comments (``:`` lines, the
-    keep-alives some servers send), ``event:``, ``id:`` and ``retry:`` fields are skipped. An
-    ``error:`` field (llama.cpp's server sends a failure so, the context overflowing for one)
-    is given as the data ``{"error": ...}`` that other servers send. A
+    keep-alives some servers send), ``id:`` and ``retry:`` fields are skipped. A failure is
+    given as the data ``{"error": ...}`` most servers send, however it came: an ``error:``
+    field (llama.cpp's server, the context overflowing for one) or an ``event: error`` whose
+    data is the error alone (some proxies). A
     last event whose blank line never came is still given: the caller judges whether it is
     whole. A body whose first line opens a JSON object is no event stream: it is read whole
     (up to ``most`` characters) and raised as ``WholeBodyError``.
     """
     pending: list[str] = []
-    size = 0
-    first = True
+    size, first, failed = 0, True, False
     async for line in lines:
         if first and line.lstrip().startswith("{"):
             raise WholeBodyError(await _rest(line, lines, most))
         first = first and not line.strip()
         if not line:
             if pending:
-                yield "\n".join(pending)
-                pending, size = [], 0
+                yield _error_data("\n".join(pending)) if failed else "\n".join(pending)
+            pending, size, failed = [], 0, False
             continue
         name, _, value = line.partition(":")
-        if name in ("data", "error"):
-            value = value.removeprefix(" ")
+        value = value.removeprefix(" ")
+        if name == "event":
+            failed = value.strip() == "error"
+        elif name in ("data", "error"):
             pending.append(value if name == "data" else _error_data(value))
             size += len(value)
             if size > most:
                 raise LineTooLongError(f"an event longer than {most:,} characters")
     if pending:
-        yield "\n".join(pending)
+        yield _error_data("\n".join(pending)) if failed else "\n".join(pending)
 
 
 def _error_data(value: str) -> str:
+    """``{"error": value}`` as JSON text (``value`` as it is when it says ``error`` itself)."""
     try:
         error = json.loads(value)
     except json.JSONDecodeError:
         error = value
+    if isinstance(error, dict) and "error" in error:
+        return value
     return json.dumps({"error": error})
 
 
