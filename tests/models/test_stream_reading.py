@@ -7,6 +7,8 @@ such bodies from the fake server over a real socket.
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -208,3 +210,39 @@ async def test_an_error_event_s_data_is_given_as_an_error_object() -> None:
         '{"error": {"message": "already wrapped"}}',
         "{}",
     ]
+
+
+class _GzipStream(BaseHTTPRequestHandler):
+    """A proxy that compresses the event stream it passes on (Content-Encoding: gzip)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        chunks = [
+            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Packed "}}]},
+            {"choices": [{"index": 0, "delta": {"content": "and sent."}, "finish_reason": "stop"}]},
+        ]
+        events = "".join(f"data: {json.dumps(chunk)}\r\n\r\n" for chunk in chunks) + "data: [DONE]\r\n\r\n"
+        body = gzip.compress(events.encode())
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+async def test_a_compressed_event_stream_is_read_as_events(closing: Closing) -> None:
+    with ThreadingHTTPServer(("127.0.0.1", 0), _GzipStream) as httpd:
+        thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+        thread.start()
+        try:
+            url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+            model = closing(OpenAIChatModel("m", base_url=url, timeout=5, max_retries=0))
+            response = reply_of(await items_of(model, ask()))
+        finally:
+            httpd.shutdown()
+            thread.join(NEVER)
+    assert response.message.text == "Packed and sent." and response.stop_reason == "stop"
