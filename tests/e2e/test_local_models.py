@@ -196,6 +196,7 @@ def test_a_server_that_sends_no_usage_gets_estimated_tokens(
     solved(proc, shown)
     usage = steward.usage()
     assert usage["estimated"] is True and usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+    assert "tokens (estimated)" in proc.stderr and "tokens (estimated)" in shown
 
 
 def test_a_stream_cut_short_is_tried_again(server: FakeLLMServer, steward: Steward, workspace: Path) -> None:

@@ -134,9 +134,10 @@ async def test_a_wait_the_call_has_no_time_for_is_not_waited(
 ) -> None:
     # The server asks for 50 s; the call may take 5: the rate limit is reported at once.
     server.add(FakeReply.error(429, headers={"retry-after": "50"}), FakeReply(text="too late"))
-    with pytest.raises(ModelError, match=r"rate limited \(429\)"):
+    with pytest.raises(ModelError, match=r"rate limited \(429\)") as caught:
         await bounded_collect(collect, make_anthropic(max_retries=2, timeout=5.0), ask())
     assert len(server.requests) == 1
+    assert caught.value.retry_after == 50, "the wait the server asked for goes with the failure"
 
 
 async def test_an_error_inside_a_started_stream_is_left_to_the_loop(

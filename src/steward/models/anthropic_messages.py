@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, assert_never
 from ..errors import ModelError
 from ._deadline import before, bounded, deadline_after
 from ._errors import status_error, timeout_error, unreachable_error
-from ._resend import Attempts
+from ._resend import Attempts, retry_after
 from ._think import ThinkFilter
 from .base import (
     AssistantMessage,
@@ -163,6 +163,8 @@ class AnthropicModel(Model):
             except anthropic.APIStatusError as exc:
                 repeated = attempts.repeated(exc.status_code, _detail(exc))
                 error = self._status_error(exc.status_code, exc.type, _detail(exc), attempt, repeated)
+                # Kept with the failure: a wait past the call's deadline is left to the loop.
+                error.retry_after = retry_after(exc.response.headers) or error.retry_after
                 await attempts.after(error, attempt, exc.response.headers)
             except anthropic.APIConnectionError as exc:  # timeouts too
                 await attempts.after(self._error(exc), attempt, worth_it=True)
