@@ -90,7 +90,8 @@ async def test_a_run_started_or_resumed_sweeps_them_before_any_call(
     kill_mid_call(workspace, state_dir)
     assert (workspace / "steward.toml").exists()
     script = tmp_path / "script.yaml"
-    script.write_text(yaml.safe_dump([{"text": "nothing to do"}]))
+    end = {"phase": "end", "summary": "nothing to do", "end_status": "solved", "end_message": "nothing to do"}
+    script.write_text(yaml.safe_dump([{"agent_step": end}]))
     result = await Agent(model=f"scripted:{script}").run("look around", workspace=workspace)
     assert result.solved
     assert not (workspace / "steward.toml").exists() and not (workspace / ".git").exists()
