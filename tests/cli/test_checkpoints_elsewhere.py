@@ -12,6 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
+
+def ended(message: str) -> dict[str, Any]:
+    """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"),
     pytest.mark.skipif(shutil.which("git") is None, reason="needs git"),
@@ -27,7 +33,7 @@ def ran(cli: Any, tmp_path: Path) -> tuple[str, Path, Path]:
     (project / "notes.txt").write_text("kept\n")
     subprocess.run(["git", "-C", str(project), "init", "-q"], check=True)
     script = tmp_path / "s.yaml"
-    script.write_text(yaml.safe_dump([{"tool": "bash", "args": {"command": "rm notes.txt"}}, {"text": "ok"}]))
+    script.write_text(yaml.safe_dump([{"tool": "bash", "args": {"command": "rm notes.txt"}}, ended("ok")]))
     run = cli("run", "tidy", "--model", f"scripted:{script}", "-w", str(project), "--json", cwd=elsewhere)
     assert run.returncode == 0, run.stderr
     run_id = json.loads(run.stdout.splitlines()[0])["run_id"]
