@@ -33,6 +33,7 @@ VERIFY   — after an act that matters: did it work? Record key_facts; set sub_t
 REFLECT  — when something failed: why? Choose a genuinely different approach; never repeat a failed action.
 FEEDBACK — ask the user (feedback_message) only for information no tool can find. Rare.
 END      — when the goal is achieved or no progress is possible: end_status solved|partial|stuck, end_message.
+           Only END solved says the goal is done; a reply with no tool call is taken as an answer.
 Your plan, steps, key facts, errors and loop signals are shown in the Agent Working Memory block of \
 this system message, updated before every step. Tool outputs appear once, as tool results; old ones \
 may be elided — recall_output(call_id) shows one again."""
@@ -110,7 +111,8 @@ Work in steps: call agent_step once per step with a phase.
 plan: sub_tasks (id, title, depends_on), early for multi-part tasks. act: action.tool_name and \
 action.tool_input (or call a tool directly). verify: key_facts, sub_task_outcome done|failed. \
 reflect: after a failure, try something different. reason: think when unsure. feedback: \
-feedback_message, only for what no tool can find. end: end_status solved|partial|stuck, end_message.
+feedback_message, only for what no tool can find. end: end_status solved|partial|stuck, end_message \
+(only end solved says the goal is done).
 Your plan and progress are in the Agent Working Memory below; recall_output(call_id) shows an \
 elided tool output again."""
 

@@ -54,6 +54,9 @@ def test_plain_text_twice_with_an_open_plan_ends_partial_with_exit_1(cli: Any, t
     assert "■ partial" in proc.stderr
     assert "Your plan says sub-task 1 'Echo' is open (and 1 more)" in proc.stderr  # the nudge, shown
     assert proc.stdout.startswith("Done, really.\n\nDone: nothing. Not done: 1 Echo; 2 Check it.")
+    shown = cli("runs", "show", "last").stdout  # the timeline keeps the nudge, as a warning
+    assert "⚠ Your plan says sub-task 1 'Echo' is open (and 1 more)" in shown
+    assert shown.index("⚠ Your plan says") < shown.index("■ partial")
 
 
 def test_the_help_names_every_exit_code(cli: Any) -> None:

@@ -129,6 +129,9 @@ def _timeline_line(kind: str, d: dict[str, object]) -> str | None:  # noqa: PLR0
             return f"          {mark} {float(str(d['duration_ms'])):,.0f} ms  {_short(verdict)}"
         case "error":
             return f"          error ({d['code']}): {_short(d['message'])}"
+        case "signal":  # loop warnings, a nudge, what the model said about how it is reached
+            mark = "⚠" if d.get("level") == "warning" else "·"
+            return f"          {mark} {_short(d['message'], 160)}"
         case "approval_gate":
             return f"          ? approval for {d['tool']}: {_short(d['reason'])}"
         case "approval_result":

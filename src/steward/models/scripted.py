@@ -181,7 +181,8 @@ class ScriptedModel(Model):
             raise ScriptError(
                 f"scripted model: {self.source} has {len(self.replies)} replies and all were used; "
                 f"the agent asked for reply {self.used + 1}. Add replies, or end the script with an "
-                "agent_step of phase 'end' or a plain text reply."
+                "agent_step of phase 'end' (a plain text reply ends the run 'answered', or is sent "
+                "back once when the plan is open or nothing was done)."
             )
         message = self.replies[self.used]
         self.used += 1
