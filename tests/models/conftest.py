@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -11,7 +12,15 @@ from typing import Any, Protocol, TypeVar
 import pytest
 
 from steward.models.anthropic_messages import AnthropicModel
-from steward.models.base import Model, ModelRequest, ModelResponse, Retrying, TextDelta, ThinkingDelta
+from steward.models.base import (
+    Model,
+    ModelRequest,
+    ModelResponse,
+    Retrying,
+    StreamItem,
+    TextDelta,
+    ThinkingDelta,
+)
 from steward.models.openai_chat import OpenAIChatModel
 from steward.testing.fake_llm import FakeLLMServer
 
@@ -148,3 +157,23 @@ async def _collect(model: Model, request: ModelRequest) -> Streamed:
 def collect() -> Collect:
     """Stream a request to the end and check the stream's shape."""
     return _collect
+
+
+# --- reading one model's stream whole (shared by the provider tests) -----------------------
+
+NEVER = 60.0  # an upper bound a correct program never reaches
+
+
+async def items_of(model: Model, request: ModelRequest) -> list[StreamItem]:
+    """Every item ``model`` streams for ``request``, read within ``NEVER`` seconds."""
+
+    async def read() -> list[StreamItem]:
+        return [item async for item in model.stream(request)]
+
+    return await asyncio.wait_for(read(), NEVER)
+
+
+def reply_of(items: list[StreamItem]) -> ModelResponse:
+    """The one response among streamed items."""
+    (response,) = [item for item in items if isinstance(item, ModelResponse)]
+    return response

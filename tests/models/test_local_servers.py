@@ -19,7 +19,6 @@ from steward.models._errors import RetriesSpentError
 from steward.models.base import (
     AssistantMessage,
     ModelRequest,
-    ModelResponse,
     Notice,
     Retrying,
     StreamItem,
@@ -30,14 +29,12 @@ from steward.models.base import (
     ToolSpec,
     UserMessage,
 )
-from steward.models.openai_chat import OpenAIChatModel
 from steward.models.retry import RetryingModel
 from steward.testing.fake_llm import NO_TOOLS_TEXT, FakeLLMServer, FakeReply, FakeToolCall
 
-from .conftest import Collect, MakeOpenAI, Streamed
+from .conftest import NEVER, Collect, MakeOpenAI, Streamed, items_of, reply_of
 
 # An upper bound a correct program never reaches: it only keeps a broken one from hanging.
-NEVER = 60.0
 
 LS = ToolSpec("ls", "List a directory.", {"type": "object", "properties": {"path": {"type": "string"}}})
 
@@ -56,18 +53,6 @@ def ask(text: str = "hi", **fields: Any) -> ModelRequest:
 
 async def bounded_collect(collect: Collect, model: Any, request: ModelRequest) -> Streamed:
     return await asyncio.wait_for(collect(model, request), NEVER)
-
-
-async def items_of(model: OpenAIChatModel, request: ModelRequest) -> list[StreamItem]:
-    async def read() -> list[StreamItem]:
-        return [item async for item in model.stream(request)]
-
-    return await asyncio.wait_for(read(), NEVER)
-
-
-def reply_of(items: list[StreamItem]) -> ModelResponse:
-    (response,) = [item for item in items if isinstance(item, ModelResponse)]
-    return response
 
 
 def notices(items: list[StreamItem]) -> list[str]:

@@ -11,26 +11,17 @@ import pytest
 
 from steward.errors import ModelError
 from steward.models import openai_chat
-from steward.models.base import ModelRequest, ModelResponse, Notice, StreamItem, ToolSpec, UserMessage
+from steward.models.base import ModelRequest, ModelResponse, Notice, ToolSpec, UserMessage
 from steward.models.openai_chat import OpenAIChatModel
 from steward.testing.fake_llm import FakeLLMServer, FakeReply, FakeToolCall
 
-from .conftest import Closing, MakeOpenAI
-
-NEVER = 60.0  # an upper bound a correct program never reaches
+from .conftest import NEVER, Closing, MakeOpenAI, items_of
 
 LS = ToolSpec("ls", "List a directory.", {"type": "object", "properties": {"path": {"type": "string"}}})
 
 
 def ask(*, tools: list[ToolSpec] | None = None) -> ModelRequest:
     return ModelRequest(system="Be brief.", messages=[UserMessage("hi")], tools=tools or [])
-
-
-async def items_of(model: OpenAIChatModel, request: ModelRequest) -> list[StreamItem]:
-    async def read() -> list[StreamItem]:
-        return [item async for item in model.stream(request)]
-
-    return await asyncio.wait_for(read(), NEVER)
 
 
 async def test_a_server_still_loading_its_model_is_asked_again_until_it_answers(

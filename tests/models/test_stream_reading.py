@@ -6,7 +6,6 @@ such bodies from the fake server over a real socket.
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import json
 import threading
@@ -17,13 +16,11 @@ import pytest
 
 from steward.errors import ModelError
 from steward.models._sse import LineTooLongError, WholeBodyError, sse_data, sse_lines
-from steward.models.base import ModelRequest, ModelResponse, StreamItem, ToolSpec, UserMessage
+from steward.models.base import ModelRequest, ToolSpec, UserMessage
 from steward.models.openai_chat import OpenAIChatModel
 from steward.testing.fake_llm import FakeLLMServer, FakeReply, FakeToolCall
 
-from .conftest import Closing, MakeOpenAI
-
-NEVER = 60.0  # an upper bound a correct program never reaches
+from .conftest import NEVER, Closing, MakeOpenAI, items_of, reply_of
 
 LS = ToolSpec("ls", "List a directory.", {"type": "object", "properties": {"path": {"type": "string"}}})
 
@@ -88,18 +85,6 @@ async def test_a_body_that_opens_a_json_object_is_given_whole() -> None:
 
 def ask(*, tools: Sequence[ToolSpec] = ()) -> ModelRequest:
     return ModelRequest(system="Be brief.", messages=[UserMessage("hi")], tools=list(tools))
-
-
-async def items_of(model: OpenAIChatModel, request: ModelRequest) -> list[StreamItem]:
-    async def read() -> list[StreamItem]:
-        return [item async for item in model.stream(request)]
-
-    return await asyncio.wait_for(read(), NEVER)
-
-
-def reply_of(items: list[StreamItem]) -> ModelResponse:
-    (response,) = [item for item in items if isinstance(item, ModelResponse)]
-    return response
 
 
 async def test_a_reply_holding_unicode_line_separators_arrives_whole(
