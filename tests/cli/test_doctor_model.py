@@ -48,7 +48,7 @@ def configure(workspace: Path, fake: FakeLLMServer, model: str = "openai:smol") 
 
 def lines(stdout: str) -> dict[str, str]:
     """The doctor's model-request lines, by what they check."""
-    found = {}
+    found: dict[str, str] = {}
     for line in stdout.splitlines():
         if line.startswith("  ") and ": " in line:
             check, _, said = line.strip().partition(": ")

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -151,7 +151,7 @@ async def test_compact_tools_keep_their_arguments_and_lose_their_explanations(tm
 # --- the demo, with the compact prompt -------------------------------------------------------------
 
 
-async def _demo(tmp_path: Path, prompt: str) -> tuple[Any, ModelRequest]:
+async def _demo(tmp_path: Path, prompt: Literal["full", "compact"]) -> tuple[Any, ModelRequest]:
     model = RecordingScript(demo_model())
     agent = Agent(model, config=Config(prompt=prompt), sandbox=False)
     workspace = prepare_workspace(str(tmp_path))

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ def end_step(message: str) -> dict[str, Any]:
     return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
 
 
-def workspace_with_persona(root: Path, script: list[object]) -> Path:
+def workspace_with_persona(root: Path, script: Sequence[object]) -> Path:
     workspace = root / "ws"
     (workspace / "personas").mkdir(parents=True)
     (workspace / "personas" / "script.yaml").write_text(yaml.safe_dump(script))

@@ -16,6 +16,7 @@ from steward.models.base import (
     Model,
     ModelRequest,
     ModelResponse,
+    Notice,
     Retrying,
     StreamItem,
     TextDelta,
@@ -124,7 +125,7 @@ def make_anthropic(server: FakeLLMServer, closing: Closing) -> MakeAnthropic:
 class Streamed:
     """One streamed reply: its deltas in order and the final response."""
 
-    deltas: list[TextDelta | ThinkingDelta | Retrying]
+    deltas: list[TextDelta | ThinkingDelta | Retrying | Notice]
     response: ModelResponse
 
     @property
@@ -141,7 +142,7 @@ Collect = Callable[[Model, ModelRequest], Awaitable[Streamed]]
 
 
 async def _collect(model: Model, request: ModelRequest) -> Streamed:
-    deltas: list[TextDelta | ThinkingDelta | Retrying] = []
+    deltas: list[TextDelta | ThinkingDelta | Retrying | Notice] = []
     responses: list[ModelResponse] = []
     async for item in model.stream(request):
         assert not responses, "nothing may follow the ModelResponse"

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
@@ -35,7 +35,9 @@ class Fleet:
         }
         self.workers: list[subprocess.Popen[str]] = []
 
-    def persona(self, name: str, script: list[object], *, tools: str = '["bash"]', extra: str = "") -> None:
+    def persona(
+        self, name: str, script: Sequence[object], *, tools: str = '["bash"]', extra: str = ""
+    ) -> None:
         """A persona whose model plays ``script`` (each run from its top)."""
         (self.workspace / "personas" / f"{name}.yaml").write_text(yaml.safe_dump(script))
         (self.workspace / "personas" / f"{name}.toml").write_text(
