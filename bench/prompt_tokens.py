@@ -20,9 +20,9 @@ from pathlib import Path
 
 from steward.agent import Agent
 from steward.config import Config, load_config
-from steward.models.base import AssistantMessage, ModelRequest, ToolCall, schema_chars
+from steward.models.base import AssistantMessage, ModelRequest, ToolCall
 from steward.models.scripted import FunctionModel
-from steward.models.tokens import estimate_tokens, request_tokens
+from steward.models.tokens import estimate_tokens, request_tokens, tools_tokens
 from steward.personas import Persona, find_persona
 
 GOAL = "The tests in this project fail. Find the bug and fix it, then confirm the tests pass."
@@ -48,7 +48,7 @@ async def first_request(config: Config, persona: Persona | None, workspace: Path
 
 def counts(request: ModelRequest) -> tuple[int, int, int]:
     """Tokens of the system prompt, of the tool schemas, and of the whole request."""
-    return estimate_tokens(request.system_text), schema_chars(request.tools) // 3, request_tokens(request)
+    return estimate_tokens(request.system_text), tools_tokens(request.tools), request_tokens(request)
 
 
 async def main() -> None:

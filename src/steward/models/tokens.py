@@ -11,7 +11,7 @@ in pairs). It is a figure for budgets and charts, never billed.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from steward.models.base import (
     AssistantMessage,
@@ -19,12 +19,13 @@ from steward.models.base import (
     ModelRequest,
     SystemMessage,
     ToolResultMessage,
+    ToolSpec,
     Usage,
     UserMessage,
 )
 from steward.text import compact_json
 
-__all__ = ["estimate_tokens", "estimate_usage", "request_tokens"]
+__all__ = ["estimate_tokens", "estimate_usage", "request_tokens", "tools_tokens"]
 
 # A word (letters), a number, or a pair of other visible characters; spaces go with what follows.
 _PIECE = re.compile(r"[^\W\d_]+|\d+|[^\w\s]{1,2}|_")
@@ -66,9 +67,12 @@ def request_tokens(request: ModelRequest) -> int:
     total = estimate_tokens(request.system_text) + _PER_MESSAGE
     for message in request.messages:
         total += _PER_MESSAGE + sum(estimate_tokens(text) for text in _message_text(message))
-    for tool in request.tools:
-        total += estimate_tokens(f"{tool.name} {tool.description} {compact_json(tool.parameters)}")
-    return total
+    return total + tools_tokens(request.tools)
+
+
+def tools_tokens(tools: Sequence[ToolSpec]) -> int:
+    """About how many tokens these tools' names, descriptions and schemas add to a request."""
+    return sum(estimate_tokens(f"{t.name} {t.description} {compact_json(t.parameters)}") for t in tools)
 
 
 def estimate_usage(request: ModelRequest, reply: AssistantMessage) -> Usage:
