@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from steward.cli.mcp import CHAT_COMMANDS, CHAT_HELP, chat_command
+from steward.cli.options import EXIT_ANSWERED, EXIT_OK
 
 if TYPE_CHECKING:
     from steward.agent import Agent
@@ -137,7 +138,8 @@ class CtrlC:
 
 
 class _Conversation:
-    """The messages of one chat and what they lead to; ``code`` is the last turn's exit code."""
+    """The messages of one chat and what they lead to; ``code``: the last turn's exit code (0 for
+    an answer as for a solved turn)."""
 
     def __init__(
         self, agent: Agent, session: Session, *, workspace: Path, json_lines: bool, quiet: bool
@@ -159,7 +161,10 @@ class _Conversation:
             if message is None:
                 return
             if message:
-                self.code = await self._turn(message, ctrl_c)
+                code = await self._turn(message, ctrl_c)
+                # A conversation's turns are answers: only a turn that failed or stopped short
+                # makes the chat's exit code say so.
+                self.code = EXIT_OK if code == EXIT_ANSWERED else code
 
     async def _message(self, message: str) -> str | None:
         """What to send for one input ("" nothing, after a command); None to leave."""
