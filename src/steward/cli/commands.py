@@ -335,7 +335,10 @@ def demo(
             '  export OPENAI_API_KEY=...    then  steward run --model openai:gpt-4o-mini "GOAL"\n'
             '  export ANTHROPIC_API_KEY=... then  steward run --model anthropic:claude-sonnet-4-5 "GOAL"\n'
             '  a local Ollama server        then  steward run --model ollama:llama3.1 "GOAL"\n'
-            'or set STEWARD_MODEL, or model = "..." in steward.toml.',
+            "  llama.cpp, vLLM, LM Studio   then  OPENAI_BASE_URL=http://127.0.0.1:8080/v1 "
+            'steward run --model openai:local "GOAL"\n'
+            'or set STEWARD_MODEL, or model = "..." in steward.toml. '
+            "`steward doctor --model` checks a model first.",
             err=True,
         )
     if not keep:
