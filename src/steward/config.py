@@ -99,6 +99,39 @@ class MemorySettings:
     __pydantic_config__ = _FORBID_EXTRA
 
     enabled: bool = _f(True, "Core memory blocks the agent edits, kept in the store across sessions.")
+    long_term: bool = _f(
+        True, "The remember, recall and forget tools, and summaries archived as searchable memory."
+    )
+    embedder: str = _f(
+        "",
+        "What turns text into vectors for recall by meaning: \"local\" (pip install 'steward[embed]'), "
+        '"openai:text-embedding-3-small", "ollama:nomic-embed-text", any "openai:MODEL" with '
+        "[models.openai] base_url; empty: recall by keyword only.",
+    )
+    embed_batch: int = _f(64, "Texts sent to the embedder in one request.", ge=1, le=2048)
+    merge_similarity: float = _f(
+        0.95, "A new memory this close (cosine) to one in its scope is merged into it.", gt=0, le=1
+    )
+    ttl_days: float | None = _f(
+        None, "Days a remembered item lives unless given its own; none: forever.", gt=0
+    )
+    recall_k: int = _f(5, "Items recall returns unless asked for more.", ge=1, le=100)
+    user: str = _f("", 'The user whose memories a run sees; empty: the job\'s user, else "local".')
+
+
+@dataclass(slots=True)
+class CacheSettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    exact: bool = _f(False, "Reuse the reply to a request identical to one seen before.")
+    similar: bool = _f(
+        False, "Reuse the reply to a similar last user turn under the same static prompt (needs an embedder)."
+    )
+    threshold: float = _f(0.95, "Cosine similarity a similar request must reach.", gt=0, le=1)
+    ttl_s: float = _f(86_400.0, "Seconds a cached reply stays usable.", gt=0)
+    side_effects: bool = _f(
+        False, "Also reuse replies that call tools with side effects (by default only read-only ones)."
+    )
 
 
 @dataclass(slots=True)
@@ -354,7 +387,12 @@ class Config:
     policy: PolicySettings = field(default_factory=PolicySettings, metadata={"doc": "Rules and modes."})
     sandbox: SandboxConfig = field(default_factory=SandboxConfig, metadata={"doc": "The OS sandbox."})
     store: StoreSettings = field(default_factory=StoreSettings, metadata={"doc": "Where runs are recorded."})
-    memory: MemorySettings = field(default_factory=MemorySettings, metadata={"doc": "Core memory blocks."})
+    memory: MemorySettings = field(
+        default_factory=MemorySettings, metadata={"doc": "Core memory blocks and long-term memory."}
+    )
+    cache: CacheSettings = field(
+        default_factory=CacheSettings, metadata={"doc": "Reuse of model replies (off by default)."}
+    )
     tools: ToolsSettings = field(default_factory=ToolsSettings, metadata={"doc": "Tool discovery."})
     rules: RulesSettings = field(default_factory=RulesSettings, metadata={"doc": "AGENTS.md and skills."})
     mcp_servers: dict[str, McpServerConfig] = field(
@@ -379,6 +417,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "sandbox": SandboxConfig,
     "store": StoreSettings,
     "memory": MemorySettings,
+    "cache": CacheSettings,
     "tools": ToolsSettings,
     "rules": RulesSettings,
     "mcp_servers": McpServerConfig,

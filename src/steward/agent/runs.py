@@ -214,6 +214,8 @@ class AgentRuns(AgentKit):
             sandbox=sandbox,
             writable=rules.write,
             protected=lambda path: protected_reason(ws, path),
+            persona=self.persona.name if self.persona else "",
+            user=self.config.memory.user or "local",
         )
         loop = Loop(
             model=model,

@@ -90,6 +90,61 @@ archive = sa.Table(
 )
 
 
+# Long-term memory (steward.memory.longterm): what an agent remembered or a run archived, in a
+# scope (user, persona, workspace) that the store's queries always filter on. Keyword search is
+# an FTS5 table on SQLite and a generated tsvector on PostgreSQL, both made by migration 9.
+memory_items = sa.Table(
+    "memory_items",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("scope_user", sa.Text, nullable=False),
+    sa.Column("scope_persona", sa.Text, nullable=False),
+    sa.Column("scope_workspace", sa.Text, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),  # "fact" | "session_summary" | "turns" | ...
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("tags", sa.Text, nullable=False, server_default=""),  # " a b " (spaces around each)
+    sa.Column("content_hash", sa.Text, nullable=False),  # sha256 of the normalised text
+    sa.Column("run_id", sa.Text, nullable=True),
+    sa.Column("session_id", sa.Text, nullable=True),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=True),
+    sa.Column("hidden_at", sa.Double, nullable=True),  # hidden: kept, never recalled; purged: deleted
+    sa.Column("merged", sa.Integer, nullable=False, server_default="1"),  # writes folded into it
+    sa.Index("ix_memory_scope", "scope_user", "scope_persona", "scope_workspace", "created_at"),
+    sa.Index("ix_memory_hash", "content_hash"),
+)
+
+# Vectors by content hash and embedding model: changing the model embeds again, never mixes spaces.
+memory_vectors = sa.Table(
+    "memory_vectors",
+    metadata,
+    sa.Column("content_hash", sa.Text, primary_key=True),
+    sa.Column("model", sa.Text, primary_key=True),
+    sa.Column("dim", sa.Integer, nullable=False),
+    sa.Column("vector", sa.LargeBinary, nullable=False),  # float32, little-endian, L2-normalised
+    sa.Column("created_at", sa.Double, nullable=False),
+)
+
+# Cached model replies (off by default; steward.models.cache): exact by the whole request, or by
+# similarity of the last user turn under the same static prompt.
+model_cache = sa.Table(
+    "model_cache",
+    metadata,
+    sa.Column("key", sa.Text, primary_key=True),  # sha256 of the request (exact) or "sim:<n>"
+    sa.Column("kind", sa.Text, nullable=False),  # "exact" | "similar"
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("prompt_hash", sa.Text, nullable=False),  # the static prompt and tools' hash
+    sa.Column("last_user", sa.Text, nullable=False, server_default=""),
+    sa.Column("reply", sa.Text, nullable=False),  # JSON of the reply
+    sa.Column("tokens", sa.Integer, nullable=False, server_default="0"),  # what a hit saves
+    sa.Column("hits", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=True),
+    sa.Index("ix_model_cache_prompt", "model", "prompt_hash"),
+)
+
+
 _ACTIVE = "status IN ('queued', 'running', 'waiting') AND user_key IS NOT NULL"
 
 jobs = sa.Table(
@@ -253,6 +308,48 @@ def _v8_workers(conn: Connection) -> None:
     workers.create(conn, checkfirst=True)
 
 
+def _v9_long_term_memory(conn: Connection) -> None:
+    for table in (memory_items, memory_vectors, model_cache):
+        table.create(conn, checkfirst=True)
+    if conn.dialect.name == "sqlite":
+        # External-content FTS5 over memory_items, kept in step by triggers; porter stems English.
+        conn.execute(
+            sa.text(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5("
+                "text, tags, content='memory_items', content_rowid='id', tokenize='porter unicode61')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "CREATE TRIGGER IF NOT EXISTS memory_fts_ai AFTER INSERT ON memory_items BEGIN "
+                "INSERT INTO memory_fts(rowid, text, tags) VALUES (new.id, new.text, new.tags); END"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "CREATE TRIGGER IF NOT EXISTS memory_fts_ad AFTER DELETE ON memory_items BEGIN "
+                "INSERT INTO memory_fts(memory_fts, rowid, text, tags) "
+                "VALUES ('delete', old.id, old.text, old.tags); END"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "CREATE TRIGGER IF NOT EXISTS memory_fts_au AFTER UPDATE OF text, tags ON memory_items BEGIN "
+                "INSERT INTO memory_fts(memory_fts, rowid, text, tags) "
+                "VALUES ('delete', old.id, old.text, old.tags); "
+                "INSERT INTO memory_fts(rowid, text, tags) VALUES (new.id, new.text, new.tags); END"
+            )
+        )
+    elif conn.dialect.name == "postgresql":
+        conn.execute(
+            sa.text(
+                "ALTER TABLE memory_items ADD COLUMN IF NOT EXISTS tsv tsvector GENERATED ALWAYS AS "
+                "(to_tsvector('english', text || ' ' || tags)) STORED"
+            )
+        )
+        conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_memory_tsv ON memory_items USING gin (tsv)"))
+
+
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_runs_and_events,
     _v2_resume_sessions_memory,
@@ -262,6 +359,7 @@ MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v6_channel_messages,
     _v7_channel_signatures,
     _v8_workers,
+    _v9_long_term_memory,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -113,6 +113,10 @@ class ToolContext:
     #: The hash of the call a human approved, in the context of that call only (set by the
     #: loop): one approval is good for one call.
     approved: str | None = None
+    #: Whose memories the run sees (``steward.memory.longterm``): the persona's name ("" for
+    #: none) and the user (a job's user key, ``[memory] user``, or "local").
+    persona: str = ""
+    user: str = "local"
     #: The wrappers' state for this run (see ``RunScopes``); shared by every call's context.
     scopes: RunScopes = field(default_factory=RunScopes, repr=False, compare=False)
 
