@@ -221,5 +221,5 @@ async def test_load_skill_is_offered_only_with_skills_and_the_list_is_reused(
     assert [s.name for s in await toolset.get_tools(ctx)] == ["ping"]
     monkeypatch.setattr(rules_toolset, "OFFER_RECHECK_S", 0.0)  # ...and then the folders are looked at again
     tools = await toolset.get_tools(ctx)
-    assert [s.name for s in tools] == ["ping", "load_skill"]
+    assert [s.name for s in tools] == ["ping", "load_skill", "find_skill"]
     assert await toolset.get_tools(ctx) is tools

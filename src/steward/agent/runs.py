@@ -53,6 +53,7 @@ class AgentRuns(AgentKit):
         force: bool = False,
         fence: int | None = None,
         output_schema: dict[str, Any] | None = None,
+        user: str | None = None,
     ) -> Run:
         """The run ``run_id`` (or a unique prefix of it) rebuilt from the store, ready to go on.
 
@@ -65,7 +66,8 @@ class AgentRuns(AgentKit):
         A run recorded as running by a live process on this machine is refused; one recorded
         by another machine is refused unless ``force`` (this machine cannot tell if it lives).
         With a ``fence`` (a job's claim), the log takes this process's writes only while the
-        job's newest claim is that one.
+        job's newest claim is that one. ``user`` is whose long-term memories the run sees (a
+        job's user key; default ``[memory] user``, else "local").
         """
         from steward.recovery import recover
 
@@ -75,7 +77,7 @@ class AgentRuns(AgentKit):
         persona = self.persona.name if self.persona is not None else ""
         found = await recover(store, run_id, max_attempts=max_attempts, force=force, persona=persona)
         try:
-            return await self._rebuilt(store, found, fence=fence, output_schema=output_schema)
+            return await self._rebuilt(store, found, fence=fence, output_schema=output_schema, user=user)
         except BaseException:
             if fence is None:  # (a job's row is its worker's to settle)
                 # Refused after all (a model that cannot load, a log that diverges, Ctrl-C): not
@@ -89,7 +91,13 @@ class AgentRuns(AgentKit):
             raise
 
     async def _rebuilt(
-        self, store: EventStore, found: Recovered, *, fence: int | None, output_schema: dict[str, Any] | None
+        self,
+        store: EventStore,
+        found: Recovered,
+        *,
+        fence: int | None,
+        output_schema: dict[str, Any] | None,
+        user: str | None = None,
     ) -> Run:
         """The run ``recover`` took over, brought to where its log ends."""
         row, first, attempts = found.row, found.start, found.attempts
@@ -116,7 +124,7 @@ class AgentRuns(AgentKit):
             limits = replace(limits, max_steps=first.max_steps)
         run = self._start(
             goal, workspace=workspace, run_id=row.id, session_id=row.session_id, history=history, fence=fence,
-            output_schema=schema, policy=policy, limits=limits,
+            output_schema=schema, policy=policy, limits=limits, user=user,
         )  # fmt: skip
         if found.log:
             await run._rebuild(found.log, found.last_seq)
@@ -138,16 +146,18 @@ class AgentRuns(AgentKit):
         history: History | None = None,
         fence: int | None = None,
         output_schema: Mapping[str, Any] | None = None,
+        user: str | None = None,
     ) -> Run:
         """Create a run for ``goal`` (nothing happens until it is streamed or awaited).
 
         ``output_schema`` (a JSON Schema; default: the persona's, if it has one) types the result:
         the run ends solved only with an answer that is JSON matching it, and that JSON is the
-        run's output. A schema that is not valid is a ``ConfigError``.
+        run's output. A schema that is not valid is a ``ConfigError``. ``user`` is whose long-term
+        memories the run sees (default ``[memory] user``, else "local").
         """
         return self._start(
             goal, workspace=workspace, run_id=run_id, session_id=session_id, history=history, fence=fence,
-            output_schema=self._output_schema(output_schema),
+            output_schema=self._output_schema(output_schema), user=user,
         )  # fmt: skip
 
     def _output_schema(self, given: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -165,6 +175,7 @@ class AgentRuns(AgentKit):
         output_schema: Mapping[str, Any] | None,
         policy: Policy | None = None,
         limits: Limits | None = None,
+        user: str | None = None,
     ) -> Run:
         """``start`` with the output schema as given (a resumed run's is the recorded one), and
         for a continued run, the policy and limits it started with."""
@@ -215,7 +226,7 @@ class AgentRuns(AgentKit):
             writable=rules.write,
             protected=lambda path: protected_reason(ws, path),
             persona=self.persona.name if self.persona else "",
-            user=self.config.memory.user or "local",
+            user=user or self.config.memory.user or "local",
         )
         loop = Loop(
             model=model,

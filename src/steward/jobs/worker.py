@@ -289,7 +289,7 @@ class Worker:
         try:
             run = await agent.resume(
                 job.id, force=True, fence=claim.fence, max_attempts=_ANY_ATTEMPTS,
-                output_schema=job.output_schema,
+                output_schema=job.output_schema, user=job.user_key,
             )  # fmt: skip
         except RunError as exc:  # its run ended before its last worker could say so
             if exc.status not in ("done", "failed") or isinstance(exc, ReplayError):

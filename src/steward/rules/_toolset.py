@@ -11,24 +11,25 @@ from typing import TYPE_CHECKING, Any
 
 from steward.errors import ConfigError, ToolError
 from steward.rules.agents_md import LinkedDoc, find_doc, linked_docs, nested_rules, seen_in
-from steward.rules.skills import find_skills, skill_file, skill_text
+from steward.rules.skills import Skill, find_skills, skill_file, skill_text
 from steward.tools._paths import resolve_in_workspace, workspace_root
 from steward.tools.base import Tool, ToolContext, ToolResult, Toolset, WrapperToolset, tool
 
 if TYPE_CHECKING:
     from steward.config import RulesSettings
+    from steward.embed.base import Embedder
     from steward.models.base import ToolSpec
 
 PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir", "glob", "grep"})
 """Built-in tools whose ``path`` argument says where the agent is working."""
-LOAD_SKILL, READ_RULES = "load_skill", "read_rules"
+LOAD_SKILL, READ_RULES, FIND_SKILL = "load_skill", "read_rules", "find_skill"
 
 
 def _topics(docs: Sequence[LinkedDoc]) -> str:
     return "; ".join(f"{d.title} ({d.path})" for d in docs)
 
 
-def _make_tools(settings: RulesSettings) -> dict[str, Tool]:
+def _make_tools(settings: RulesSettings, embedder: Embedder | None = None) -> dict[str, Tool]:
     @tool
     def load_skill(ctx: ToolContext, name: str, file: str | None = None) -> str:
         """Load a skill listed in the system prompt: its instructions, then the list of its
@@ -53,6 +54,23 @@ def _make_tools(settings: RulesSettings) -> dict[str, Tool]:
             )
         cap = ctx.settings.read_cap_chars
         return skill_text(skill, cap) if file is None else skill_file(skill, file, cap)
+
+    @tool
+    async def find_skill(ctx: ToolContext, query: str) -> str:
+        """Search the installed skills for the one that fits a task: their names, descriptions,
+        instructions and the files their SKILL.md links to. Use it when no skill listed under
+        Skills obviously fits, or to find which file of a skill covers a detail; then load it
+        with load_skill.
+
+        Args:
+            query: A few words about the task, e.g. "deploy to staging" or "rotate api keys".
+        """
+        scan = find_skills(ctx.workspace, settings)
+        if not scan.skills:
+            raise ToolError("No skills are installed; there is nothing to search.")
+        if not query.strip():
+            raise ToolError('find_skill needs a few words about the task, e.g. "deploy to staging".')
+        return await _found_skills(scan.skills, query, embedder)
 
     @tool
     def read_rules(ctx: ToolContext, topic: str) -> str:
@@ -83,20 +101,44 @@ def _make_tools(settings: RulesSettings) -> dict[str, Tool]:
             parts.append(f"Other matching documents: {_topics(found.others)}.")
         return "\n\n".join(parts)
 
-    return {LOAD_SKILL: load_skill, READ_RULES: read_rules}
+    return {LOAD_SKILL: load_skill, READ_RULES: read_rules, FIND_SKILL: find_skill}
+
+
+async def _found_skills(skills: Sequence[Skill], query: str, embedder: Embedder | None) -> str:
+    from steward.rules._skill_search import search_skills
+
+    note = ""
+    try:
+        hits = await search_skills(skills, query, embedder=embedder)
+    except Exception as exc:  # an embedder that is down: the words still find skills
+        if embedder is None:
+            raise
+        hits = await search_skills(skills, query)
+        note = f"\n(Search by meaning failed: {type(exc).__name__}: {str(exc)[:200]}; matched by words only.)"
+    if not hits:
+        known = ", ".join(s.name for s in skills[:50])
+        return f"No skill matches {query!r}. Skills: {known}. Try other words, or load_skill(name)."
+    lines = [f"Skills for {query!r}, best first:"]
+    for hit in hits:
+        call = f"load_skill(name={hit.skill.name!r}" + (f", file={hit.file!r})" if hit.file else ")")
+        lines.append(f"- {hit.skill.name}: {hit.skill.description[:250]} → {call}")
+    return "\n".join(lines) + note
 
 
 OFFER_RECHECK_S = 2.0
 
 
 class RulesToolset(WrapperToolset):
-    """The wrapped tools, plus ``load_skill`` (when there are skills) and ``read_rules`` (when
-    AGENTS.md links documents); a nested AGENTS.md is appended to the result of the first
+    """The wrapped tools, plus ``load_skill`` and ``find_skill`` (when there are skills) and
+    ``read_rules`` (when AGENTS.md links documents); a nested AGENTS.md is appended to the result of the first
     successful file tool call of a run that touches its subtree."""
 
-    def __init__(self, wrapped: Toolset, *, settings: RulesSettings) -> None:
+    def __init__(
+        self, wrapped: Toolset, *, settings: RulesSettings, embedder: Embedder | None = None
+    ) -> None:
         super().__init__(wrapped)
         self.settings = settings
+        self.embedder = embedder  # find_skill and read_rules rank by meaning too when given
         self._tools: dict[str, Tool] | None = None  # made on first use: constructors do no work
         self._inner: Sequence[ToolSpec] | None = None
         self._inner_names: frozenset[str] = frozenset()
@@ -106,7 +148,7 @@ class RulesToolset(WrapperToolset):
 
     def _own(self) -> dict[str, Tool]:
         if self._tools is None:
-            self._tools = _make_tools(self.settings)
+            self._tools = _make_tools(self.settings, self.embedder)
         return self._tools
 
     def _offers(self, workspace: Path) -> tuple[Path, bool, bool]:
@@ -132,7 +174,8 @@ class RulesToolset(WrapperToolset):
             return self._specs  # the same list while nothing changed: context.py caches by identity
         _, has_skills, has_docs = key
         names = frozenset(spec.name for spec in inner)
-        wanted = [name for name, offered in ((LOAD_SKILL, has_skills), (READ_RULES, has_docs)) if offered]
+        offers = ((LOAD_SKILL, has_skills), (FIND_SKILL, has_skills), (READ_RULES, has_docs))
+        wanted = [name for name, offered in offers if offered]
         clash = names.intersection(wanted)
         if clash:
             raise ConfigError(
@@ -145,7 +188,7 @@ class RulesToolset(WrapperToolset):
         return specs
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
-        if name in (LOAD_SKILL, READ_RULES) and name not in self._inner_names:
+        if name in (LOAD_SKILL, READ_RULES, FIND_SKILL) and name not in self._inner_names:
             return await self._own()[name].call(arguments, ctx)
         result = await self.wrapped.call_tool(name, arguments, ctx)
         path = arguments.get("path", ".")

@@ -6,6 +6,9 @@ gets the tools matching ``always_offer`` plus ``discover_tools(query)``. That to
 an in-memory SQLite FTS5 index (BM25, prefix terms) over every tool's name, description and
 argument names, built-in and MCP alike; the tools it finds join the run's discovered tools
 (``DiscoveryToolset.discovered``) and their schemas are offered for the rest of the run.
+With an embedder (``[memory] embedder``) that keyword ranking is fused with one by meaning
+(``steward.embed.fusion``); the descriptions' vectors are kept in process (``tools._meaning``).
+Without one, search is by keyword alone, exactly as before.
 
 Found tools are listed one per line as ``- NAME(arg*, arg): description [origin]``, so a run
 rebuilt from its log can read them back (``replayed``) without searching again.
@@ -28,6 +31,7 @@ from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
     from steward.config import ToolsSettings
+    from steward.embed.base import Embedder
 
 __all__ = ["DISCOVER_TOOL", "DiscoveryToolset", "ToolIndex", "found_names", "match_expression"]
 
@@ -204,10 +208,19 @@ class ToolIndex:
 class DiscoveryToolset(WrapperToolset):
     """Offers ``discover_tools`` instead of every schema when the tools would crowd the request."""
 
-    def __init__(self, wrapped: Toolset, *, settings: ToolsSettings, budget_chars: int) -> None:
+    def __init__(
+        self,
+        wrapped: Toolset,
+        *,
+        settings: ToolsSettings,
+        budget_chars: int,
+        embedder: Embedder | None = None,
+    ) -> None:
         super().__init__(wrapped)
         self.settings = settings
         self.budget_chars = budget_chars
+        #: With an embedder, the keyword ranking is fused with one by meaning (``_ranked``).
+        self.embedder = embedder
         self._index = ToolIndex()
         # What the wrapped toolset offered last, and what was derived from it.
         self._specs: Sequence[ToolSpec] | None = None
@@ -314,9 +327,12 @@ class DiscoveryToolset(WrapperToolset):
             self._index.rebuild(specs)
             self._indexed = self._signature
         try:
-            hits = self._index.search(query, limit)
+            hits = self._index.search(query, limit if self.embedder is None else MAX_LIMIT * 2)
         except sqlite3.OperationalError as exc:  # defensive: the expression is built to be valid
             return ToolResult(f"The search failed ({exc}); try plain words.", is_error=True)
+        note = ""
+        if self.embedder is not None:
+            hits, note = await self._ranked(query, hits, specs, limit)
         if not hits:
             return ToolResult(_no_match(query, specs))
         found = [specs[i] for i in hits]
@@ -325,7 +341,24 @@ class DiscoveryToolset(WrapperToolset):
         lines = [f"Found {counted} for {query!r}; you can call them now:"]
         lines += [_found_line(s) for s in found]
         lines.append(f"(* marks a required argument. Call {DISCOVER_TOOL} again with other words for more.)")
-        return ToolResult("\n".join(lines))
+        return ToolResult("\n".join(lines) + note)
+
+    async def _ranked(
+        self, query: str, keyword: list[int], specs: Sequence[ToolSpec], limit: int
+    ) -> tuple[list[int], str]:
+        """``keyword`` fused with the tools closest in meaning to ``query``, at most ``limit``;
+        the keyword list alone, with a note, when the embedder fails."""
+        from steward.embed.fusion import fuse
+        from steward.tools._meaning import by_meaning
+
+        assert self.embedder is not None
+        texts = [f"{s.name}: {s.description}\n" + " ".join(n for n, _, _ in _arguments(s)) for s in specs]
+        try:
+            meaning = await by_meaning(self.embedder, query, texts)
+        except Exception as exc:  # a server that is down: the words still find tools
+            failed = f"\n(Search by meaning failed: {type(exc).__name__}; matched by words only.)"
+            return keyword[:limit], failed
+        return [f.key for f in fuse(keyword, meaning)][:limit], ""
 
     async def spec_of(self, name: str, ctx: ToolContext) -> ToolSpec | None:
         # Undiscovered tools keep their specs here (the wrapped lookup): the safety checks of
