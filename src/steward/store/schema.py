@@ -126,6 +126,18 @@ memory_vectors = sa.Table(
     sa.Column("created_at", sa.Double, nullable=False),
 )
 
+# One row per memory scope, its generation bumped by every change to the scope's items or their
+# vectors in the same transaction: a process that caches a scope's vectors (the NumPy backend)
+# checks one row to know whether its copy is still true, whichever process wrote.
+memory_scopes = sa.Table(
+    "memory_scopes",
+    metadata,
+    sa.Column("scope_user", sa.Text, primary_key=True),
+    sa.Column("scope_persona", sa.Text, primary_key=True),
+    sa.Column("scope_workspace", sa.Text, primary_key=True),
+    sa.Column("generation", sa.Integer, nullable=False, server_default="0"),
+)
+
 # Cached model replies (off by default; steward.models.cache): exact by the whole request, or by
 # similarity of the last user turn under the same static prompt.
 model_cache = sa.Table(
@@ -309,7 +321,7 @@ def _v8_workers(conn: Connection) -> None:
 
 
 def _v9_long_term_memory(conn: Connection) -> None:
-    for table in (memory_items, memory_vectors, model_cache):
+    for table in (memory_items, memory_vectors, memory_scopes, model_cache):
         table.create(conn, checkfirst=True)
     if conn.dialect.name == "sqlite":
         # External-content FTS5 over memory_items, kept in step by triggers; porter stems English.

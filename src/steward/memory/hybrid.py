@@ -1,0 +1,102 @@
+"""Keyword search over memory items, and the fusion of the keyword and vector lists.
+
+The keyword list is BM25 on SQLite (FTS5's ``bm25()``) and ``ts_rank_cd`` on PostgreSQL. The
+user's words never reach either query language as syntax: the query is cut into words (letters,
+digits), each word is quoted (FTS5) or passed as a bound parameter joined by ``or``
+(``websearch_to_tsquery``, which never fails on its input), so ``text:*``, ``NEAR``, quotes and
+operators in a query are only words, and a query can neither fail nor widen what is searched.
+Words are OR-ed so that an item matching some of them still ranks, below one matching more.
+
+Both lists are fused by reciprocal rank fusion (``steward.embed.fusion``); equal fused scores go
+to the more recently updated item.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from steward.embed.fusion import fuse
+from steward.store.schema import memory_items
+
+#: Candidates taken from each list before fusion.
+CANDIDATES = 50
+#: Words of a query that are searched (a 10 k-character query is cut here, not sent whole).
+MAX_TERMS = 32
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct words of ``query``, case-folded, in order, at most ``MAX_TERMS``."""
+    terms: list[str] = []
+    for word in _WORD.findall(query.casefold()):
+        if word not in terms:
+            terms.append(word)
+            if len(terms) == MAX_TERMS:
+                break
+    return terms
+
+
+def fts5_match(terms: Sequence[str]) -> str:
+    """An FTS5 MATCH expression: each word a quoted string, OR-ed. A word holds no quote
+    (``\\w`` only), so quoting cannot be escaped from; quotes are still doubled, in case."""
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+async def keyword_ids(
+    conn: AsyncConnection, query: str, where: Sequence[sa.ColumnElement[bool]], *, limit: int = CANDIDATES
+) -> list[int]:
+    """Ids of the items matching ``query``'s words under ``where`` (scope, visibility, filters),
+    best first."""
+    terms = query_terms(query)
+    if not terms:
+        return []
+    items = memory_items
+    if conn.dialect.name == "sqlite":
+        fts = sa.table("memory_fts", sa.column("rowid", sa.Integer))
+        rank = sa.func.bm25(sa.literal_column("memory_fts"))  # lower is better
+        select = (
+            sa.select(items.c.id)
+            .select_from(fts.join(items, items.c.id == fts.c.rowid))
+            .where(sa.literal_column("memory_fts").op("MATCH")(fts5_match(terms)), *where)
+            .order_by(rank, items.c.updated_at.desc(), items.c.id.desc())
+        )
+    else:
+        tsquery = sa.func.websearch_to_tsquery(sa.literal_column("'english'"), " or ".join(terms))
+        tsv: sa.ColumnElement[object] = sa.literal_column("memory_items.tsv")
+        select = (
+            sa.select(items.c.id)
+            .where(tsv.op("@@")(tsquery), *where)
+            .order_by(sa.func.ts_rank_cd(tsv, tsquery).desc(), items.c.updated_at.desc(), items.c.id.desc())
+        )
+    return list((await conn.execute(select.limit(limit))).scalars().all())
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One item of the fused list and why it is there."""
+
+    id: int
+    score: float
+    keyword_rank: int | None
+    vector_rank: int | None
+    similarity: float | None
+
+
+def fuse_lists(
+    keyword: Sequence[int],
+    vector: Sequence[tuple[int, float]],
+    updated_at: Mapping[int, float],
+) -> list[Ranked]:
+    """The keyword ids and the (id, cosine) vector hits, fused by RRF, best first; equal scores
+    go to the item updated last (then the newer id)."""
+    similarity = dict(vector)
+    fused = fuse(list(keyword), [item for item, _ in vector])
+    ranked = [Ranked(f.key, f.score, f.ranks[0], f.ranks[1], similarity.get(f.key)) for f in fused]
+    ranked.sort(key=lambda r: (-r.score, -updated_at.get(r.id, 0.0), -r.id))
+    return ranked
