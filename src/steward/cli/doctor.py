@@ -1,4 +1,4 @@
-"""``steward doctor``: every safety layer on this machine, the configuration and the model."""
+"""``steward doctor``: every safety layer on this machine, the configuration, the model and memory."""
 
 from __future__ import annotations
 
@@ -28,6 +28,16 @@ TryModelOpt = Annotated[
     ),
 ]
 
+TryEmbedderOpt = Annotated[
+    bool,
+    typer.Option(
+        "--embedder",
+        "--memory",
+        help="Also embed three test sentences with [memory] embedder and report its dimensions, its "
+        "time and how close alike and unlike sentences come out. Without it nothing is sent.",
+    ),
+]
+
 
 class DoctorCommand(TyperCommand):
     """``steward doctor``, whose ``--model`` may come with a value or without one.
@@ -52,15 +62,24 @@ def bare_model_filled(args: list[str]) -> list[str]:
     return out
 
 
-def check(workspace: Path, model: str | None = None, *, try_model: bool = False) -> None:
-    """Check this machine: the sandbox, its limits, the configuration, the model and the store.
+def check(
+    workspace: Path, model: str | None = None, *, try_model: bool = False, try_embedder: bool = False
+) -> None:
+    """Check this machine: the sandbox, its limits, the configuration, the model, the store, memory.
 
-    ``try_model``: also send the model (``model``, else the configured one) tiny real requests.
+    ``try_model``: also send the model (``model``, else the configured one) tiny real requests;
+    ``try_embedder``: also embed test sentences with the configured embedder.
     """
     import platform
 
     from steward import __version__
-    from steward.cli.checkup import check_model, check_model_requests, check_store
+    from steward.cli.checkup import (
+        check_embedder,
+        check_memory,
+        check_model,
+        check_model_requests,
+        check_store,
+    )
     from steward.safety.sandbox.bubblewrap import sandbox_from_config
 
     config = config_from_flags(workspace, model, None)
@@ -86,8 +105,12 @@ def check(workspace: Path, model: str | None = None, *, try_model: bool = False)
     if try_model:  # the requests tell better than the list whether runs can use the model
         model_ok = check_model_requests(config)
     store_ok = check_store(config, workspace)
+    memory_ok = check_memory(config, workspace)
+    if try_embedder:
+        memory_ok = check_embedder(config) and memory_ok
     _context(workspace, config)
-    raise typer.Exit(EXIT_OK if status_ok and model_ok and store_ok else EXIT_NOT_SOLVED)
+    ok = status_ok and model_ok and store_ok and memory_ok
+    raise typer.Exit(EXIT_OK if ok else EXIT_NOT_SOLVED)
 
 
 def _layers(workspace: Path, config: Config) -> None:

@@ -1,4 +1,4 @@
-"""The OpenAI Chat Completions and Anthropic Messages wire formats of ``FakeLLMServer``.
+"""The OpenAI Chat Completions, OpenAI embeddings and Anthropic Messages wire formats of ``FakeLLMServer``.
 
 Each function turns one scripted ``FakeReply`` into what the real API sends: streamed events
 (as the text of each ``data:`` / ``event:`` block), one JSON body, or an error body.
@@ -7,6 +7,9 @@ Each function turns one scripted ``FakeReply`` into what the real API sends: str
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+
+import numpy as np
 
 from ._fake_script import JSON, FakeReply, FakeToolCall, pieces
 
@@ -16,6 +19,7 @@ __all__ = [
     "anthropic_sse",
     "anthropic_trickle",
     "openai_completion",
+    "openai_embeddings",
     "openai_error",
     "openai_sse",
     "openai_trickle",
@@ -166,6 +170,24 @@ _OPENAI_ERRORS: dict[int, tuple[str, str | None]] = {
     404: ("invalid_request_error", "model_not_found"),
     429: ("requests", "rate_limit_exceeded"),
 }
+
+
+def openai_embeddings(
+    texts: Sequence[str], vectors: np.ndarray, model: str, *, reverse: bool = False
+) -> JSON:
+    """A ``/embeddings`` reply: one item per text with its ``index``; ``reverse`` lists them last
+    first, as a server that answers out of order does."""
+    data = [
+        {"object": "embedding", "index": n, "embedding": [float(x) for x in vector]}
+        for n, vector in enumerate(vectors)
+    ]
+    tokens = sum(len(text.split()) for text in texts)
+    return {
+        "object": "list",
+        "data": data[::-1] if reverse else data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
 
 
 def openai_error(reply: FakeReply, model: str) -> JSON:

@@ -21,6 +21,12 @@ is honoured: a longer reply stops there with the "length" finish reason.
 "Fail K times, then succeed" is K error replies followed by a good one. Every request is
 recorded in ``server.requests`` (path, lower-cased headers, JSON body).
 
+``POST …/embeddings`` answers in the OpenAI embeddings format with ``hash_vectors`` of its
+``input`` (a string or a list of strings) in ``embed_dim`` dimensions, and takes no scripted
+reply: the chat script is not disturbed by it. ``fail_embeddings(K, status)`` makes the next K
+such requests fail (with the OpenAI error body, or ``body`` verbatim as a web page, 200 too);
+``embed_reversed`` lists the vectors last first, each with its index, as some servers answer.
+
 ``FakeLLMServer(quirks=...)`` makes the Chat Completions endpoint behave like a local server
 (``LLAMA_CPP_PYTHON``: the first three, as llama-cpp-python 0.3 with chatml-function-calling):
 
@@ -60,10 +66,12 @@ from ._fake_wire import (
     anthropic_sse,
     anthropic_trickle,
     openai_completion,
+    openai_embeddings,
     openai_error,
     openai_sse,
     openai_trickle,
 )
+from .fake_embed import hash_vectors
 
 __all__ = [
     "LLAMA_CPP_PYTHON",
@@ -104,8 +112,17 @@ class RecordedRequest:
 class FakeLLMServer:
     """Serve scripted replies over HTTP on 127.0.0.1; use as a context manager."""
 
-    def __init__(self, replies: Iterable[FakeReply] = (), *, quirks: Iterable[Quirk] = ()) -> None:
+    def __init__(
+        self,
+        replies: Iterable[FakeReply] = (),
+        *,
+        quirks: Iterable[Quirk] = (),
+        embed_dim: int = 256,
+        embed_reversed: bool = False,
+    ) -> None:
         self.quirks: frozenset[Quirk] = frozenset(quirks)
+        self.embed_dim, self.embed_reversed = embed_dim, embed_reversed
+        self._embed_failures: deque[tuple[int, dict[str, str], str | None]] = deque()
         unknown = self.quirks - QUIRKS
         if unknown:
             raise ValueError(f"unknown quirks {sorted(unknown)}: choose from {sorted(QUIRKS)}")
@@ -179,7 +196,27 @@ class FakeLLMServer:
         with self._lock:
             self._replies.extend(replies)
 
+    def fail_embeddings(
+        self,
+        times: int,
+        status: int = 503,
+        *,
+        headers: Mapping[str, str] | None = None,
+        body: str | None = None,
+    ) -> None:
+        """The next ``times`` embedding requests get ``status`` (and ``body`` as text/html, if given)."""
+        with self._lock:
+            self._embed_failures.extend([(status, dict(headers or {}), body)] * times)
+
+    @property
+    def embedding_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path.split("?")[0].rstrip("/").endswith("/embeddings")]
+
     # --- used by the handler -----------------------------------------------------------
+
+    def _embed_failure(self) -> tuple[int, dict[str, str], str | None] | None:
+        with self._lock:
+            return self._embed_failures.popleft() if self._embed_failures else None
 
     def _take(self, request: RecordedRequest, *, consume: bool) -> tuple[int, FakeReply | None]:
         with self._lock:
@@ -238,6 +275,10 @@ class _Handler(BaseHTTPRequestHandler):
             body=body,
         )
         route = self.path.split("?")[0].rstrip("/")
+        if route.endswith("/embeddings"):
+            fake._take(recorded, consume=False)
+            self._embeddings(body)
+            return
         anthropic = route.endswith("/messages")
         known = anthropic or route.endswith("/chat/completions")
         refusal = None if anthropic else _null_content_refusal(fake.quirks, body)
@@ -274,6 +315,26 @@ class _Handler(BaseHTTPRequestHandler):
             events = openai_sse(reply, model, served, include_usage)
             self._send_stream(events, reply, openai_trickle(reply, model, served))
 
+    def _embeddings(self, body: JSON) -> None:
+        fake = self.server.fake
+        model = str(body.get("model", "fake-embed"))
+        failure = fake._embed_failure()
+        if failure is not None:
+            status, headers, page = failure
+            if page is None:
+                self._send_json(status, openai_error(FakeReply.error(status), model), headers)
+            else:
+                self._send_body(status, page.encode(), headers, "text/html; charset=utf-8")
+            return
+        given = body.get("input")
+        texts = [given] if isinstance(given, str) else given
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            refusal = FakeReply.error(400, "'input' must be a string or a non-empty array of strings")
+            self._send_json(400, openai_error(refusal, model))
+            return
+        vectors = hash_vectors(texts, fake.embed_dim)
+        self._send_json(200, openai_embeddings(texts, vectors, model, reverse=fake.embed_reversed))
+
     def _send_json(
         self,
         status: int,
@@ -282,9 +343,13 @@ class _Handler(BaseHTTPRequestHandler):
         *,
         content_type: str | None = None,
     ) -> None:
-        data = json.dumps(payload).encode()
+        self._send_body(status, json.dumps(payload).encode(), headers, content_type or "application/json")
+
+    def _send_body(
+        self, status: int, data: bytes, headers: Mapping[str, str] | None, content_type: str
+    ) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", content_type or "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Connection", "close")
         for name, value in (headers or {}).items():
