@@ -27,7 +27,7 @@ from steward.server.errors import ApiError, install_error_handlers
 from steward.server.hub import EventHub
 from steward.server.limits import RequestLimits
 from steward.server.outbox import Outbox
-from steward.server.routes import channels, jobs, runs, sessions, system
+from steward.server.routes import channels, jobs, memory, runs, sessions, system
 from steward.server.state import ServerOptions, ServerState
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ def create_app(options: ServerOptions) -> FastAPI:
             now.set()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=10)
+            await memory.close_memory(app)
             await store.close()
 
     app = FastAPI(
@@ -81,7 +82,8 @@ def create_app(options: ServerOptions) -> FastAPI:
         redoc_url=None,
     )
     install_error_handlers(app)
-    for router in (system.status, sessions.router, runs.router, jobs.router, system.router, channels.router):
+    routers = (system.status, sessions.router, runs.router, jobs.router, memory.router, system.router)
+    for router in (*routers, channels.router):
         app.include_router(router)
     _page_routes(app)
     _docs_routes(app)

@@ -229,3 +229,66 @@ class PersonaOut(BaseModel):
 
 class Personas(BaseModel):
     personas: list[PersonaOut]
+
+
+# ---- long-term memory (steward.memory.longterm), the operator's view
+
+
+class MemoryScope(BaseModel):
+    """Whose memory an item is: one user, one persona ("" for none), one workspace."""
+
+    user: str
+    persona: str
+    workspace: str = Field(description="The workspace's resolved path on the server.")
+
+
+class MemoryItem(BaseModel):
+    id: int
+    scope: MemoryScope
+    kind: str = Field(description='"fact" (remembered), "session_summary", "turns" (archived), ...')
+    text: str
+    tags: list[str]
+    run_id: str | None
+    session_id: str | None
+    created_at: float
+    updated_at: float
+    expires_at: float | None = Field(description="After this it is never recalled; none: it lives on.")
+    hidden_at: float | None = Field(description="Hidden (forgotten, kept): never recalled; none: visible.")
+    merged: int = Field(description="Writes folded into it: 1 when written once.")
+
+
+class MemoryItems(BaseModel):
+    items: list[MemoryItem]
+    next: int | None = Field(
+        None, description="More, older items: send this as `before` for the next page; none at the end."
+    )
+
+
+class MemoryExplain(BaseModel):
+    """Why an item came back: its place in each list and the score that fused them."""
+
+    keyword_rank: int | None = Field(description="1-based rank by words (BM25); none: not in that list.")
+    vector_rank: int | None = Field(description="1-based rank by meaning; none: not in it, or no embedder.")
+    score: float = Field(description="The reciprocal-rank-fusion score the items are ordered by.")
+    similarity: float | None = Field(description="Cosine with the query, when vectors were compared.")
+
+
+class MemoryHit(BaseModel):
+    item: MemoryItem
+    explain: MemoryExplain | None = Field(None, description="With explain=true only.")
+
+
+class MemorySearch(BaseModel):
+    query: str
+    scope: MemoryScope
+    mode: Literal["keyword", "hybrid"] = Field(
+        description="keyword: no [memory] embedder, recall by words only; hybrid: by words and meaning."
+    )
+    vector_backend: str = Field(description="none, numpy, pgvector or sqlite-vec.")
+    hits: list[MemoryHit]
+
+
+class MemoryForgotten(BaseModel):
+    id: int
+    purged: bool = Field(description="true: deleted for good; false: hidden (kept, never recalled).")
+    item: MemoryItem | None = Field(None, description="The hidden item; none once purged.")
