@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich.console import Console, RenderableType
@@ -72,6 +72,22 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
+def cache_summary(messages: Iterable[str]) -> str:
+    """What the model cache did in a run, from its ``model_notice`` messages: "cache: 3 hits
+    (exact 2, similar 1), 4 misses, ~12,400 tokens saved"; "" when it was not asked."""
+    from steward.memory.cache import cache_notes
+
+    notes = cache_notes(messages)
+    if not notes:
+        return ""
+    hits = [n for n in notes if n.hit]
+    kinds = ", ".join(f"{k} {c}" for k in ("exact", "similar") if (c := sum(n.kind == k for n in hits)))
+    line = f"cache: {_count(len(hits), 'hit')}" + (f" ({kinds})" if kinds else "")
+    line += f", {len(notes) - len(hits):,} miss" + ("" if len(notes) - len(hits) == 1 else "es")
+    saved = sum(n.tokens_saved for n in hits)
+    return line + (f", ~{saved:,} tokens saved" if saved else "")
+
+
 def tokens_label(usage: Mapping[str, Any]) -> str:
     """A run's tokens as recorded (``Usage.as_dict``): "~1,234 tokens (estimated)" when counted
     here because the server reported none; "" when there are none."""
@@ -79,6 +95,11 @@ def tokens_label(usage: Mapping[str, Any]) -> str:
     if not tokens:
         return ""
     return f"~{tokens:,} tokens (estimated)" if usage.get("estimated") else f"{tokens:,} tokens"
+
+
+def run_cache_summary(events: Iterable[Event]) -> str:
+    """``cache_summary`` of a recorded run's events (``runs show``)."""
+    return cache_summary(e.message for e in events if isinstance(e, SignalEvent) and e.code == "model_notice")
 
 
 class Running:
@@ -128,6 +149,7 @@ class TerminalRenderer:
         self._plan: dict[int, str] = {}
         self._plan_version = 0
         self._running: Running | None = None
+        self._cache: list[str] = []  # the model cache's notes, summed up when the run ends
 
     def close(self) -> None:
         """Stop what is still drawn live (a run stopped while a tool call ran)."""
@@ -175,6 +197,8 @@ class TerminalRenderer:
                 e.print(f"      {mark} [dim]{event.duration_ms:,.0f} ms[/]  {escape(first)}")
             case KeyFactEvent():
                 e.print(f"      [dim]• fact:[/] {escape(event.fact)}")
+            case SignalEvent() if self._cache_note(event):
+                pass
             case SignalEvent():
                 e.print(f"    [yellow]{escape(event.message)}[/]")
             case ErrorEvent():
@@ -194,6 +218,15 @@ class TerminalRenderer:
                 self._final(event, quiet=False)
             case _:
                 pass
+
+    def _cache_note(self, event: SignalEvent) -> bool:
+        """Keep a note of the model cache (a hit is shown dim, a miss only in the end's sum)."""
+        if event.code != "model_notice" or not event.message.startswith("model cache "):
+            return False
+        self._cache.append(event.message)
+        if event.message.startswith("model cache hit"):
+            self.err.print(f"    [dim]{escape(event.message)}[/]")
+        return True
 
     def _show_quiet(self, event: Event) -> None:
         if isinstance(event, DoneEvent):
@@ -228,6 +261,8 @@ class TerminalRenderer:
                 f"[bold {color}]■ {status}[/] · {_count(event.steps, 'step')} · "
                 f"{_count(event.tool_calls, 'tool call')}" + (f" · {tokens}" if tokens else "")
             )
+            if cached := cache_summary(self._cache):
+                self.err.print(f"[dim]{cached}[/]")
         if event.status == "failed":
             if quiet:  # otherwise the error event was shown already
                 self.err.print(f"[bold red]run failed:[/] {escape(event.message)}")

@@ -66,6 +66,7 @@ def list_runs(
 @runs_app.command("show")
 def show(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Workspace = Path()) -> None:
     """Show one run's timeline: phases, tool calls with durations, errors, approvals."""
+    from steward.cli.render import run_cache_summary
     from steward.store.events import open_store
 
     async def main() -> int:
@@ -82,6 +83,8 @@ def show(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Works
             line = _timeline_line(event.type, event.data())
             if line:
                 typer.echo(f"{event.seq:>5}  {line}")
+        if cached := run_cache_summary(events):  # what the model cache saved
+            typer.echo(cached)
         if row.status == "waiting":
             gate = any(e.type == "approval_gate" for e in events[-2:])
             how = (
