@@ -224,7 +224,7 @@ class ToolsSettings:
     always_offer: list[str] = field(
         default_factory=lambda: [
             "bash", "read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "recall_output",
-            "load_skill", "read_rules", "memory_*",
+            "load_skill", "find_skill", "read_rules", "memory_*", "remember", "recall", "forget",
         ],
         metadata={"doc": "Tools (glob patterns) offered even when discovery is on."},
     )  # fmt: skip

@@ -56,6 +56,7 @@ class Session:
             self.id,
             request_tokens=self.agent.limits.request_token_budget,
             before_run=before_run,
+            archivist=self.agent.archivist(),
         )
 
     async def start(
@@ -82,6 +83,8 @@ class Session:
             written = await summarize(self.agent.model, "session", text, goal=self.row.title, limit=2_000)
             summary = written.text
         self.row = await self._sessions.close(self.id, summary)
+        if summary and (archivist := self.agent.archivist()) is not None:  # recallable by later runs
+            await archivist.keep_for_session("session_summary", summary, session_id=self.id)
         return summary
 
     async def new(self, title: str = "") -> Session:

@@ -119,6 +119,9 @@ class Agent(AgentRuns):
         self._toolset_store = None
         self._checkpointed = None  # the tools inside the guard (see ``_guarded``)
         self._mcp = None
+        self._embedder = None  # ``[memory] embedder``, made on first use (``embedder()``)
+        self._embedder_made = False
+        self._long_term = None  # long-term memory, made on first use (``long_term``)
         self._static = _static_prompt(self.name, self.instructions, self.config.prompt)
         self._step_spec = agent_step_spec(self.config.prompt)  # the agent_step tool as offered
         self._owns_store = False  # see ``Agent.open``
@@ -155,7 +158,8 @@ class Agent(AgentRuns):
         return agent
 
     async def aclose(self) -> None:
-        """Release the model's connections and the toolsets' processes, if any were made.
+        """Release the model's connections, the toolsets' processes and the embedder, if any
+        were made.
 
         An agent made by ``Agent.open`` closes the store it opened too.
         """
@@ -165,6 +169,10 @@ class Agent(AgentRuns):
             await self._toolset.aclose()
         for server in self._mcp or ():
             await server.aclose()  # already closed through the toolset when it was built; harmless
+        if self._long_term is not None:
+            await self._long_term.aclose()  # indexing still under way is cancelled
+        if self._embedder is not None:
+            await self._embedder.aclose()
         if self._owns_store and self.store is not None:
             await self.store.close()
 

@@ -28,7 +28,9 @@ from steward.tools.base import (
 )
 
 if TYPE_CHECKING:
+    from steward.embed.base import Embedder
     from steward.mcp.toolset import McpToolset
+    from steward.memory.archival import Archivist, LongTermAccess
     from steward.memory.blocks import CoreMemory, MemoryBlock
     from steward.personas import Persona
     from steward.safety.checkpoints.around_calls import Checkpointer
@@ -62,6 +64,9 @@ class AgentKit:
     _toolset_store: EventStore | None
     _checkpointed: Toolset | None
     _mcp: list[Toolset] | None
+    _embedder: Embedder | None
+    _embedder_made: bool
+    _long_term: LongTermAccess | None
 
     @property
     def model(self) -> Model:
@@ -160,6 +165,39 @@ class AgentKit:
         for block in (await MemoryStore(self.store.engine).load(definitions=memory)).blocks:
             memory.set(block)
 
+    def embedder(self) -> Embedder | None:
+        """What ``[memory] embedder`` names (None: search by keyword only), made once and closed
+        with the agent; memory recall, tool discovery and the skill and rule searches share it."""
+        if not self._embedder_made:
+            from steward.embed.resolve import embedder_from_config
+
+            self._embedder = embedder_from_config(self.config)  # a bad value: ConfigError naming the forms
+            self._embedder_made = True
+        return self._embedder
+
+    @property
+    def long_term(self) -> LongTermAccess | None:
+        """Long-term memory (``remember``/``recall``/``forget``, archived summaries): with a store,
+        unless ``[memory] long_term`` is off or the agent was made with ``memory=False``."""
+        if self.store is None or not self.config.memory.long_term or self._memory_choice is False:
+            return None
+        if self._long_term is None or self._long_term.engine is not self.store.engine:
+            from steward.memory.archival import LongTermAccess
+
+            self._long_term = LongTermAccess(self.store.engine, self.config.memory, self.embedder())
+        return self._long_term
+
+    def archivist(self, user: str | None = None) -> Archivist | None:
+        """What copies summaries into long-term memory for ``user`` (default ``[memory] user``,
+        else "local") and this agent's persona; None without long-term memory."""
+        access = self.long_term
+        if access is None:
+            return None
+        from steward.memory.archival import Archivist
+
+        persona = self.persona.name if self.persona is not None else ""
+        return Archivist(access, user or self.config.memory.user or "local", persona)
+
     async def _save_block(self, block: MemoryBlock) -> None:
         if self.store is not None:
             from steward.memory.block_store import MemoryStore
@@ -171,6 +209,8 @@ class AgentKit:
         if self._toolset is not None and self._toolset_store is not self.store:
             self._toolset = None
         if self._toolset is None:
+            from steward.memory.budget import budget_chars
+
             self._toolset_store = self.store
             parts: list[Toolset] = []
             if self._builtin_tools:
@@ -190,8 +230,13 @@ class AgentKit:
                 from steward.memory.history import history_toolset
 
                 parts.append(history_toolset(self.store))
+            long_term = self.long_term
+            if long_term is not None:
+                from steward.memory.archival import archival_toolset
+
+                tokens = self.limits.request_token_budget
+                parts.append(archival_toolset(long_term, budget_chars=budget_chars(tokens)))
             parts.extend(self._mcp_toolsets())
-            from steward.memory.budget import budget_chars
             from steward.rules import RulesToolset
             from steward.tools.discovery import DiscoveryToolset
 
@@ -210,10 +255,12 @@ class AgentKit:
                     and (persona is None or persona.allows(name))
                 ),
             )
+            embedder = self.embedder()
             offered: Toolset = DiscoveryToolset(
-                RulesToolset(writable, settings=self.config.rules),
+                RulesToolset(writable, settings=self.config.rules, embedder=embedder),
                 settings=self.config.tools,
                 budget_chars=budget,
+                embedder=embedder,
             )
             if self.config.prompt == "compact":  # short descriptions, bare parameter schemas
                 from steward.tools.compact import CompactToolset

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,9 @@ from steward.signals import LoopCounters
 from steward.tools.base import ToolContext
 
 if TYPE_CHECKING:
+    from steward.events import Event
+    from steward.memory.archival import Archivist, LongTermAccess
+    from steward.memory.compression import Compressor
     from steward.memory.session import History
     from steward.recovery import Recovered
     from steward.safety.policy.rules import Policy
@@ -107,8 +110,9 @@ class AgentRuns(AgentKit):
 
             tokens = self.limits.request_token_budget
             history = await session_history(
-                store, self.model, row.session_id, request_tokens=tokens, before_run=row.id
-            )
+                store, self.model, row.session_id, request_tokens=tokens, before_run=row.id,
+                archivist=self.archivist(user),
+            )  # fmt: skip
         await self.prepare()
         # A run killed before its start was durable has no events: it starts over.
         goal, workspace = (
@@ -228,7 +232,7 @@ class AgentRuns(AgentKit):
             persona=self.persona.name if self.persona else "",
             user=user or self.config.memory.user or "local",
         )
-        loop = Loop(
+        loop = _Loop(
             model=model,
             toolset=self._guarded(rules),
             static_prompt=static,
@@ -239,6 +243,7 @@ class AgentRuns(AgentKit):
         )
         loop.core_memory = self.core_memory
         loop.step_spec = self._step_spec
+        loop.long_term, loop.archivist = self.long_term, self.archivist(ctx.user)
         return Run(
             loop, model_name=model.name, max_steps=lim.max_steps, remember=self._remembering(rules),
             store=self.store, prepare=self.prepare, persona=self.persona.name if self.persona else "",
@@ -275,6 +280,37 @@ class AgentRuns(AgentKit):
     ) -> RunStream:
         """The run's events as they happen; ``.run`` is the run, to answer it when it waits."""
         return RunStream(self.start(goal, workspace=workspace, output_schema=output_schema))
+
+
+class _Loop(Loop):
+    """The loop with the agent's long-term memory around it: turns it folds to save context are
+    archived there too, and its stream ends once the memory's background indexing has, so no
+    task outlives the run."""
+
+    long_term: LongTermAccess | None = None
+    archivist: Archivist | None = None
+
+    @property
+    def compressor(self) -> Compressor:
+        made = super().compressor
+        if self.archivist is not None:
+            made.archive = self._archive_turns
+        return made
+
+    async def _archive_turns(self, turns: str, text: str) -> None:
+        if self.archivist is not None:
+            st = self.state
+            await self.archivist.keep(
+                "turns", text, workspace=str(st.workspace), run_id=st.run_id, session_id=st.session_id
+            )
+
+    async def run(self) -> AsyncIterator[Event]:
+        try:
+            async for event in super().run():
+                yield event
+        finally:
+            if self.long_term is not None:
+                await self.long_term.settle()
 
 
 def _recaller(memory: WorkingMemory) -> Callable[[str], str | None]:

@@ -17,7 +17,7 @@ a mechanical excerpt, so compression never stops a run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -114,6 +114,10 @@ class Compressor:
     run's model within the run's time; a rebuilt run's model answers from the log.
     """
 
+    #: Also keeps the summary of folded turns (their range, the text) in long-term memory, when
+    #: the run has it (``steward.memory.archival``); the agent sets it.
+    archive: Callable[[str, str], Awaitable[None]] | None = None
+
     def __init__(
         self,
         model: Model,
@@ -179,6 +183,8 @@ class Compressor:
             else f"[Summary of earlier {turns} of this run, written to save context]"
         )
         tr.fold(count, f"{heading}\n{compacted.text}")
+        if kind == "turns" and self.archive is not None:
+            await self.archive(turns, compacted.text)
         return compacted
 
     async def _summary(

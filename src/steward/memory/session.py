@@ -16,6 +16,7 @@ from steward.errors import StewardError
 from steward.memory.budget import budget_chars
 
 if TYPE_CHECKING:
+    from steward.memory.archival import Archivist
     from steward.memory.archive import ArchiveStore
     from steward.memory.session_store import SessionRow, SessionStore, Turn
     from steward.models.base import Model
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 HISTORY_SHARE = 0.3  # of the request budget, for earlier turns before they are summarised
 KEEP_TURNS = 4  # the newest turns always verbatim
 SUMMARY_KIND = "session_turns"  # archive rows holding a session's running summary
+LONG_TERM_KIND = "session_summary"  # the same summaries (running and closing) in long-term memory
 
 
 @dataclass(slots=True, frozen=True)
@@ -59,11 +61,13 @@ async def session_history(
     *,
     request_tokens: int,
     before_run: str | None = None,
+    archivist: Archivist | None = None,
 ) -> History:
     """The history of ``session_id`` for a new run, or for the run ``before_run`` (turns before it).
 
     Turns beyond ``HISTORY_SHARE`` of a request budget of ``request_tokens`` are summarised by
-    ``model`` into the session's running summary, kept in the store's archive.
+    ``model`` into the session's running summary, kept in the store's archive (and with an
+    ``archivist``, in long-term memory too, where later runs can recall it).
     """
     from steward.memory.archive import ArchiveStore
 
@@ -82,7 +86,7 @@ async def session_history(
     budget = budget_chars(request_tokens, HISTORY_SHARE)
     if sum(len(t.goal) + len(answer_of(t)) for t in finished) > budget and len(finished) > KEEP_TURNS:
         old, finished = finished[:-KEEP_TURNS], finished[-KEEP_TURNS:]
-        summary = await _summarise_turns(model, archive, session_id, summary, old)
+        summary = await _summarise_turns(model, archive, session_id, summary, old, archivist)
     return History(tuple((t.goal, answer_of(t)) for t in finished), summary, previous)
 
 
@@ -108,7 +112,12 @@ async def _running_summary(archive: ArchiveStore, session_id: str) -> tuple[str,
 
 
 async def _summarise_turns(
-    model: Model, archive: ArchiveStore, session_id: str, earlier: str, turns: list[Turn]
+    model: Model,
+    archive: ArchiveStore,
+    session_id: str,
+    earlier: str,
+    turns: list[Turn],
+    archivist: Archivist | None,
 ) -> str:
     from steward.memory.compression import summarize
 
@@ -117,6 +126,10 @@ async def _summarise_turns(
         text = f"Earlier: {earlier}\n\n{text}"
     written = await summarize(model, "turns", text, goal="(a conversation of several goals)", limit=2_000)
     await archive.put(SUMMARY_KIND, written.text, session_id=session_id, ref=turns[-1].run_id)
+    if archivist is not None:
+        await archivist.keep_for_session(
+            LONG_TERM_KIND, written.text, session_id=session_id, run_id=turns[-1].run_id
+        )
     return written.text
 
 
