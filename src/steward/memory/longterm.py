@@ -21,26 +21,30 @@ recalled and ``purge_expired`` deletes them.
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from steward.config import MemorySettings
-from steward.embed.base import content_hash
+from steward.embed.base import content_hash, normalise, to_bytes
 from steward.errors import StewardError
 from steward.memory.hybrid import CANDIDATES, Ranked, fuse_lists, keyword_ids
+from steward.memory.vectors import CacheChange, Vector, VectorIndex, VectorQuery
 from steward.store.engine import like_pattern, write_transaction
 from steward.store.schema import memory_items, memory_scopes, memory_vectors
 
 if TYPE_CHECKING:
     from steward.embed.base import Embedder
-    from steward.memory.vectors import VectorIndex
     from steward.tools.base import ToolContext
 
+_log = logging.getLogger(__name__)
 _DAY_S = 86_400.0
 #: Items ``recall`` embeds before searching, so fresh items are never missed (more: ``index_pending``).
 RECALL_INDEX_LIMIT = 2_000
@@ -141,16 +145,15 @@ def _item(row: Mapping[Any, Any]) -> MemoryItem:
 _ITEM_COLUMNS = [c for c in memory_items.c if c.name != "tsv"]
 
 
-async def bump_generation(conn: AsyncConnection, scope: Scope) -> None:
-    """Mark ``scope`` changed, so every process's cached copy of its vectors is reloaded."""
+async def bump_generation(conn: AsyncConnection, scope: Scope) -> int:
+    """Mark ``scope`` changed (every process's cached copy of its vectors is then stale); return
+    its new generation. One atomic upsert, so concurrent writers never collide on the row."""
     key = {"scope_user": scope.user, "scope_persona": scope.persona, "scope_workspace": scope.workspace}
-    changed = await conn.execute(
-        memory_scopes.update()
-        .where(*(memory_scopes.c[name] == value for name, value in key.items()))
-        .values(generation=memory_scopes.c.generation + 1)
+    upsert = _insert(conn.dialect.name, memory_scopes).values(**key, generation=1)
+    upsert = upsert.on_conflict_do_update(
+        index_elements=list(key), set_={"generation": memory_scopes.c.generation + 1}
     )
-    if changed.rowcount == 0:
-        await conn.execute(memory_scopes.insert().values(**key, generation=1))
+    return int((await conn.execute(upsert.returning(memory_scopes.c.generation))).scalar_one())
 
 
 async def scope_generation(conn: AsyncConnection, scope: Scope) -> int:
@@ -177,9 +180,11 @@ class LongTermMemory:
         self._embedder = embedder
         self._settings = settings if settings is not None else MemorySettings()
         self._clock = clock
-        self._index: VectorIndex | None = None
+        self._backend: VectorIndex | None = None
         self._index_lock = asyncio.Lock()
+        self._embed_lock = asyncio.Lock()
         self._background: asyncio.Task[int] | None = None
+        self._watermark: dict[str, int] = {}  # model: every item up to this id had its turn
 
     @property
     def mode(self) -> str:
@@ -191,7 +196,7 @@ class LongTermMemory:
         """ "none" without an embedder; else the backend found at first use ("numpy" until then)."""
         if self._embedder is None:
             return "none"
-        return "numpy" if self._index is None else self._index.name
+        return "numpy" if self._backend is None else self._backend.name
 
     @property
     def embedder(self) -> Embedder | None:
@@ -239,29 +244,30 @@ class LongTermMemory:
             )
             if same is not None:
                 item = await self._fold(conn, _item(same), clean_tags, now, expires_at=expires_at, count=1)
-                await bump_generation(conn, scope)
-                return Written(item, merged=True)
-            values: dict[str, Any] = {
-                "scope_user": scope.user,
-                "scope_persona": scope.persona,
-                "scope_workspace": scope.workspace,
-                "kind": kind,
-                "text": text,
-                "tags": _tags_column(clean_tags),
-                "content_hash": digest,
-                "run_id": run_id,
-                "session_id": session_id,
-                "created_at": now,
-                "updated_at": now,
-                "expires_at": expires_at,
-                "hidden_at": None,
-                "merged": 1,
-            }
-            new_id = (
-                await conn.execute(memory_items.insert().values(**values).returning(memory_items.c.id))
-            ).scalar_one()
-            await bump_generation(conn, scope)
-        return Written(_item({**values, "id": new_id}), merged=False)
+                change = await _change(conn, scope)
+                change.expires[item.id] = _expiry(item.expires_at)
+            else:
+                values = {
+                    "scope_user": scope.user,
+                    "scope_persona": scope.persona,
+                    "scope_workspace": scope.workspace,
+                    "kind": kind,
+                    "text": text,
+                    "tags": _tags_column(clean_tags),
+                    "content_hash": digest,
+                    "run_id": run_id,
+                    "session_id": session_id,
+                    "created_at": now,
+                    "updated_at": now,
+                    "expires_at": expires_at,
+                    "hidden_at": None,
+                    "merged": 1,
+                }
+                insert = memory_items.insert().values(**values).returning(memory_items.c.id)
+                item = _item({**values, "id": (await conn.execute(insert)).scalar_one()})
+                change = await _change(conn, scope)
+        self._note(scope, change)
+        return Written(item, merged=same is not None)
 
     async def _fold(
         self,
@@ -322,7 +328,9 @@ class LongTermMemory:
                     .where(memory_items.c.id == item_id)
                     .values(hidden_at=now, updated_at=now)
                 )
-            await bump_generation(conn, item.scope)
+            change = await _change(conn, item.scope)
+            change.removed.add(item_id)
+        self._note(item.scope, change)
         return True
 
     async def purge_expired(self) -> int:
@@ -337,6 +345,7 @@ class LongTermMemory:
                         memory_items.c.scope_persona,
                         memory_items.c.scope_workspace,
                         memory_items.c.content_hash,
+                        memory_items.c.id,
                     ).where(expired)
                 )
             ).all()
@@ -345,8 +354,14 @@ class LongTermMemory:
             await conn.execute(memory_items.delete().where(expired))
             await _drop_orphan_vectors(conn, sorted({row[3] for row in rows}))
             await _flush_keyword_index(conn)
+            changes = {}
             for scope in {Scope(row[0], row[1], row[2]) for row in rows}:
-                await bump_generation(conn, scope)
+                changes[scope] = await _change(conn, scope)
+                changes[scope].removed.update(
+                    row[4] for row in rows if Scope(row[0], row[1], row[2]) == scope
+                )
+        for scope, change in changes.items():
+            self._note(scope, change)
         return len(rows)
 
     # --- reading --------------------------------------------------------------------------------
@@ -398,10 +413,7 @@ class LongTermMemory:
             return []
         now = self._clock()
         where = [*scope_where(scope), *visible_where(now), *_filters(tags, kinds)]
-        vector_hits: list[tuple[int, float]] = []
-        if self._embedder is not None and query.strip():
-            await self.index_pending(limit=RECALL_INDEX_LIMIT)
-            vector_hits = await self._vector_hits(scope, query, where)
+        vector_hits = await self._vector_hits(scope, query, where, filtered=bool(tags) or kinds is not None)
         async with self._engine.connect() as conn:
             keyword = await keyword_ids(conn, query, where)
         ranked = fuse_lists(keyword, vector_hits, {})
@@ -426,18 +438,237 @@ class LongTermMemory:
         )
         return [Found(by_id[r.id], r.score, r.keyword_rank, r.vector_rank, r.similarity) for r in ordered[:k]]
 
-    # --- vectors (keyword-only until an embedder is given) -----------------------------------------
+    # --- vectors ----------------------------------------------------------------------------------
 
     async def index_pending(self, *, limit: int = 10_000) -> int:
-        """Embed the items lacking a vector under the embedder's name; return how many texts."""
-        if self._embedder is None:
+        """Embed up to ``limit`` visible items that have no vector under the embedder's name, in
+        batches of ``embed_batch``, then fold each into an older item of its scope and kind whose
+        cosine reaches ``merge_similarity``; return how many texts were embedded."""
+        return await self._index(limit=limit, after_id=0)
+
+    def start_indexing(self) -> asyncio.Task[int]:
+        """``index_pending`` in the background (one at a time), for callers that just wrote; the
+        task is kept here until ``aclose``. A failure is logged, not raised into the caller."""
+        if self._background is None or self._background.done():
+            self._background = asyncio.create_task(self._index_quietly())
+        return self._background
+
+    async def aclose(self) -> None:
+        """Wait for background indexing to finish."""
+        if self._background is not None:
+            await asyncio.gather(self._background, return_exceptions=True)
+
+    async def _index_quietly(self) -> int:
+        try:
+            return await self.index_pending()
+        except StewardError as exc:
+            _log.warning("indexing long-term memory failed: %s", exc)
             return 0
-        return 0
+
+    async def _vector_index(self) -> VectorIndex:
+        if self._backend is None:
+            from steward.memory.vectors import choose_index
+
+            async with self._index_lock:
+                if self._backend is None:
+                    self._backend = await choose_index(self._engine)
+        return self._backend
+
+    async def _index(self, *, limit: int, after_id: int) -> int:
+        embedder = self._embedder
+        if embedder is None or limit <= 0:
+            return 0
+        index = await self._vector_index()
+        async with self._embed_lock:  # one indexer per process: the same text is not embedded twice
+            now = self._clock()
+            async with self._engine.connect() as conn:
+                newest = (await conn.execute(sa.select(sa.func.max(memory_items.c.id)))).scalar() or 0
+                pending = await _pending(conn, embedder.name, now, limit=limit, after_id=after_id)
+            embedded = 0
+            for start in range(0, len(pending), self._settings.embed_batch):
+                batch = pending[start : start + self._settings.embed_batch]
+                embedded += await self._embed_batch(index, embedder, batch)
+            await self._merge_near_duplicates(index, embedder.name, pending)
+            if len(pending) < limit:
+                self._watermark[embedder.name] = max(self._watermark.get(embedder.name, 0), newest)
+        return embedded
+
+    async def _embed_batch(self, index: VectorIndex, embedder: Embedder, batch: list[_Pending]) -> int:
+        texts = {row.digest: row.text for row in batch}  # one text per hash
+        vectors = normalise(await embedder.embed(list(texts.values()), query=False))
+        if vectors.shape[0] != len(texts):
+            raise StewardError(
+                f"embedder {embedder.name} returned {vectors.shape[0]} vectors for {len(texts)} texts"
+            )
+        by_hash = dict(zip(texts, vectors, strict=True))
+        for row in batch:
+            row.vector = by_hash[row.digest]
+        now = self._clock()
+        values = [
+            {
+                "content_hash": h,
+                "model": embedder.name,
+                "dim": int(v.shape[0]),
+                "vector": to_bytes(v),
+                "created_at": now,
+            }
+            for h, v in by_hash.items()
+        ]
+        changes: dict[Scope, CacheChange] = {}
+        async with write_transaction(self._engine) as conn:
+            insert = _insert(conn.dialect.name, memory_vectors).values(values)
+            await conn.execute(insert.on_conflict_do_nothing())
+            await index.store(conn, embedder.name, by_hash)
+            for row in batch:
+                if row.scope not in changes:
+                    changes[row.scope] = await _change(conn, row.scope)
+                changes[row.scope].added[row.id] = (
+                    embedder.name,
+                    by_hash[row.digest],
+                    _expiry(row.expires_at),
+                )
+        for scope, change in changes.items():
+            self._note(scope, change)
+        return len(by_hash)
+
+    async def _merge_near_duplicates(self, index: VectorIndex, model: str, fresh: list[_Pending]) -> None:
+        """Fold each newly embedded item into the nearest older visible item of its scope and kind,
+        when their cosine reaches ``merge_similarity``. The newer row is deleted: its words are
+        (nearly) the older one's; its tags and count go to the older item."""
+        gone: set[int] = set()
+        for row in sorted(fresh, key=lambda r: r.id):
+            if row.vector is None or row.id in gone:
+                continue
+            now = self._clock()
+            async with self._engine.connect() as conn:
+                query = VectorQuery(
+                    key=row.scope,
+                    scope_where=scope_where(row.scope),
+                    where=[*scope_where(row.scope), *visible_where(now)],
+                    filtered=False,
+                    model=model,
+                    vector=row.vector,
+                    limit=3,
+                    now=now,
+                    generation=await scope_generation(conn, row.scope),
+                    below_id=row.id,
+                    exclude=gone,
+                )
+                hits = await index.search(conn, query)
+            near = [item_id for item_id, sim in hits if sim >= self._settings.merge_similarity]
+            if near and await self._fold_into(row, near, now):
+                gone.add(row.id)
+
+    async def _fold_into(self, row: _Pending, candidates: list[int], now: float) -> bool:
+        where = [*scope_where(row.scope), *visible_where(now)]
+        async with write_transaction(self._engine) as conn:
+            found = await conn.execute(
+                sa.select(*_ITEM_COLUMNS).where(memory_items.c.id.in_([row.id, *candidates]), *where)
+            )
+            rows = {r["id"]: _item(r) for r in found.mappings().all()}
+            new = rows.get(row.id)
+            target = next((rows[c] for c in candidates if c in rows and rows[c].kind == row.kind), None)
+            if new is None or target is None:
+                return False
+            folded = await self._fold(
+                conn, target, new.tags, now, expires_at=new.expires_at, count=new.merged
+            )
+            await conn.execute(memory_items.delete().where(memory_items.c.id == new.id))
+            await _drop_orphan_vectors(conn, [row.digest])
+            change = await _change(conn, row.scope)
+            change.removed.add(new.id)
+            change.expires[target.id] = _expiry(folded.expires_at)
+        self._note(row.scope, change)
+        return True
 
     async def _vector_hits(
-        self, scope: Scope, query: str, where: list[sa.ColumnElement[bool]]
+        self, scope: Scope, query: str, where: list[sa.ColumnElement[bool]], *, filtered: bool
     ) -> list[tuple[int, float]]:
-        return []
+        embedder = self._embedder
+        if embedder is None or not query.strip():
+            return []
+        try:
+            await self._index(limit=RECALL_INDEX_LIMIT, after_id=self._watermark.get(embedder.name, 0))
+            vector = normalise(await embedder.embed([query], query=True))[0]
+        except StewardError as exc:  # the words still find what they match
+            _log.warning("recall by meaning is off for this query: %s", exc)
+            return []
+        index = await self._vector_index()
+        now = self._clock()
+        async with self._engine.connect() as conn:
+            search = VectorQuery(
+                key=scope,
+                scope_where=scope_where(scope),
+                where=where,
+                filtered=filtered,
+                model=embedder.name,
+                vector=vector,
+                limit=CANDIDATES,
+                now=now,
+                generation=await scope_generation(conn, scope),
+            )
+            return await index.search(conn, search)
+
+    def _note(self, scope: Scope, change: CacheChange) -> None:
+        if self._backend is not None:
+            self._backend.note(scope, change)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An item to embed."""
+
+    id: int
+    scope: Scope
+    kind: str
+    digest: str
+    text: str
+    expires_at: float | None
+    vector: Vector | None = None
+
+
+async def _pending(
+    conn: AsyncConnection, model: str, now: float, *, limit: int, after_id: int
+) -> list[_Pending]:
+    """Visible items after ``after_id`` whose text has no vector under ``model``, oldest first."""
+    items, vectors = memory_items, memory_vectors
+    has_vector = sa.select(vectors.c.content_hash).where(
+        vectors.c.content_hash == items.c.content_hash, vectors.c.model == model
+    )
+    query = (
+        sa.select(
+            items.c.id,
+            items.c.scope_user,
+            items.c.scope_persona,
+            items.c.scope_workspace,
+            items.c.kind,
+            items.c.content_hash,
+            items.c.text,
+            items.c.expires_at,
+        )
+        .where(items.c.id > after_id, *visible_where(now), ~has_vector.exists())
+        .order_by(items.c.id)
+        .limit(limit)
+    )
+    return [
+        _Pending(r[0], Scope(r[1], r[2], r[3]), r[4], r[5], r[6], r[7])
+        for r in (await conn.execute(query)).all()
+    ]
+
+
+async def _change(conn: AsyncConnection, scope: Scope) -> CacheChange:
+    """Bump ``scope``'s generation; the change to note in the vector cache once committed."""
+    after = await bump_generation(conn, scope)
+    return CacheChange(before=after - 1, after=after)
+
+
+def _insert(dialect: str, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
+    """An INSERT that can say what to do on a conflict (both engines spell it the same)."""
+    return postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+
+
+def _expiry(expires_at: float | None) -> float:
+    return math.inf if expires_at is None else expires_at
 
 
 def _filters(tags: Sequence[str], kinds: Sequence[str] | None) -> list[sa.ColumnElement[bool]]:

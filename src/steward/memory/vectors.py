@@ -1,8 +1,55 @@
-"""Vector search backends of long-term memory (filled in next: NumPy, pgvector, sqlite-vec probe)."""
+"""Vector search backends of long-term memory: NumPy exact search, or pgvector on PostgreSQL.
+
+Vectors are stored once per (content hash, model) in ``memory_vectors`` as float32 bytes; a
+search only ever compares vectors of one model, and only the vectors of items of one scope.
+
+* ``NumPyIndex`` (any engine): a scope's vectors are loaded once as a matrix and kept per
+  (scope, model); a query is one matrix product. The copy is checked against the scope's
+  generation (``memory_scopes``, bumped by every change, by any process) on each search. Changes
+  made through this process are applied to the copy in place (``note``); any other change
+  reloads it.
+* ``PgVectorIndex`` (PostgreSQL where ``CREATE EXTENSION vector`` works): the vectors are also
+  kept in a ``vector`` column and the search is exact cosine distance in SQL, under the same
+  WHERE as every other query, so the scope filter is the database's.
+* sqlite-vec: only probed (``sqlite_vec_status``): Python's ``sqlite3`` here cannot load
+  extensions, so SQLite uses NumPy.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from steward.embed.base import from_bytes
+from steward.store.schema import memory_items, memory_vectors
+
+_log = logging.getLogger(__name__)
+
+Vector = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class VectorQuery:
+    """One search: the nearest vectors of ``model`` among the items ``where`` selects."""
+
+    key: Hashable  # the scope, as the cache's key
+    scope_where: Sequence[sa.ColumnElement[bool]]  # the scope alone (what a cached matrix holds)
+    where: Sequence[sa.ColumnElement[bool]]  # scope, visibility and any filters
+    filtered: bool  # whether ``where`` has filters beyond scope and visibility (tags, kinds)
+    model: str
+    vector: Vector
+    limit: int
+    now: float
+    generation: int
+    below_id: int | None = None  # only items older than this one (near-duplicate merging)
+    exclude: Collection[int] = ()
 
 
 class VectorIndex(Protocol):
@@ -10,3 +57,255 @@ class VectorIndex(Protocol):
 
     @property
     def name(self) -> str: ...
+
+    async def search(self, conn: AsyncConnection, query: VectorQuery) -> list[tuple[int, float]]:
+        """(item id, cosine) of the nearest items, best first."""
+        ...
+
+    async def store(self, conn: AsyncConnection, model: str, vectors: Mapping[str, Vector]) -> None:
+        """Called after ``memory_vectors`` rows were written for these content hashes."""
+        ...
+
+    def note(self, key: Hashable, change: CacheChange) -> None:
+        """A change this process made to a scope, and the generation it moved the scope to."""
+        ...
+
+
+@dataclass(slots=True)
+class CacheChange:
+    before: int  # the scope's generation before the change
+    after: int  # and after it
+    added: dict[int, tuple[str, Vector, float]] = field(default_factory=dict)  # id: (model, vector, expires)
+    removed: set[int] = field(default_factory=set)
+    expires: dict[int, float] = field(default_factory=dict)  # id: new expiry (inf: none)
+
+
+def _top(sims: npt.NDArray[np.float32], ids: npt.NDArray[np.int64], limit: int) -> list[tuple[int, float]]:
+    finite = int(np.isfinite(sims).sum())
+    limit = min(limit, finite)
+    if limit <= 0:
+        return []
+    part = np.argpartition(-sims, limit - 1)[:limit] if limit < sims.shape[0] else np.arange(sims.shape[0])
+    order = part[np.lexsort((-ids[part], -sims[part]))]
+    return [(int(ids[i]), float(sims[i])) for i in order if np.isfinite(sims[i])]
+
+
+class _Matrix:
+    """A scope's vectors of one model: rows appended in place, removed rows masked."""
+
+    def __init__(self, generation: int, dim: int) -> None:
+        self.generation = generation
+        self.dim = dim
+        self.count = 0
+        self.data = np.zeros((0, dim), dtype=np.float32)
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.expires = np.zeros(0, dtype=np.float64)
+        self.alive = np.zeros(0, dtype=bool)
+        self.row: dict[int, int] = {}
+
+    def add(self, ids: Sequence[int], vectors: Vector, expires: Sequence[float]) -> None:
+        need = self.count + len(ids)
+        if need > self.data.shape[0]:
+            size = max(need, 2 * self.data.shape[0], 64)
+            self.data = np.resize(self.data, (size, self.dim))
+            self.ids = np.resize(self.ids, size)
+            self.expires = np.resize(self.expires, size)
+            self.alive = np.resize(self.alive, size)
+            self.alive[self.count :] = False
+        end = self.count + len(ids)
+        self.data[self.count : end] = vectors
+        self.ids[self.count : end] = ids
+        self.expires[self.count : end] = expires
+        self.alive[self.count : end] = True
+        for offset, item_id in enumerate(ids):
+            old = self.row.get(item_id)
+            if old is not None:
+                self.alive[old] = False
+            self.row[item_id] = self.count + offset
+        self.count = end
+
+    def remove(self, item_id: int) -> None:
+        row = self.row.pop(item_id, None)
+        if row is not None:
+            self.alive[row] = False
+
+    def search(self, query: VectorQuery, allowed: set[int] | None) -> list[tuple[int, float]]:
+        n = self.count
+        if n == 0 or query.vector.shape[-1] != self.dim:
+            return []
+        sims = self.data[:n] @ query.vector.reshape(-1).astype(np.float32)
+        ids = self.ids[:n]
+        keep = self.alive[:n] & (self.expires[:n] > query.now)
+        if query.below_id is not None:
+            keep &= ids < query.below_id
+        if query.exclude:
+            keep &= ~np.isin(ids, np.fromiter(query.exclude, dtype=np.int64))
+        if allowed is not None:
+            keep &= np.isin(ids, np.fromiter(allowed, dtype=np.int64))
+        sims = np.where(keep, sims, -np.inf).astype(np.float32)
+        return _top(sims, ids, query.limit)
+
+
+class NumPyIndex:
+    """Exact cosine search over a scope's vectors held as one matrix per (scope, model)."""
+
+    name = "numpy"
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[Hashable, str], _Matrix] = {}
+
+    async def search(self, conn: AsyncConnection, query: VectorQuery) -> list[tuple[int, float]]:
+        matrix = self._cache.get((query.key, query.model))
+        if matrix is None or matrix.generation != query.generation:
+            matrix = await self._load(conn, query)
+            self._cache[(query.key, query.model)] = matrix
+        allowed = None
+        if query.filtered:
+            found = await conn.execute(sa.select(memory_items.c.id).where(*query.where))
+            allowed = set(found.scalars().all())
+        return matrix.search(query, allowed)
+
+    async def _load(self, conn: AsyncConnection, query: VectorQuery) -> _Matrix:
+        items, vectors = memory_items, memory_vectors
+        rows = (
+            await conn.execute(
+                sa.select(items.c.id, items.c.expires_at, vectors.c.dim, vectors.c.vector)
+                .select_from(
+                    items.join(
+                        vectors,
+                        (vectors.c.content_hash == items.c.content_hash) & (vectors.c.model == query.model),
+                    )
+                )
+                .where(*query.scope_where, items.c.hidden_at.is_(None))
+                .order_by(items.c.id)
+            )
+        ).all()
+        dim = int(query.vector.shape[-1])
+        rows = [row for row in rows if row[2] == dim]
+        matrix = _Matrix(query.generation, dim)
+        if rows:
+            data = np.frombuffer(b"".join(row[3] for row in rows), dtype="<f4").reshape(len(rows), dim)
+            expires = [np.inf if row[1] is None else row[1] for row in rows]
+            matrix.add([row[0] for row in rows], data.astype(np.float32), expires)
+        return matrix
+
+    async def store(self, conn: AsyncConnection, model: str, vectors: Mapping[str, Vector]) -> None:
+        return None
+
+    def note(self, key: Hashable, change: CacheChange) -> None:
+        for (scope, model), matrix in list(self._cache.items()):
+            if scope != key:
+                continue
+            if matrix.generation != change.before:  # someone else changed it too: reload later
+                del self._cache[(scope, model)]
+                continue
+            matrix.generation = change.after
+            for item_id in change.removed:
+                matrix.remove(item_id)
+            for item_id, expiry in change.expires.items():
+                row = matrix.row.get(item_id)
+                if row is not None:
+                    matrix.expires[row] = expiry
+            added = [
+                (i, v, e) for i, (m, v, e) in change.added.items() if m == model and v.shape[-1] == matrix.dim
+            ]
+            if added:
+                matrix.add([a[0] for a in added], np.stack([a[1] for a in added]), [a[2] for a in added])
+
+
+def vector_literal(vector: Vector) -> str:
+    """A vector as pgvector's text form, ``[0.1,0.2,...]``."""
+    return "[" + ",".join(repr(float(x)) for x in np.asarray(vector, dtype=np.float32).reshape(-1)) + "]"
+
+
+class PgVectorIndex:
+    """Exact cosine search in PostgreSQL with pgvector, under the query's own WHERE."""
+
+    name = "pgvector"
+
+    async def search(self, conn: AsyncConnection, query: VectorQuery) -> list[tuple[int, float]]:
+        items, vectors = memory_items, memory_vectors
+        embedding: sa.ColumnElement[object] = sa.literal_column("memory_vectors.embedding")
+        distance = embedding.op("<=>")(sa.text("CAST(:target AS vector)"))
+        where = [*query.where, embedding.is_not(None)]
+        if query.below_id is not None:
+            where.append(items.c.id < query.below_id)
+        if query.exclude:
+            where.append(items.c.id.not_in(list(query.exclude)))
+        select = (
+            sa.select(items.c.id, (1 - distance).label("similarity"))
+            .select_from(
+                items.join(
+                    vectors,
+                    (vectors.c.content_hash == items.c.content_hash) & (vectors.c.model == query.model),
+                )
+            )
+            .where(*where)
+            .order_by(distance, items.c.id.desc())
+            .limit(query.limit)
+        )
+        rows = (await conn.execute(select, {"target": vector_literal(query.vector)})).all()
+        return [(int(row[0]), float(row[1])) for row in rows]
+
+    async def store(self, conn: AsyncConnection, model: str, vectors: Mapping[str, Vector]) -> None:
+        for digest, vector in vectors.items():
+            await conn.execute(
+                sa.text(
+                    "UPDATE memory_vectors SET embedding = CAST(:v AS vector) "
+                    "WHERE content_hash = :h AND model = :m"
+                ),
+                {"v": vector_literal(vector), "h": digest, "m": model},
+            )
+
+    def note(self, key: Hashable, change: CacheChange) -> None:
+        return None
+
+
+async def choose_index(engine: AsyncEngine) -> VectorIndex:
+    """pgvector when the database is PostgreSQL and the extension can be created; else NumPy."""
+    if engine.dialect.name != "postgresql":
+        return NumPyIndex()
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS vector"))
+            await conn.execute(
+                sa.text("ALTER TABLE memory_vectors ADD COLUMN IF NOT EXISTS embedding vector")
+            )
+    except sa.exc.DBAPIError as exc:
+        _log.info("pgvector is not available (%s); vectors are searched with NumPy", str(exc).splitlines()[0])
+        return NumPyIndex()
+    index = PgVectorIndex()
+    await _backfill(engine, index)
+    return index
+
+
+async def _backfill(engine: AsyncEngine, index: PgVectorIndex, batch: int = 500) -> None:
+    """Vectors stored before pgvector was there get their ``vector`` column now."""
+    while True:
+        async with engine.begin() as conn:
+            rows = (
+                await conn.execute(
+                    sa.text(
+                        "SELECT content_hash, model, dim, vector FROM memory_vectors "
+                        "WHERE embedding IS NULL LIMIT :n"
+                    ),
+                    {"n": batch},
+                )
+            ).all()
+            for digest, model, dim, blob in rows:
+                await index.store(conn, model, {digest: from_bytes(blob, dim)})
+        if len(rows) < batch:
+            return
+
+
+def sqlite_vec_status() -> str:
+    """Why SQLite searches vectors with NumPy (sqlite-vec is probed, not used)."""
+    import sqlite3
+
+    if not hasattr(sqlite3.Connection, "enable_load_extension"):
+        return "this Python's sqlite3 cannot load extensions (sqlite-vec): NumPy exact search"
+    try:
+        import sqlite_vec  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        return "sqlite-vec is not installed: NumPy exact search"
+    return "sqlite-vec could be loaded; Steward searches with NumPy (exact)"
