@@ -390,6 +390,15 @@ def _sessions_app() -> typer.Typer:
 app.add_typer(_sessions_app(), name="sessions")
 
 
+def _memory_app() -> typer.Typer:
+    from steward.cli.memory import memory_app
+
+    return memory_app
+
+
+app.add_typer(_memory_app(), name="memory")
+
+
 def _mcp_app() -> typer.Typer:
     from steward.cli.mcp import mcp_app
 
