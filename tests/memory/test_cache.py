@@ -188,6 +188,16 @@ async def test_a_similar_goal_above_the_threshold_is_a_hit(engine: AsyncEngine) 
     )
 
 
+async def test_a_goal_naming_another_file_is_never_a_similar_hit(engine: AsyncEngine) -> None:
+    inner = Counting(ANSWER)
+    model = caching(inner, engine, similar=True, threshold=0.5)
+    await ask(model, request("How many lines does notes_01.txt have?"))
+    _, notes = await ask(model, request("How many lines does notes_04.txt have?"))
+    assert inner.calls == 2 and notes == [CacheNote(hit=False, kind="similar")]  # nothing comparable
+    _, notes = await ask(model, request("how many lines has notes_01.txt"))
+    assert inner.calls == 2 and notes[0].hit
+
+
 async def test_similarity_serves_only_a_runs_first_step(engine: AsyncEngine) -> None:
     inner = Counting(ANSWER)
     model = caching(inner, engine, similar=True, threshold=0.9)

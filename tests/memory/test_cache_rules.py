@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from steward.cli.render import cache_summary
-from steward.memory.cache import CacheNote, exact_key, read_only_tool, reply_is_reusable
+from steward.memory.cache import CacheNote, exact_key, literals, read_only_tool, reply_is_reusable
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall, ToolSpec, UserMessage
 
 
@@ -62,6 +62,12 @@ def test_the_exact_key_ignores_only_the_durations_shown() -> None:
     assert exact_key("m", req(shown)) != exact_key("m", req(shown.replace("read_file", "list_dir")))
     assert exact_key("m", req(shown)) != exact_key("other", req(shown))
     assert exact_key("m", req(shown)) != exact_key("m", req(shown, "g2"))
+
+
+def test_literals_are_what_a_goal_names_exactly() -> None:
+    assert literals("How many lines does notes_01.txt have?") == {"notes_01.txt"}
+    assert literals("Find 'Deadline' in src/app.py, version 2.") == {"'deadline'", "src/app.py", "2"}
+    assert literals("Which licence is the project under? Look at LICENSE.") == frozenset()
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,9 @@ Off by default (``[cache]``). ``CachingModel`` wraps a model like any other wrap
 * similar (needs an embedder): only for the first step of a run, whose request is the static
   prompt plus the user's goal. The key is the prompt's hash (static prompt, tools, settings) and
   the goal's vector; a hit is the nearest stored goal under the same prompt and model with
-  cosine >= ``threshold``. Later steps carry tool results: only the exact cache serves them.
+  cosine >= ``threshold`` that names the same literals (file names, numbers, quoted words:
+  ``literals``), which embeddings hardly tell apart. Later steps carry tool results: only the
+  exact cache serves them.
 
 A reply is stored only if replaying it is harmless: every tool it calls changes nothing
 (``read_only_tool``, or the tool's own ``read_only`` flag), unless ``side_effects = true``.
@@ -69,6 +71,7 @@ __all__ = [
     "cache_notes",
     "cached_model",
     "exact_key",
+    "literals",
     "prompt_hash",
     "read_only_tool",
     "reply_is_reusable",
@@ -87,6 +90,8 @@ READ_ONLY_TOOLS = frozenset(
 #: Similar entries compared per lookup: the newest under the same prompt and model.
 SIMILAR_SCAN = 2_000
 
+_TOKEN = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`|\S+")
+_LITERAL = re.compile(r"[\d_/\\]|\w\.\w")
 _DURATION = re.compile(r"^(\s*Duration: )\d+ms$", re.M)
 _NOTE = re.compile(
     r"^model cache (?P<outcome>hit|miss) \((?P<kind>exact|similar)(?:, (?:best )?(?P<sim>[0-9.]+))?\)"
@@ -162,6 +167,18 @@ def exact_key(model: str, request: ModelRequest) -> str:
 
 def _similar_key(model: str, prompt: str, goal: str) -> str:
     return "sim:" + _digest([model, prompt, goal])
+
+
+def literals(text: str) -> frozenset[str]:
+    """What a goal names exactly: quoted strings, numbers, paths and identifiers (``notes_04.txt``,
+    ``v2``, ``src/app.py``). Embeddings hardly tell "notes_01.txt" from "notes_04.txt" (cosine
+    above 0.95 with e5), so a similar hit also needs the same literals."""
+    found = set()
+    for token in _TOKEN.findall(text):
+        word = token.strip(".,;:!?()[]")
+        if word[:1] in "'\"`" or _LITERAL.search(word):
+            found.add(word.casefold())
+    return frozenset(found)
 
 
 def _goal(request: ModelRequest) -> str | None:
@@ -284,32 +301,29 @@ class ModelCache:
         return _decode(row.key, row.model, row.tokens, row.reply)
 
     async def nearest(
-        self, model: str, prompt: str, embedder: str, vector: bytes
+        self, model: str, prompt: str, goal: str, embedder: str, vector: bytes
     ) -> tuple[Entry | None, float | None]:
-        """The live similar entry under ``prompt`` and ``model`` closest to ``vector`` (by the
-        same embedder), and its cosine; ``(None, None)`` when there is none to compare."""
+        """The live similar entry under ``prompt`` and ``model`` whose goal names the same
+        literals as ``goal`` and whose vector (by the same embedder) is closest to ``vector``,
+        with its cosine; ``(None, None)`` when there is none to compare."""
         import numpy as np
 
         t = model_cache.c
         query = (
-            sa.select(t.key, t.model, t.tokens, t.reply)
+            sa.select(t.key, t.model, t.tokens, t.reply, t.last_user)
             .where(t.kind == "similar", t.model == model, t.prompt_hash == prompt, self._live())
             .order_by(t.created_at.desc())
             .limit(SIMILAR_SCAN)
         )
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        entries = [_decode(r.key, r.model, r.tokens, r.reply) for r in rows]
-        mine = np.frombuffer(vector, dtype="<f4")
-        kept = [
-            e
-            for e in entries
-            if e.embedder == embedder and e.vector is not None and len(e.vector) == len(vector)
-        ]
+        named = literals(goal)
+        entries = [_decode(r.key, r.model, r.tokens, r.reply) for r in rows if literals(r.last_user) == named]
+        kept = [e for e in entries if e.embedder == embedder and len(e.vector or b"") == len(vector)]
         if not kept:
             return None, None
         stored = np.stack([np.frombuffer(e.vector or b"", dtype="<f4") for e in kept])
-        scores = stored @ mine
+        scores = stored @ np.frombuffer(vector, dtype="<f4")
         best = int(np.argmax(scores))
         return kept[best], float(scores[best])
 
@@ -416,7 +430,7 @@ class CachingModel(Model):
             if vector is None:
                 return None, CacheNote(False, kind), None
             assert self.embedder is not None
-            near, similarity = await self.cache.nearest(self.name, prompt, self.embedder.name, vector)
+            near, similarity = await self.cache.nearest(self.name, prompt, goal, self.embedder.name, vector)
             if near is not None and similarity is not None and similarity >= self.settings.threshold:
                 await self.cache.hit(near)
                 return near, CacheNote(True, "similar", near.tokens, round(similarity, 3)), vector
