@@ -142,3 +142,21 @@ def test_a_bad_store_url_or_a_missing_store_is_one_line(cli: Cli) -> None:
     assert empty.returncode == 0 and empty.stdout.startswith("nothing remembered here yet (no store at ")
     asked = cli("memory", "show", "m1")
     assert asked.returncode == 2 and "no store at" in asked.stderr
+
+
+def test_search_uses_the_configured_embedder(
+    cli: Cli, db_url: str, seeded: dict[str, int], tmp_path: Path
+) -> None:
+    from steward.testing.fake_llm import FakeLLMServer
+
+    with FakeLLMServer() as embeddings:
+        (tmp_path / "steward.toml").write_text(
+            f'[memory]\nembedder = "openai:hash-embed"\n[models.openai]\nbase_url = "{embeddings.openai_base_url}"\n'
+        )
+        shown = cli("memory", "search", "database port", "--explain", "--store", db_url)
+        assert embeddings.embedding_requests  # the items, then the query, over a socket
+    assert shown.returncode == 0, shown.stderr
+    head, _, row = shown.stdout.splitlines()[:3]
+    assert head.startswith("recall by hybrid")
+    cells = row.split()
+    assert cells[:3] == [f"m{seeded['port']}", "1", "1"] and 0 < float(cells[4]) <= 1
