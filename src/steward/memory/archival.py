@@ -165,8 +165,9 @@ def archival_toolset(access: LongTermAccess, *, budget_chars: int) -> FunctionTo
 
     async def recall(ctx: ToolContext, query: str, k: int = default_k, tags: Sequence[str] = ()) -> str:
         """Search what was remembered or archived in earlier runs and sessions (facts, decisions,
-        summaries of past work) by words and meaning. Use it before starting work that may have
-        been done or decided before, or when the user refers to something from earlier.
+        summaries of past work) by its words, and by meaning when an embedder is set up. Use it
+        before work that may have been done or decided before, or when the user refers to
+        something from earlier.
 
         Args:
             query: What you want to know, in a few words, e.g. "database migration decision".
