@@ -4,6 +4,7 @@ fake server, or with the local model) and plain `doctor` sends the embedder noth
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import subprocess
@@ -32,9 +33,14 @@ def doctor(tmp_path: Path) -> Doctor:
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config-home")
     env["XDG_STATE_HOME"] = str(tmp_path / "state-home")
 
-    def run(*args: str, memory: str = "", models: str = "") -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str, memory: str = "", models: str = "", store: str = ""
+    ) -> subprocess.CompletedProcess[str]:
         # The sandbox is a line of its own (and needs bubblewrap): off, the exit code is memory's.
-        (tmp_path / "steward.toml").write_text(f"[sandbox]\nenabled = false\n[memory]\n{memory}\n{models}\n")
+        where = f'[store]\nurl = "{store}"\n' if store else ""
+        (tmp_path / "steward.toml").write_text(
+            f"[sandbox]\nenabled = false\n{where}[memory]\n{memory}\n{models}\n"
+        )
         return subprocess.run(
             [sys.executable, "-m", "steward", "doctor", *args],
             cwd=tmp_path,
@@ -73,15 +79,30 @@ def test_plain_doctor_names_the_endpoint_and_sends_it_nothing(doctor: Doctor, fa
     assert fake.requests == []
 
 
-def test_the_vectors_line_says_whether_sqlite_can_load_extensions(
-    doctor: Doctor, fake: FakeLLMServer
+def test_the_vectors_line_says_where_vectors_are_searched(
+    doctor: Doctor, fake: FakeLLMServer, db_url: str
 ) -> None:
-    proc = doctor(memory='embedder = "openai:fake-embed"', models=endpoint(fake))
+    proc = doctor(memory='embedder = "openai:fake-embed"', models=endpoint(fake), store=db_url)
     said = line(proc.stdout, "  vectors:")
-    if sqlite_loads_extensions():
-        assert "sqlite-vec" in said and "cannot load" not in said
+    if db_url.startswith("sqlite"):
+        if sqlite_loads_extensions():
+            assert "sqlite-vec" in said and "cannot load" not in said
+        else:
+            assert "searched exactly in NumPy" in said and "cannot load extensions" in said
+    elif asyncio.run(offers_pgvector(db_url)):
+        assert said.startswith("  vectors: pgvector")
     else:
-        assert "searched exactly in NumPy" in said and "cannot load extensions" in said
+        assert "searched exactly in NumPy" in said and "no pgvector extension" in said
+
+
+async def offers_pgvector(url: str) -> bool:
+    import asyncpg
+
+    conn = await asyncpg.connect(url, timeout=5)
+    try:
+        return bool(await conn.fetchval("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"))
+    finally:
+        await conn.close()
 
 
 def test_doctor_embedder_embeds_the_test_sentences(doctor: Doctor, fake: FakeLLMServer) -> None:

@@ -230,10 +230,16 @@ def _vector_search(config: Config, workspace: Path) -> str:
     from steward.agent import store_url
 
     url = store_url(config, workspace)
-    if url.startswith("postgresql"):
+    if url.startswith("postgres"):
+        try:
+            installed, available = asyncio.run(_pgvector(url))
+        except (StewardError, OSError, TimeoutError) as exc:
+            return f"pgvector or NumPy: the store could not be asked ({type(exc).__name__})"
+        if installed or available:
+            return "pgvector" + ("" if installed else " (available on this server, not yet created)")
         return (
-            "pgvector when the store's database has the extension (CREATE EXTENSION vector), "
-            "else searched exactly in NumPy"
+            "searched exactly in NumPy: this PostgreSQL server has no pgvector extension (install "
+            "postgresql-NN-pgvector for an index)"
         )
     if not sqlite_loads_extensions():
         return (
@@ -245,6 +251,25 @@ def _vector_search(config: Config, workspace: Path) -> str:
     if importlib.util.find_spec("sqlite_vec") is None:
         return "searched exactly in NumPy (pip install sqlite-vec for an index: this sqlite3 can load it)"
     return "sqlite-vec (this Python's sqlite3 loads extensions)"
+
+
+async def _pgvector(url: str) -> tuple[bool, bool]:
+    """Whether the store's database has pgvector created, and whether its server offers it."""
+    import sqlalchemy as sa
+    from sqlalchemy import exc as sa_exc
+
+    from steward.store.engine import make_engine
+
+    engine = make_engine(url)
+    try:
+        async with engine.connect() as conn:
+            asked = "SELECT installed_version IS NOT NULL FROM pg_available_extensions WHERE name = 'vector'"
+            row = (await conn.execute(sa.text(asked))).first()
+    except sa_exc.DBAPIError as exc:
+        raise StewardError(str(exc.orig)) from None
+    finally:
+        await engine.dispose()
+    return (bool(row[0]), True) if row is not None else (False, False)
 
 
 def sqlite_loads_extensions() -> bool:
