@@ -206,3 +206,37 @@ def test_bad_requests_are_4xx_that_name_the_fix(
         for path in ("/v1/memory", "/v1/memory/search?q=x", "/v1/memory/export", "/v1/memory/1"):
             assert stranger.get(path).status_code == 401, path
         assert stranger.delete("/v1/memory/1").status_code == 401
+
+
+def test_search_by_meaning_over_an_embedder_served_by_http_explains_both_ranks(
+    deployment: Deployment,
+) -> None:
+    from steward.testing.fake_llm import FakeLLMServer
+
+    scope = scopes(deployment)
+    with FakeLLMServer() as embeddings:
+        deployment.config(
+            f'[memory]\nembedder = "openai:hash-embed"\n[models.openai]\nbase_url = "{embeddings.openai_base_url}"\n'
+        )
+        server = deployment.start(workers=0)
+        near, far = remember(
+            deployment,
+            (scope["mine"], "deployment keys are rotated monthly", ()),
+            (scope["mine"], "lunch is at noon", ()),
+        )
+        (bobs,) = remember(deployment, (scope["bob"], "deployment keys are rotated monthly", ()))
+        with server.client() as client:
+            reply = client.get(
+                "/v1/memory/search", params={"q": "deployment keys", "k": 10, "explain": "true"}
+            )
+        assert reply.status_code == 200, reply.text
+        assert embeddings.embedding_requests  # the real client, over a socket: items and query embedded
+    found = reply.json()
+    assert found["mode"] == "hybrid" and found["vector_backend"] != "none"
+    hits = {h["item"]["id"]: h["explain"] for h in found["hits"]}
+    assert bobs not in hits  # the same words in another scope: never
+    assert hits[near]["keyword_rank"] == 1 and hits[near]["vector_rank"] == 1
+    assert hits[near]["similarity"] > 0.5
+    if far in hits:  # only by meaning, if at all: below the near one
+        assert hits[far]["keyword_rank"] is None and hits[far]["similarity"] < hits[near]["similarity"]
+    assert found["hits"][0]["item"]["id"] == near

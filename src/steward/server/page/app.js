@@ -1,4 +1,5 @@
-// Steward's web page: follow one run live, start runs, browse sessions, watch the job queue.
+// Steward's web page: follow one run live (with its relation graph), start runs, browse
+// sessions, watch the job queue, and inspect, search and forget long-term memory.
 //
 // Plain ES module, no build step and no external assets, so it works offline next to
 // `steward serve`. Everything that comes from the server goes into the page through
@@ -261,11 +262,16 @@ class RunView {
       facts: part('facts'),
       chart: part('chart'),
       timeline: part('timeline'),
+      graphPanel: part('graph-panel'),
+      graphState: part('graph-state'),
+      graph: part('graph'),
     };
     root.dataset.runId = this.id;
     this.dom.goal.textContent = `Run ${this.id}`;
     this.dom.mode.addEventListener('change', () => this.switchMode(this.dom.mode.value));
     this.dom.cancel.addEventListener('click', () => this.cancel());
+    // Drawn when opened (one request, not one per run shown), and again at the run's end.
+    this.dom.graphPanel.addEventListener('toggle', () => { if (this.dom.graphPanel.open) this.loadGraph(); });
     container.replaceChildren(root);
     // One timer for every countdown on the page: deadlines are shown to the second.
     this.tick = setInterval(() => this.updateDeadlines(), 1000);
@@ -626,7 +632,23 @@ class RunView {
       `${ended} · ${d.steps} steps · ${d.tool_calls} tool calls · ${tokensLabel(d.usage)}`;
     this.add(event, `done ${d.status}`, `run ${d.status}${d.end_status ? ` (${d.end_status})` : ''}`);
     this.scheduleChart();
+    if (this.dom.graphPanel.open) this.loadGraph();
     refreshSoon();
+  }
+
+  // ---- relation graph
+
+  async loadGraph() {
+    this.dom.graphState.textContent = 'loading…';
+    try {
+      const graph = await api(`v1/runs/${encodeURIComponent(this.id)}/graph`, { signal: this.abort.signal });
+      this.dom.graph.replaceChildren(graphTree(graph));
+      const truncated = graph.truncated ? ' (cut at its bounds)' : '';
+      this.dom.graphState.textContent = `${graph.nodes.length} nodes, ${graph.edges.length} edges${truncated}`;
+    } catch (err) {
+      this.dom.graphState.textContent = err instanceof ApiError ? `no graph: ${err.message}` : '';
+      report(err);
+    }
   }
 
   // ---- run header and status
@@ -851,6 +873,219 @@ function stepChart(rows) {
   return chart;
 }
 
+// ---------------------------------------------------------------- relation graph
+
+// Outgoing edges are drawn in this order under each node; other kinds follow.
+const EDGE_ORDER = ['plans', 'depends_on', 'child_job', 'subtask_of', 'touched', 'read', 'remembered'];
+const GRAPH_DEPTH = 8; // nesting shown at most; deeper nodes are listed by name only
+
+/**
+ * The graph as nested lists from its root: each node, then its outgoing edges ("→ touched")
+ * with the node each leads to. A node met a second time is named, not expanded again.
+ */
+function graphTree(graph) {
+  const nodes = new Map(graph.nodes.map((n) => [n.id, n]));
+  const out = new Map();
+  for (const edge of graph.edges) {
+    if (!out.has(edge.source)) out.set(edge.source, []);
+    out.get(edge.source).push(edge);
+  }
+  const rank = (kind) => (EDGE_ORDER.includes(kind) ? EDGE_ORDER.indexOf(kind) : EDGE_ORDER.length);
+  for (const edges of out.values()) edges.sort((a, b) => rank(a.kind) - rank(b.kind));
+  const seen = new Set();
+
+  const branch = (id, depth) => {
+    const node = nodes.get(id) ?? { id, kind: id.split(':')[0], label: id, status: null };
+    const again = seen.has(id);
+    seen.add(id);
+    const item = el('li', { class: 'graph-item' }, graphNode(node, again));
+    const edges = again || depth >= GRAPH_DEPTH ? [] : out.get(id) ?? [];
+    if (edges.length) {
+      item.append(el('ul', { class: 'graph-children' }, ...edges.map((edge) => {
+        const child = branch(edge.target, depth + 1);
+        child.prepend(el('span', { class: `graph-edge edge-${edge.kind}`, testid: 'graph-edge', 'data-kind': edge.kind,
+          text: `→ ${edge.kind.replace('_', ' ')}${edgeNote(edge)} ` }));
+        return child;
+      })));
+    }
+    return item;
+  };
+
+  const roots = [graph.root, ...graph.nodes.map((n) => n.id).filter((id) => id !== graph.root)];
+  const tree = el('ul', { class: 'graph-tree' });
+  for (const id of roots) if (!seen.has(id)) tree.append(branch(id, 0)); // unreached ones at the top level
+  return tree;
+}
+
+function graphNode(node, again) {
+  const label = node.kind === 'memory' ? `“${short(node.label, 80)}”` : short(node.label, 120);
+  return el('span', { class: `graph-node node-${node.kind}${again ? ' again' : ''}`, testid: 'graph-node',
+    'data-node-id': node.id, 'data-kind': node.kind, title: node.id },
+  el('span', { class: 'badge', text: node.kind }), ` ${label}`,
+  node.status ? el('span', { class: `muted status-${node.status}`, text: ` ${node.status}` }) : null,
+  again ? el('span', { class: 'muted', text: ' (above)' }) : null);
+}
+
+function edgeNote(edge) {
+  const d = edge.data ?? {};
+  if (d.calls) return ` (${d.calls} call${d.calls === 1 ? '' : 's'}${d.tools?.length ? `: ${d.tools.join(', ')}` : ''})`;
+  if (d.role) return ` (${d.role})`;
+  return '';
+}
+
+// ---------------------------------------------------------------- long-term memory
+
+const MEMORY_PAGE = 25;
+// The pages of the memory list: the `before` cursor of each page shown so far ('' = the newest).
+const memoryPages = [''];
+
+/** The scope fields as query parameters; empty ones are left out ("any" in the list). */
+function memoryScope() {
+  const data = new FormData($('#memory-filters'));
+  const params = new URLSearchParams();
+  for (const key of ['user', 'persona', 'workspace']) {
+    const value = String(data.get(key) ?? '').trim();
+    if (value) params.set(key, value);
+  }
+  return { params, data };
+}
+
+function memoryListQuery(before) {
+  const { params, data } = memoryScope();
+  if (data.get('kind')) params.set('kind', String(data.get('kind')));
+  if (data.get('hidden')) params.set('hidden', 'true');
+  params.set('limit', String(MEMORY_PAGE));
+  if (before) params.set('before', before);
+  return params;
+}
+
+async function loadMemory() {
+  const before = memoryPages.at(-1);
+  const { items, next } = await api(`v1/memory?${memoryListQuery(before)}`);
+  $('#memory-items').replaceChildren(...items.map((item) => memoryItem(item)));
+  if (!items.length) $('#memory-items').append(el('li', { class: 'muted', text: before ? 'No older items.' : 'Nothing remembered in this scope.' }));
+  $('#memory-count').textContent = `${items.length}${next ? '+' : ''} shown`;
+  $('#memory-older').hidden = !next;
+  $('#memory-older').onclick = () => { memoryPages.push(String(next)); loadMemory().catch(report); };
+  $('#memory-newer').hidden = memoryPages.length < 2;
+  $('#memory-page').textContent = memoryPages.length > 1 ? `page ${memoryPages.length}` : '';
+}
+
+function scopeText(scope) {
+  return `${scope.user} · ${scope.persona || '(no persona)'} · ${scope.workspace}`;
+}
+
+/** One item: its id as the tools name it (m12), kind, scope, tags and text; hide and purge. */
+function memoryItem(item, extra = null) {
+  const state = item.hidden_at ? 'hidden' : item.expires_at && item.expires_at * 1000 < Date.now() ? 'expired' : 'visible';
+  return el('li', { class: `memory-item ${state}`, testid: 'memory-item', 'data-id': item.id, 'data-state': state },
+    el('div', { class: 'memory-head' },
+      el('code', { testid: 'memory-id', text: `m${item.id}` }),
+      el('span', { class: 'badge', text: item.kind }),
+      state !== 'visible' ? el('span', { class: 'badge bad', testid: 'memory-state', text: state }) : null,
+      el('span', { class: 'muted', testid: 'memory-scope', text: scopeText(item.scope) }),
+      item.tags.length ? el('span', { class: 'muted', text: `tags: ${item.tags.join(' ')}` }) : null,
+      item.merged > 1 ? el('span', { class: 'muted', text: `merged ×${item.merged}` }) : null,
+      el('span', { class: 'muted', text: ago(item.created_at), title: new Date(item.created_at * 1000).toLocaleString() }),
+      el('span', { class: 'memory-actions' },
+        item.hidden_at ? null : el('button', { type: 'button', class: 'link', testid: 'memory-hide', text: 'Hide',
+          title: 'Forget: kept, never recalled', onclick: () => forgetMemory(item, false) }),
+        el('button', { type: 'button', class: 'link danger-link', testid: 'memory-purge', text: 'Purge',
+          title: 'Delete for good', onclick: () => forgetMemory(item, true) }))),
+    extra,
+    el('div', { class: 'prose memory-text', testid: 'memory-text', text: item.text }));
+}
+
+async function forgetMemory(item, purge) {
+  const what = short(item.text, 60);
+  const question = purge
+    ? `Purge m${item.id} (“${what}”)? Its text is deleted from the store for good.`
+    : `Hide m${item.id} (“${what}”)? It is kept (listed with "hidden") but never recalled again.`;
+  if (!window.confirm(question)) return;
+  try {
+    await api(`v1/memory/${item.id}${purge ? '?purge=true' : ''}`, { method: 'DELETE' });
+    notice(`m${item.id} ${purge ? 'purged' : 'hidden'}.`, 'info');
+    for (const shown of document.querySelectorAll(`#memory-results [data-id="${item.id}"]`)) shown.remove();
+    await loadMemory();
+  } catch (err) {
+    report(err);
+  }
+}
+
+async function searchMemory(event) {
+  event.preventDefault();
+  const form = new FormData(event.currentTarget);
+  const { params } = memoryScope();
+  params.set('q', String(form.get('q') ?? ''));
+  params.set('k', String(form.get('k') || 5));
+  const explain = Boolean(form.get('explain'));
+  if (explain) params.set('explain', 'true');
+  try {
+    const found = await api(`v1/memory/search?${params}`);
+    $('#memory-mode').textContent = found.mode === 'hybrid'
+      ? `By words and meaning (vectors: ${found.vector_backend}), in ${scopeText(found.scope)}.`
+      : `By words only: no [memory] embedder is configured (set one for recall by meaning). In ${scopeText(found.scope)}.`;
+    $('#memory-results').replaceChildren(found.hits.length ? memoryHits(found.hits, explain)
+      : el('p', { class: 'muted', testid: 'memory-none', text: `Nothing in this scope matches “${found.query}”.` }));
+  } catch (err) {
+    report(err);
+  }
+}
+
+function rankText(value) {
+  return value === null || value === undefined ? '–' : String(value);
+}
+
+/** The hits, best first; with explain, each says its ranks in both lists and the fused score. */
+function memoryHits(hits, explain) {
+  return el('ol', { class: 'memory-items hits' }, ...hits.map((hit) => {
+    const why = explain && hit.explain ? el('div', { class: 'explain', testid: 'memory-explain-row' },
+      el('span', { testid: 'explain-keyword', text: `keyword rank ${rankText(hit.explain.keyword_rank)}` }),
+      el('span', { testid: 'explain-vector', text: `vector rank ${rankText(hit.explain.vector_rank)}` }),
+      el('span', { testid: 'explain-score', text: `fused ${hit.explain.score.toFixed(4)}` }),
+      el('span', { testid: 'explain-similarity', text: `similarity ${hit.explain.similarity === null ? '–' : hit.explain.similarity.toFixed(3)}` }))
+      : null;
+    const item = memoryItem(hit.item, why);
+    item.dataset.testid = 'memory-hit';
+    return item;
+  }));
+}
+
+/** The export as a file: fetched with the token (a plain link could not send it). */
+async function exportMemory() {
+  const { params, data } = memoryScope();
+  if (data.get('kind')) params.set('kind', String(data.get('kind')));
+  try {
+    const res = await api(`v1/memory/export?${params}`, { stream: true });
+    const url = URL.createObjectURL(await res.blob());
+    const link = el('a', { href: url, download: 'steward-memory.jsonl' });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  } catch (err) {
+    report(err);
+  }
+}
+
+// ---------------------------------------------------------------- views
+
+/** Runs (the default) or memory, as the hash's `view=` says. */
+function showView(view, { push = false } = {}) {
+  const memory = view === 'memory';
+  $('#app').hidden = memory;
+  $('#memory-view').hidden = !memory;
+  $('#nav-runs').toggleAttribute('aria-current', !memory);
+  $('#nav-memory').toggleAttribute('aria-current', memory);
+  if (push) {
+    const params = hashParams();
+    if (memory) params.set('view', 'memory');
+    else params.delete('view');
+    writeHash(params);
+  }
+  if (memory && localStorage.getItem(TOKEN_KEY)) loadMemory().catch(report);
+}
+
 // ---------------------------------------------------------------- sessions, personas, new runs
 
 let current = null; // the RunView on screen
@@ -1045,6 +1280,7 @@ function boot() {
   loadPersonas().catch(report);
   loadSessions().catch(report);
   poll();
+  showView(hashParams().get('view') ?? '');
   const runId = hashParams().get('run');
   if (runId) {
     current?.dispose(); // after a 401 the old view stopped; start it again from seq 0
@@ -1060,6 +1296,8 @@ function syncFromUrl() {
     boot();
     return;
   }
+  const view = hashParams().get('view') ?? '';
+  if ((view === 'memory') === $('#memory-view').hidden) showView(view);
   const runId = hashParams().get('run') ?? '';
   if (runId !== (current?.id ?? '')) openRun(runId, { push: false });
 }
@@ -1086,6 +1324,12 @@ function init() {
   $('#jobs-filter').addEventListener('change', () => jobsPage('first'));
   $('#jobs-older').addEventListener('click', () => jobsPage('older'));
   $('#jobs-newer').addEventListener('click', () => jobsPage('newer'));
+  $('#nav-runs').addEventListener('click', () => showView('', { push: true }));
+  $('#nav-memory').addEventListener('click', () => showView('memory', { push: true }));
+  $('#memory-filters').addEventListener('submit', (e) => { e.preventDefault(); memoryPages.splice(1); loadMemory().catch(report); });
+  $('#memory-search-form').addEventListener('submit', searchMemory);
+  $('#memory-newer').addEventListener('click', () => { if (memoryPages.length > 1) memoryPages.pop(); loadMemory().catch(report); });
+  $('#memory-export').addEventListener('click', exportMemory);
   document.addEventListener('visibilitychange', poll);
   window.addEventListener('popstate', syncFromUrl);
   window.addEventListener('hashchange', syncFromUrl);
