@@ -316,9 +316,7 @@ class LongTermMemory:
                 return False
             item = _item(row)
             if purge:
-                await conn.execute(memory_items.delete().where(memory_items.c.id == item_id))
-                await _drop_orphan_vectors(conn, [row["content_hash"]])
-                await _flush_keyword_index(conn)
+                await _purge(conn, memory_items.c.id == item_id, [row["content_hash"]])
             elif item.hidden_at is not None:
                 return False
             else:
@@ -331,6 +329,8 @@ class LongTermMemory:
             change = await _change(conn, item.scope)
             change.removed.add(item_id)
         self._note(item.scope, change)
+        if purge:
+            await _checkpoint(self._engine)
         return True
 
     async def purge_expired(self) -> int:
@@ -351,9 +351,7 @@ class LongTermMemory:
             ).all()
             if not rows:
                 return 0
-            await conn.execute(memory_items.delete().where(expired))
-            await _drop_orphan_vectors(conn, sorted({row[3] for row in rows}))
-            await _flush_keyword_index(conn)
+            await _purge(conn, expired, sorted({row[3] for row in rows}))
             changes = {}
             for scope in {Scope(row[0], row[1], row[2]) for row in rows}:
                 changes[scope] = await _change(conn, scope)
@@ -362,6 +360,7 @@ class LongTermMemory:
                 )
         for scope, change in changes.items():
             self._note(scope, change)
+        await _checkpoint(self._engine)
         return len(rows)
 
     # --- reading --------------------------------------------------------------------------------
@@ -691,8 +690,25 @@ async def _drop_orphan_vectors(conn: AsyncConnection, hashes: Sequence[str]) -> 
     )
 
 
-async def _flush_keyword_index(conn: AsyncConnection) -> None:
-    """On SQLite, merge the FTS5 index so deleted words leave its segments now (a delete only
-    adds a tombstone); PostgreSQL's tsvector goes with its row."""
-    if conn.dialect.name == "sqlite":
+async def _purge(conn: AsyncConnection, where: sa.ColumnElement[bool], hashes: Sequence[str]) -> None:
+    """Delete the items ``where`` selects, their vectors no other item shares, and their words.
+
+    On SQLite, deleted content is overwritten with zeros (``secure_delete``) and the FTS5 index
+    is merged so the words leave its segments now (a delete only adds a tombstone there).
+    PostgreSQL's tsvector goes with its row."""
+    sqlite = conn.dialect.name == "sqlite"
+    if sqlite:
+        await conn.exec_driver_sql("PRAGMA secure_delete = ON")
+    await conn.execute(memory_items.delete().where(where))
+    await _drop_orphan_vectors(conn, hashes)
+    if sqlite:
         await conn.execute(sa.text("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')"))
+
+
+async def _checkpoint(engine: AsyncEngine) -> None:
+    """On SQLite, copy the write-ahead log into the file and empty it, so purged words do not
+    live on in the log's old pages (best effort: a reader still in the log keeps its part)."""
+    if engine.dialect.name == "sqlite":
+        async with engine.connect() as conn:
+            autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await autocommit.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
