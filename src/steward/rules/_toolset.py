@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -10,7 +11,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from steward.errors import ConfigError, ToolError
-from steward.rules.agents_md import LinkedDoc, find_doc, linked_docs, nested_rules, seen_in
+from steward.rules.agents_md import (
+    Found,
+    LinkedDoc,
+    find_doc,
+    linked_docs,
+    nested_rules,
+    read_docs,
+    seen_in,
+)
 from steward.rules.skills import Skill, find_skills, skill_file, skill_text
 from steward.tools._paths import resolve_in_workspace, workspace_root
 from steward.tools.base import Tool, ToolContext, ToolResult, Toolset, WrapperToolset, tool
@@ -73,7 +82,7 @@ def _make_tools(settings: RulesSettings, embedder: Embedder | None = None) -> di
         return await _found_skills(scan.skills, query, embedder)
 
     @tool
-    def read_rules(ctx: ToolContext, topic: str) -> str:
+    async def read_rules(ctx: ToolContext, topic: str) -> str:
         """Read the project document that best matches a topic: the reference documents linked
         from AGENTS.md, listed in the system prompt. Words match titles, paths and text, also as
         prefixes ("deploy" finds "deployment"); a document's exact path always matches.
@@ -87,7 +96,7 @@ def _make_tools(settings: RulesSettings, embedder: Embedder | None = None) -> di
             raise ToolError(
                 "There are no reference documents: AGENTS.md links no markdown file in the workspace."
             )
-        found = find_doc(root, docs, topic, settings.max_chars)
+        found = await _best_doc(root, docs, topic, settings.max_chars, embedder)
         if found is None:
             raise ToolError(
                 f"No reference document matches {topic!r}. Topics: {_topics(docs)}. "
@@ -102,6 +111,22 @@ def _make_tools(settings: RulesSettings, embedder: Embedder | None = None) -> di
         return "\n\n".join(parts)
 
     return {LOAD_SKILL: load_skill, READ_RULES: read_rules, FIND_SKILL: find_skill}
+
+
+async def _best_doc(
+    root: Path, docs: tuple[LinkedDoc, ...], topic: str, max_chars: int, embedder: Embedder | None
+) -> Found | None:
+    """``find_doc``, with the documents also ranked by meaning when there is an embedder."""
+    contents = await asyncio.to_thread(read_docs, root, docs)
+    meaning: list[int] = []
+    if embedder is not None and topic.strip():
+        from steward.tools._meaning import by_meaning
+
+        texts = [f"{d.title}\n{d.path}\n{c.text if c else ''}" for d, c in zip(docs, contents, strict=True)]
+        # A server that is down: the words still find the document.
+        with contextlib.suppress(Exception):
+            meaning = await by_meaning(embedder, topic, texts)
+    return find_doc(root, docs, topic, max_chars, contents=contents, meaning=meaning)
 
 
 async def _found_skills(skills: Sequence[Skill], query: str, embedder: Embedder | None) -> str:

@@ -12,12 +12,13 @@ Only files inside the workspace are used: a link or symlink leading out of it is
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote
 
-from steward.rules._read import StampedCache, Watch, cut_at_line, read_text, real_file
+from steward.rules._read import StampedCache, Text, Watch, cut_at_line, read_text, real_file
 from steward.rules._search import Entry, rank
 
 AGENTS_MD = "AGENTS.md"
@@ -169,14 +170,37 @@ class Found:
     others: tuple[LinkedDoc, ...]
 
 
-def find_doc(root: Path, docs: tuple[LinkedDoc, ...], topic: str, max_chars: int) -> Found | None:
-    """The linked document that best matches ``topic`` (a path matches exactly), or None."""
-    contents = [read_text(root / doc.path, root, _DOC_INDEX_CHARS) for doc in docs]
+def read_docs(root: Path, docs: tuple[LinkedDoc, ...]) -> list[Text | None]:
+    """The head of each document, as far as it is searched (None: it cannot be read)."""
+    return [read_text(root / doc.path, root, _DOC_INDEX_CHARS) for doc in docs]
+
+
+def find_doc(
+    root: Path,
+    docs: tuple[LinkedDoc, ...],
+    topic: str,
+    max_chars: int,
+    *,
+    contents: list[Text | None] | None = None,
+    meaning: Sequence[int] = (),
+) -> Found | None:
+    """The linked document that best matches ``topic`` (a path matches exactly), or None.
+
+    ``meaning`` is a ranking of ``docs`` by meaning (best first, from an embedder), fused with
+    the keyword ranking; ``contents`` are the documents as ``read_docs`` read them, if it was
+    called already.
+    """
+    if contents is None:
+        contents = read_docs(root, docs)
     wanted = topic.strip().removeprefix("./").lstrip("/")
     order = [n for n, doc in enumerate(docs) if doc.path == wanted]
     if not order:
         entries = [Entry(d.title, d.path, c.text if c else "") for d, c in zip(docs, contents, strict=True)]
         order = rank(entries, topic)
+        if meaning:
+            from steward.embed.fusion import fuse
+
+            order = [f.key for f in fuse(order, meaning)]
     if not order:
         return None
     best = contents[order[0]]
