@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
-from server_kit import Deployment, Server
+from server_kit import Deployment, Server, sse
 
 from steward.memory.longterm import LongTermMemory, Scope
 from steward.store.events import open_store
@@ -240,3 +240,28 @@ def test_search_by_meaning_over_an_embedder_served_by_http_explains_both_ranks(
     if far in hits:  # only by meaning, if at all: below the near one
         assert hits[far]["keyword_rank"] is None and hits[far]["similarity"] < hits[near]["similarity"]
     assert found["hits"][0]["item"]["id"] == near
+
+
+def test_what_a_run_remembered_is_found_in_its_scope_only(deployment: Deployment) -> None:
+    remembered = {
+        "tool": "remember",
+        "args": {"text": "the staging database is on port 6543", "tags": ["db"]},
+    }
+    ended = {
+        "agent_step": {"phase": "end", "summary": "kept", "end_status": "solved", "end_message": "Kept."}
+    }
+    deployment.persona("keeper", [remembered, ended], tools='["remember"]')
+    server = deployment.start()
+    with server.client() as client:
+        run = client.post("/v1/runs", json={"goal": "keep the port in mind", "persona": "keeper"}).json()
+        events = [m["event"] for m in sse(client, f"/v1/runs/{run['id']}/events")]  # to the run's end
+        assert events[-1] == "done"
+        found = client.get("/v1/memory/search", params={"q": "staging port", "persona": "keeper"}).json()
+        elsewhere = client.get("/v1/memory/search", params={"q": "staging port"}).json()  # no persona
+    (hit,) = found["hits"]
+    assert hit["item"]["text"] == "the staging database is on port 6543" and hit["item"]["tags"] == ["db"]
+    assert hit["item"]["run_id"] == run["id"]
+    assert hit["item"]["scope"] == {
+        "user": "local", "persona": "keeper", "workspace": str(deployment.workspace.resolve())
+    }  # fmt: skip
+    assert elsewhere["hits"] == []

@@ -76,6 +76,8 @@ class MemoryService:
         return LongTermMemory(self.state.store.engine, embedder=self._embedder, settings=config.memory)
 
     async def aclose(self) -> None:
+        if self._memory is not None:
+            await self._memory.aclose()
         if self._embedder is not None:
             await self._embedder.aclose()
 
