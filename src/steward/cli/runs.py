@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from steward.cli.graph import graph_command
+
 if TYPE_CHECKING:
     from steward.events import Event
     from steward.store.events import EventStore, RunRow
@@ -185,3 +187,6 @@ def export(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Wor
         return 0
 
     raise typer.Exit(asyncio.run(main()))
+
+
+runs_app.command("graph")(graph_command)  # `steward runs graph RUN` (steward.cli.graph)
