@@ -305,12 +305,14 @@ class _Loop(Loop):
             )
 
     async def run(self) -> AsyncIterator[Event]:
+        ended = False
         try:
             async for event in super().run():
                 yield event
+            ended = True  # finished or waiting: the vectors of what it remembered are written now
         finally:
-            if self.long_term is not None:
-                await self.long_term.settle()
+            if self.long_term is not None:  # stopped (Ctrl-C, cancelled): the indexing stops too
+                await (self.long_term.settle() if ended else self.long_term.aclose())
 
 
 def _recaller(memory: WorkingMemory) -> Callable[[str], str | None]:
