@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query
 from fastapi.sse import EventSourceResponse
+from pydantic import BaseModel, Field
 
 from steward.jobs.store import JobError
 from steward.server import schemas as s
@@ -120,3 +121,39 @@ async def events(
         seq = max(seq, int(given))
     stream = state.hub.follow(job.id, seq, keepalive_s=state.options.settings.keepalive_s, follow=follow)
     return EventSourceResponse(stream, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+class GraphNode(BaseModel):
+    id: str = Field(description="run:ID, task:RUN/N, file:PATH or memory:ID.")
+    kind: str = Field(description="run, task, file or memory.")
+    label: str
+    status: str | None = Field(None, description="A run's or a sub-task's status; null for files and memory.")
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class GraphEdge(BaseModel):
+    source: str
+    target: str
+    kind: str = Field(description="plans, depends_on, child_job, subtask_of, touched, read or remembered.")
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunGraph(BaseModel):
+    root: str = Field(description="The run asked about (run:ID).")
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+    truncated: bool = Field(description="True when a bound (files, memory items, child runs) cut something.")
+
+
+@router.get("/runs/{run_id}/graph", response_model=RunGraph, tags=["runs"])
+async def run_graph(
+    run_id: str,
+    state: State,
+    depth: Annotated[int, Query(ge=0, le=3, description="Levels of child jobs to include.")] = 2,
+) -> RunGraph:
+    """How the run relates to its plan's sub-tasks, child jobs, the files it read or changed and
+    the memory items it wrote (``steward runs graph``); derived from the store's records."""
+    from steward.memory.graph import graph_for_run
+
+    job = await find_job(state, run_id)
+    return RunGraph.model_validate((await graph_for_run(state.store.engine, job.id, depth=depth)).as_dict())
