@@ -8,10 +8,12 @@ Set STEWARD_REQUIRE_BROWSER=1 to fail instead of skip when chromium is missing.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Dialog, Locator, Page, expect, sync_playwright
@@ -162,3 +164,20 @@ def test_a_search_that_finds_nothing_says_so_in_its_scope(sqlite_deployment: Dep
     page.get_by_test_id("memory-user").fill("bob")
     page.get_by_test_id("memory-search").click()
     expect(page.get_by_test_id("memory-results").get_by_test_id("memory-hit")).to_have_count(1)
+
+
+def test_export_downloads_the_selected_items_as_json_lines(sqlite_deployment: Deployment, page: Page) -> None:
+    workspace = str(sqlite_deployment.workspace.resolve())
+    _, bob = remember(
+        sqlite_deployment,
+        (Scope("local", "", workspace), "mine to keep"),
+        (Scope("bob", "", workspace), "bob's to keep"),
+    )
+    server = sqlite_deployment.start(workers=0)
+    open_memory(page, server)
+    page.get_by_test_id("memory-user").fill("bob")
+    with page.expect_download() as download:
+        page.get_by_test_id("memory-export").click()
+    assert download.value.suggested_filename == "steward-memory.jsonl"
+    lines = [json.loads(line) for line in Path(download.value.path()).read_text().splitlines()]
+    assert [(item["id"], item["text"]) for item in lines] == [(bob, "bob's to keep")]
