@@ -181,3 +181,37 @@ def test_export_downloads_the_selected_items_as_json_lines(sqlite_deployment: De
     assert download.value.suggested_filename == "steward-memory.jsonl"
     lines = [json.loads(line) for line in Path(download.value.path()).read_text().splitlines()]
     assert [(item["id"], item["text"]) for item in lines] == [(bob, "bob's to keep")]
+
+
+WRITE = {"tool": "write_file", "args": {"path": "notes/todo.txt", "content": "buy milk\n"}}
+REMEMBER = {"tool": "remember", "args": {"text": "the todo list lives in notes/todo.txt"}}
+ENDED = {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "Written."}}
+
+
+def test_a_runs_graph_shows_the_file_it_touched_and_what_it_remembered(
+    sqlite_deployment: Deployment, page: Page
+) -> None:
+    sqlite_deployment.persona("writer", [WRITE, REMEMBER, ENDED], tools='["write_file", "remember"]')
+    server = sqlite_deployment.start()
+    with server.client() as client:
+        made = client.post("/v1/runs", json={"goal": "write the todo list", "persona": "writer"})
+    assert made.status_code == 201, made.text
+    run_id = made.json()["id"]
+    page.goto(f"{server.url}/#token={server.deployment.token}&run={run_id}")
+    expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "done")
+    page.get_by_test_id("graph-panel").locator("summary").click()
+    graph = page.get_by_test_id("graph")
+    run = graph.locator(f'[data-testid="graph-node"][data-node-id="run:{run_id}"]')
+    expect(run).to_contain_text("write the todo list")
+    file = graph.locator('[data-testid="graph-node"][data-kind="file"]')
+    expect(file).to_have_count(1)
+    expect(file).to_contain_text("notes/todo.txt")
+    edge = file.locator("xpath=..").get_by_test_id("graph-edge")
+    expect(edge).to_have_attribute("data-kind", "touched")
+    expect(edge).to_contain_text("→ touched (1 call: write_file)")
+    memory = graph.locator('[data-testid="graph-node"][data-kind="memory"]')
+    expect(memory).to_contain_text("the todo list lives in notes/todo.txt")
+    expect(memory.locator("xpath=..").get_by_test_id("graph-edge")).to_have_attribute(
+        "data-kind", "remembered"
+    )
+    expect(page.get_by_test_id("graph-state")).to_contain_text("3 nodes, 2 edges")
