@@ -79,7 +79,7 @@ async def test_server_errors_are_retried_a_bounded_number_of_times(fake: FakeLLM
     with pytest.raises(EmbedError) as caught:
         await embedder.embed(["one"])
     await embedder.aclose()
-    assert caught.value.retryable and "503" in str(caught.value)
+    assert caught.value.retryable and "503" in str(caught.value) and "tried 3 times" in str(caught.value)
     assert len(fake.embedding_requests) == 3
 
 
@@ -91,6 +91,22 @@ async def test_a_refused_key_names_the_variable_and_is_not_retried(fake: FakeLLM
     await embedder.aclose()
     assert "set MY_EMBED_KEY" in str(caught.value) and not caught.value.retryable
     assert len(fake.embedding_requests) == 1
+
+
+async def test_a_server_needing_no_variable_is_told_to_name_one(fake: FakeLLMServer) -> None:
+    fake.fail_embeddings(1, 403)
+    embedder = OpenAIEmbedder("m", base_url=fake.openai_base_url, name="ollama:m", key_env=None)
+    with pytest.raises(EmbedError, match=r"set api_key_env in \[models\.ollama\] to a variable"):
+        await embedder.embed(["one"])
+    await embedder.aclose()
+
+
+async def test_a_batch_too_large_says_to_lower_embed_batch(fake: FakeLLMServer) -> None:
+    fake.fail_embeddings(1, 413)
+    embedder = client(fake, batch=500)
+    with pytest.raises(EmbedError, match=r"request of 1 texts .* lower \[memory\] embed_batch"):
+        await embedder.embed(["one"])
+    await embedder.aclose()
 
 
 async def test_an_unknown_model_or_route_says_to_check_base_url_and_model(fake: FakeLLMServer) -> None:

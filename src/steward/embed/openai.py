@@ -65,7 +65,7 @@ class OpenAIEmbedder:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_retries: int = 3,
         name: str | None = None,
-        key_env: str = "OPENAI_API_KEY",
+        key_env: str | None = "OPENAI_API_KEY",
     ) -> None:
         self.model = model
         self.base_url = base_url.rstrip("/")
@@ -129,10 +129,13 @@ class OpenAIEmbedder:
             else:
                 if response.status_code == 200:
                     return self._vectors(response, len(texts))
-                error = self._status_error(response)
+                error = self._status_error(response, len(texts))
                 asked = retry_after(response.headers)
-            if not error.retryable or attempt >= self.max_retries:
+            if not error.retryable:
                 raise error
+            if attempt >= self.max_retries:
+                tries = f" (tried {attempt + 1} times)" if attempt else ""
+                raise EmbedError(f"{error}{tries}", retryable=True)
             await asyncio.sleep(asked if asked is not None else min(BACKOFF_S * 2**attempt, BACKOFF_MOST_S))
         raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
@@ -176,13 +179,21 @@ class OpenAIEmbedder:
             f"(llama.cpp's server needs --embedding)."
         )
 
-    def _status_error(self, response: httpx.Response) -> EmbedError:
+    def _status_error(self, response: httpx.Response, count: int) -> EmbedError:
         status, detail = response.status_code, _detail(response)
         said = f" ({detail})" if detail else ""
         if status in (401, 403):
+            where = f"api_key_env in [models.{self._section}]"
+            fix = (
+                f"set {self._key_env} (or {where}) to a key {self.base_url} accepts"
+                if self._key_env
+                else f"set {where} to a variable holding a key {self.base_url} accepts"
+            )
+            return EmbedError(f"{self._name}: the embedding server refused the key ({status}){said}: {fix}.")
+        if status == 413:
             return EmbedError(
-                f"{self._name}: the embedding server refused the key ({status}){said}: set {self._key_env} "
-                f"(or api_key_env in [models.{self._section}]) to a key {self.base_url} accepts."
+                f"{self._name}: {self.url} refused a request of {count} texts as too large (413): "
+                "lower [memory] embed_batch."
             )
         if status == 404:
             return EmbedError(

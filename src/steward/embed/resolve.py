@@ -66,5 +66,5 @@ def embedder_from_config(config: Config) -> Embedder | None:
         timeout_s=settings.timeout_s,
         max_retries=settings.max_retries,
         name=f"{provider}:{model}",
-        key_env=key_env or "OPENAI_API_KEY",
+        key_env=key_env or None,
     )
