@@ -186,3 +186,18 @@ def test_base64_embeddings_are_read() -> None:
 def test_a_reply_that_is_not_the_wire_is_refused(payload: object, why: str) -> None:
     with pytest.raises(NotTheWireError, match=why):
         vectors_from_reply(payload, 2)
+
+
+async def test_the_embeddings_route_leaves_the_chat_script_alone() -> None:
+    import httpx
+
+    from steward.testing.fake_llm import FakeReply
+
+    with FakeLLMServer([FakeReply(text="hello")]) as fake:
+        async with httpx.AsyncClient() as http:
+            url = f"{fake.openai_base_url}/embeddings"
+            good = await http.post(url, json={"model": "m", "input": ["a", "b"]})
+            bad = await http.post(url, json={"model": "m", "input": [1, 2]})
+        assert fake.remaining == 1
+    assert good.status_code == 200 and [d["index"] for d in good.json()["data"]] == [0, 1]
+    assert bad.status_code == 400 and "array of strings" in bad.json()["error"]["message"]
