@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -215,3 +216,24 @@ def test_a_runs_graph_shows_the_file_it_touched_and_what_it_remembered(
         "data-kind", "remembered"
     )
     expect(page.get_by_test_id("graph-state")).to_contain_text("3 nodes, 2 edges")
+
+
+def test_a_child_job_in_the_graph_opens_its_own_run(sqlite_deployment: Deployment, page: Page) -> None:
+    delegate = {"tool": "delegate", "args": {"role": "reviewer", "goal": "review the todo list"}}
+    sqlite_deployment.persona("lead", [delegate, ENDED], tools='["delegate"]')
+    sqlite_deployment.persona("reviewer", [ENDED], tools="[]")
+    server = sqlite_deployment.start()
+    with server.client() as client:
+        made = client.post("/v1/runs", json={"goal": "have the list reviewed", "persona": "lead"})
+    assert made.status_code == 201, made.text
+    lead = made.json()["id"]
+    page.goto(f"{server.url}/#token={server.deployment.token}&run={lead}")
+    # Said once the child job is in the queue: the graph read after it has the child.
+    expect(page.get_by_test_id("timeline")).to_contain_text("waits for a job it delegated")
+    page.get_by_test_id("graph-panel").locator("summary").click()
+    child = page.get_by_test_id("graph").locator('[data-testid="graph-node"][data-kind="run"]').nth(1)
+    expect(child).to_contain_text("review the todo list")
+    child_id = (child.get_attribute("data-node-id") or "").removeprefix("run:")
+    child.get_by_test_id("graph-open-run").click()
+    expect(page).to_have_url(re.compile(f"#run={child_id}$"))
+    expect(page.get_by_test_id("run-goal")).to_have_text("review the todo list")

@@ -919,9 +919,14 @@ function graphTree(graph) {
 
 function graphNode(node, again) {
   const label = node.kind === 'memory' ? `“${short(node.label, 80)}”` : short(node.label, 120);
+  const runId = node.kind === 'run' ? node.id.slice('run:'.length) : '';
+  // Another run (a child job, a parent) opens with a click; the one shown is plain text.
+  const name = runId && runId !== current?.id
+    ? el('button', { type: 'button', class: 'link', testid: 'graph-open-run', text: label, onclick: () => openRun(runId) })
+    : label;
   return el('span', { class: `graph-node node-${node.kind}${again ? ' again' : ''}`, testid: 'graph-node',
     'data-node-id': node.id, 'data-kind': node.kind, title: node.id },
-  el('span', { class: 'badge', text: node.kind }), ` ${label}`,
+  el('span', { class: 'badge', text: node.kind }), ' ', name,
   node.status ? el('span', { class: `muted status-${node.status}`, text: ` ${node.status}` }) : null,
   again ? el('span', { class: 'muted', text: ' (above)' }) : null);
 }
