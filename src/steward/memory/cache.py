@@ -309,16 +309,19 @@ class ModelCache:
         import numpy as np
 
         t = model_cache.c
-        query = (
-            sa.select(t.key, t.model, t.tokens, t.reply, t.last_user)
+        # Goals first (small rows); the replies with their vectors only for goals that name the same.
+        goals = (
+            sa.select(t.key, t.last_user)
             .where(t.kind == "similar", t.model == model, t.prompt_hash == prompt, self._live())
             .order_by(t.created_at.desc())
             .limit(SIMILAR_SCAN)
         )
-        async with self.engine.connect() as conn:
-            rows = (await conn.execute(query)).all()
         named = literals(goal)
-        entries = [_decode(r.key, r.model, r.tokens, r.reply) for r in rows if literals(r.last_user) == named]
+        async with self.engine.connect() as conn:
+            keys = [key for key, text in (await conn.execute(goals)).all() if literals(text) == named]
+            replies = sa.select(t.key, t.model, t.tokens, t.reply).where(t.key.in_(keys))
+            rows = (await conn.execute(replies)).all() if keys else []
+        entries = [_decode(r.key, r.model, r.tokens, r.reply) for r in rows]
         kept = [e for e in entries if e.embedder == embedder and len(e.vector or b"") == len(vector)]
         if not kept:
             return None, None
