@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Dialog, Locator, Page, expect, sync_playwright
-from server_kit import Deployment, Server
+from server_kit import Deployment, Server, sse
 
 from steward.memory.longterm import LongTermMemory, Scope
 from steward.store.events import open_store
@@ -237,3 +237,22 @@ def test_a_child_job_in_the_graph_opens_its_own_run(sqlite_deployment: Deploymen
     child.get_by_test_id("graph-open-run").click()
     expect(page).to_have_url(re.compile(f"#run={child_id}$"))
     expect(page.get_by_test_id("run-goal")).to_have_text("review the todo list")
+
+
+def test_an_item_a_run_remembered_opens_that_run(sqlite_deployment: Deployment, page: Page) -> None:
+    sqlite_deployment.persona("keeper", [REMEMBER, ENDED], tools='["remember"]')
+    server = sqlite_deployment.start()
+    with server.client() as client:
+        made = client.post("/v1/runs", json={"goal": "note where the list is", "persona": "keeper"})
+        assert made.status_code == 201, made.text
+        run_id = made.json()["id"]
+        assert [m["event"] for m in sse(client, f"/v1/runs/{run_id}/events")][-1] == "done"  # to its end
+    open_memory(page, server)
+    page.get_by_test_id("memory-persona").fill("keeper")
+    page.get_by_test_id("memory-list").click()
+    kept = page.get_by_test_id("memory-items").get_by_test_id("memory-item")
+    expect(kept.get_by_test_id("memory-text")).to_have_text("the todo list lives in notes/todo.txt")
+    kept.get_by_test_id("memory-run").click()
+    expect(page.get_by_test_id("memory-view")).to_be_hidden()
+    expect(page).to_have_url(re.compile(f"#run={run_id}$"))
+    expect(page.get_by_test_id("run-goal")).to_have_text("note where the list is")

@@ -991,6 +991,8 @@ function memoryItem(item, extra = null) {
       el('span', { class: 'muted', testid: 'memory-scope', text: scopeText(item.scope) }),
       item.tags.length ? el('span', { class: 'muted', text: `tags: ${item.tags.join(' ')}` }) : null,
       item.merged > 1 ? el('span', { class: 'muted', text: `merged ×${item.merged}` }) : null,
+      item.run_id ? el('button', { type: 'button', class: 'link', testid: 'memory-run', text: `from run ${item.run_id}`,
+        onclick: () => { showView('', { push: true }); openRun(item.run_id); } }) : null,
       el('span', { class: 'muted', text: ago(item.created_at), title: new Date(item.created_at * 1000).toLocaleString() }),
       el('span', { class: 'memory-actions' },
         item.hidden_at ? null : el('button', { type: 'button', class: 'link', testid: 'memory-hide', text: 'Hide',
