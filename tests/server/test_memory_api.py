@@ -265,3 +265,18 @@ def test_what_a_run_remembered_is_found_in_its_scope_only(deployment: Deployment
         "user": "local", "persona": "keeper", "workspace": str(deployment.workspace.resolve())
     }  # fmt: skip
     assert elsewhere["hits"] == []
+
+
+def test_a_configured_origin_may_forget_across_origins(sqlite_deployment: Deployment) -> None:
+    sqlite_deployment.config('[server]\ncors_origins = ["http://app.example"]\n')
+    server = sqlite_deployment.start(workers=0)
+    asked = {"Origin": "http://app.example", "Access-Control-Request-Method": "DELETE"}
+    with server.client() as client:
+        allowed = client.options(
+            "/v1/memory/1", headers=asked | {"Access-Control-Request-Headers": "authorization"}
+        )
+        other = client.options("/v1/memory/1", headers=asked | {"Origin": "http://elsewhere.example"})
+    assert allowed.status_code == 200, allowed.text
+    assert "DELETE" in allowed.headers["access-control-allow-methods"]
+    assert allowed.headers["access-control-allow-origin"] == "http://app.example"
+    assert "access-control-allow-origin" not in other.headers

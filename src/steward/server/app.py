@@ -91,7 +91,8 @@ def create_app(options: ServerOptions) -> FastAPI:
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(
-            CORSMiddleware, allow_origins=options.settings.cors_origins, allow_methods=["GET", "POST"],
+            CORSMiddleware, allow_origins=options.settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],  # DELETE: forgetting a memory item
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
         )  # fmt: skip
     app.add_middleware(RequestLimits, limit=options.settings.max_body_kb * 1024)
