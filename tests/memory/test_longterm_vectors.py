@@ -3,12 +3,16 @@ duplicates, hybrid recall and its explanation, a changed embedder, purges — on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.memory.conftest import Clock
 
 from steward.config import MemorySettings
+from steward.embed.base import Vectors
 from steward.embed.fusion import RRF_K
+from steward.errors import ModelError
 from steward.memory.longterm import LongTermMemory, Scope
 from steward.store.schema import memory_items, memory_vectors
 from steward.testing.fake_embed import HashEmbedder
@@ -240,3 +244,17 @@ async def test_modes_and_backends_are_reported(engine: AsyncEngine, clock: Clock
     assert memory.vector_backend == "numpy"  # SQLite, or PostgreSQL without pgvector
     async with engine.connect() as conn:
         assert (await conn.execute(sa.select(sa.func.count()).select_from(memory_items))).scalar() == 0
+
+
+class _BrokenEmbedder(HashEmbedder):
+    """An embedding server that is down."""
+
+    async def embed(self, texts: Sequence[str], *, query: bool = False) -> Vectors:
+        raise ModelError("embedding server unreachable: connection refused", provider="openai")
+
+
+async def test_recall_keeps_its_words_when_the_embedder_fails(engine: AsyncEngine, clock: Clock) -> None:
+    memory = _memory(engine, clock, _BrokenEmbedder())
+    item = (await memory.remember(HOME, "the staging database runs on port 5433")).item
+    [found] = await memory.recall(HOME, "staging port")
+    assert found.item.id == item.id and found.keyword_rank == 1 and found.vector_rank is None

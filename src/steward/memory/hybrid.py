@@ -7,15 +7,16 @@ digits), each word is quoted (FTS5) or passed as a bound parameter joined by ``o
 operators in a query are only words, and a query can neither fail nor widen what is searched.
 Words are OR-ed so that an item matching some of them still ranks, below one matching more.
 
-Both lists are fused by reciprocal rank fusion (``steward.embed.fusion``); equal fused scores go
-to the more recently updated item.
+Both lists are fused by reciprocal rank fusion (``steward.embed.fusion``); the caller gives equal
+fused scores to the more recently updated item.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -48,11 +49,16 @@ def fts5_match(terms: Sequence[str]) -> str:
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
 
 
-async def keyword_ids(
-    conn: AsyncConnection, query: str, where: Sequence[sa.ColumnElement[bool]], *, limit: int = CANDIDATES
-) -> list[int]:
-    """Ids of the items matching ``query``'s words under ``where`` (scope, visibility, filters),
-    best first."""
+async def keyword_rows(
+    conn: AsyncConnection,
+    query: str,
+    where: Sequence[sa.ColumnElement[bool]],
+    columns: Sequence[sa.ColumnElement[Any]],
+    *,
+    limit: int = CANDIDATES,
+) -> list[sa.RowMapping]:
+    """The ``columns`` of the items matching ``query``'s words under ``where`` (scope,
+    visibility, filters), best first."""
     terms = query_terms(query)
     if not terms:
         return []
@@ -61,7 +67,7 @@ async def keyword_ids(
         fts = sa.table("memory_fts", sa.column("rowid", sa.Integer))
         rank = sa.func.bm25(sa.literal_column("memory_fts"))  # lower is better
         select = (
-            sa.select(items.c.id)
+            sa.select(*columns)
             .select_from(fts.join(items, items.c.id == fts.c.rowid))
             .where(sa.literal_column("memory_fts").op("MATCH")(fts5_match(terms)), *where)
             .order_by(rank, items.c.updated_at.desc(), items.c.id.desc())
@@ -70,11 +76,11 @@ async def keyword_ids(
         tsquery = sa.func.websearch_to_tsquery(sa.literal_column("'english'"), " or ".join(terms))
         tsv: sa.ColumnElement[object] = sa.literal_column("memory_items.tsv")
         select = (
-            sa.select(items.c.id)
+            sa.select(*columns)
             .where(tsv.op("@@")(tsquery), *where)
             .order_by(sa.func.ts_rank_cd(tsv, tsquery).desc(), items.c.updated_at.desc(), items.c.id.desc())
         )
-    return list((await conn.execute(select.limit(limit))).scalars().all())
+    return list((await conn.execute(select.limit(limit))).mappings().all())
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,15 +94,9 @@ class Ranked:
     similarity: float | None
 
 
-def fuse_lists(
-    keyword: Sequence[int],
-    vector: Sequence[tuple[int, float]],
-    updated_at: Mapping[int, float],
-) -> list[Ranked]:
-    """The keyword ids and the (id, cosine) vector hits, fused by RRF, best first; equal scores
-    go to the item updated last (then the newer id)."""
+def fuse_lists(keyword: Sequence[int], vector: Sequence[tuple[int, float]]) -> list[Ranked]:
+    """The keyword ids and the (id, cosine) vector hits, fused by RRF, best first (the caller
+    breaks equal scores by recency)."""
     similarity = dict(vector)
     fused = fuse(list(keyword), [item for item, _ in vector])
-    ranked = [Ranked(f.key, f.score, f.ranks[0], f.ranks[1], similarity.get(f.key)) for f in fused]
-    ranked.sort(key=lambda r: (-r.score, -updated_at.get(r.id, 0.0), -r.id))
-    return ranked
+    return [Ranked(f.key, f.score, f.ranks[0], f.ranks[1], similarity.get(f.key)) for f in fused]

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -35,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from steward.config import MemorySettings
 from steward.embed.base import content_hash, normalise, to_bytes
 from steward.errors import StewardError
-from steward.memory.hybrid import CANDIDATES, Ranked, fuse_lists, keyword_ids
+from steward.memory.hybrid import CANDIDATES, fuse_lists, keyword_rows
 from steward.memory.vectors import CacheChange, Vector, VectorIndex, VectorQuery
 from steward.store.engine import like_pattern, write_transaction
 from steward.store.schema import memory_items, memory_scopes, memory_vectors
@@ -185,6 +186,7 @@ class LongTermMemory:
         self._embed_lock = asyncio.Lock()
         self._background: asyncio.Task[int] | None = None
         self._watermark: dict[str, int] = {}  # model: every item up to this id had its turn
+        self._clean: dict[Scope, int] = {}  # scope: a generation at which all its items had vectors
 
     @property
     def mode(self) -> str:
@@ -412,30 +414,36 @@ class LongTermMemory:
             return []
         now = self._clock()
         where = [*scope_where(scope), *visible_where(now), *_filters(tags, kinds)]
-        vector_hits = await self._vector_hits(scope, query, where, filtered=bool(tags) or kinds is not None)
-        async with self._engine.connect() as conn:
-            keyword = await keyword_ids(conn, query, where)
-        ranked = fuse_lists(keyword, vector_hits, {})
-        return await self._found(ranked[: max(k, 0) * 4 + CANDIDATES], where, k)
-
-    async def _found(self, ranked: list[Ranked], where: list[sa.ColumnElement[bool]], k: int) -> list[Found]:
-        # The items are read back under the same WHERE: a candidate hidden, purged or expired in
-        # the meantime, or (were a backend ever wrong) of another scope, is dropped here.
-        if not ranked:
-            return []
-        ids = [r.id for r in ranked]
-        async with self._engine.connect() as conn:
-            rows = (
-                (await conn.execute(sa.select(*_ITEM_COLUMNS).where(memory_items.c.id.in_(ids), *where)))
-                .mappings()
-                .all()
-            )
-        by_id = {row["id"]: _item(row) for row in rows}
-        updated = {item_id: item.updated_at for item_id, item in by_id.items()}
+        vector = await self._query_vector(scope, query)
+        async with self._engine.connect() as conn:  # one connection: one snapshot, fewer round trips
+            vector_hits: list[tuple[int, float]] = []
+            if vector is not None and self._embedder is not None:
+                search = VectorQuery(
+                    key=scope,
+                    scope_where=scope_where(scope),
+                    where=where,
+                    filtered=bool(tags) or kinds is not None,
+                    model=self._embedder.name,
+                    vector=vector,
+                    limit=CANDIDATES,
+                    now=now,
+                    generation=await scope_generation(conn, scope),
+                )
+                vector_hits = await (await self._vector_index()).search(conn, search)
+            # The keyword list comes with its rows; the vector list's others are read under the
+            # same WHERE, so a candidate hidden, purged or expired meanwhile (or, were a backend
+            # ever wrong, of another scope) is dropped here.
+            rows = {row["id"]: row for row in await keyword_rows(conn, query, where, _ITEM_COLUMNS)}
+            ranked = fuse_lists(list(rows), vector_hits)[: k * 4 + CANDIDATES]
+            missing = [r.id for r in ranked if r.id not in rows]
+            if missing:
+                select = sa.select(*_ITEM_COLUMNS).where(memory_items.c.id.in_(missing), *where)
+                rows.update((row["id"], row) for row in (await conn.execute(select)).mappings().all())
+        items = {item_id: _item(row) for item_id, row in rows.items()}
         ordered = sorted(
-            (r for r in ranked if r.id in by_id), key=lambda r: (-r.score, -updated[r.id], -r.id)
+            (r for r in ranked if r.id in items), key=lambda r: (-r.score, -items[r.id].updated_at, -r.id)
         )
-        return [Found(by_id[r.id], r.score, r.keyword_rank, r.vector_rank, r.similarity) for r in ordered[:k]]
+        return [Found(items[r.id], r.score, r.keyword_rank, r.vector_rank, r.similarity) for r in ordered[:k]]
 
     # --- vectors ----------------------------------------------------------------------------------
 
@@ -443,7 +451,8 @@ class LongTermMemory:
         """Embed up to ``limit`` visible items that have no vector under the embedder's name, in
         batches of ``embed_batch``, then fold each into an older item of its scope and kind whose
         cosine reaches ``merge_similarity``; return how many texts were embedded."""
-        return await self._index(limit=limit, after_id=0)
+        embedded, _ = await self._index(limit=limit, after_id=0)
+        return embedded
 
     def start_indexing(self) -> asyncio.Task[int]:
         """``index_pending`` in the background (one at a time), for callers that just wrote; the
@@ -473,10 +482,11 @@ class LongTermMemory:
                     self._backend = await choose_index(self._engine)
         return self._backend
 
-    async def _index(self, *, limit: int, after_id: int) -> int:
+    async def _index(self, *, limit: int, after_id: int) -> tuple[int, bool]:
+        """(texts embedded, whether every pending item after ``after_id`` had its turn)."""
         embedder = self._embedder
         if embedder is None or limit <= 0:
-            return 0
+            return 0, embedder is None
         index = await self._vector_index()
         async with self._embed_lock:  # one indexer per process: the same text is not embedded twice
             now = self._clock()
@@ -488,9 +498,10 @@ class LongTermMemory:
                 batch = pending[start : start + self._settings.embed_batch]
                 embedded += await self._embed_batch(index, embedder, batch)
             await self._merge_near_duplicates(index, embedder.name, pending)
-            if len(pending) < limit:
+            complete = len(pending) < limit
+            if complete:
                 self._watermark[embedder.name] = max(self._watermark.get(embedder.name, 0), newest)
-        return embedded
+        return embedded, complete
 
     async def _embed_batch(self, index: VectorIndex, embedder: Embedder, batch: list[_Pending]) -> int:
         texts = {row.digest: row.text for row in batch}  # one text per hash
@@ -534,29 +545,29 @@ class LongTermMemory:
         """Fold each newly embedded item into the nearest older visible item of its scope and kind,
         when their cosine reaches ``merge_similarity``. The newer row is deleted: its words are
         (nearly) the older one's; its tags and count go to the older item."""
-        gone: set[int] = set()
+        by_scope: dict[Scope, list[_Pending]] = {}
         for row in sorted(fresh, key=lambda r: r.id):
-            if row.vector is None or row.id in gone:
-                continue
+            if row.vector is not None:
+                by_scope.setdefault(row.scope, []).append(row)
+        for scope, rows in by_scope.items():
             now = self._clock()
             async with self._engine.connect() as conn:
                 query = VectorQuery(
-                    key=row.scope,
-                    scope_where=scope_where(row.scope),
-                    where=[*scope_where(row.scope), *visible_where(now)],
+                    key=scope,
+                    scope_where=scope_where(scope),
+                    where=[*scope_where(scope), *visible_where(now)],
                     filtered=False,
                     model=model,
-                    vector=row.vector,
+                    vector=np.stack([row.vector for row in rows if row.vector is not None]),
                     limit=3,
                     now=now,
-                    generation=await scope_generation(conn, row.scope),
-                    below_id=row.id,
-                    exclude=gone,
+                    generation=await scope_generation(conn, scope),
                 )
-                hits = await index.search(conn, query)
-            near = [item_id for item_id, sim in hits if sim >= self._settings.merge_similarity]
-            if near and await self._fold_into(row, near, now):
-                gone.add(row.id)
+                nearest = await index.nearest_older(conn, query, [row.id for row in rows])
+            for row, hits in zip(rows, nearest, strict=True):
+                near = [item_id for item_id, sim in hits if sim >= self._settings.merge_similarity]
+                if near:  # candidates folded away meanwhile are skipped by _fold_into's read
+                    await self._fold_into(row, near, now)
 
     async def _fold_into(self, row: _Pending, candidates: list[int], now: float) -> bool:
         where = [*scope_where(row.scope), *visible_where(now)]
@@ -580,33 +591,26 @@ class LongTermMemory:
         self._note(row.scope, change)
         return True
 
-    async def _vector_hits(
-        self, scope: Scope, query: str, where: list[sa.ColumnElement[bool]], *, filtered: bool
-    ) -> list[tuple[int, float]]:
+    async def _query_vector(self, scope: Scope, query: str) -> Vector | None:
+        """The query's vector, once the scope's items all have theirs (checked when the scope
+        changed since); None without an embedder, for an empty query, or when embedding fails."""
         embedder = self._embedder
         if embedder is None or not query.strip():
-            return []
+            return None
         try:
-            await self._index(limit=RECALL_INDEX_LIMIT, after_id=self._watermark.get(embedder.name, 0))
-            vector = normalise(await embedder.embed([query], query=True))[0]
+            async with self._engine.connect() as conn:
+                generation = await scope_generation(conn, scope)
+            if self._clean.get(scope) != generation:
+                after = self._watermark.get(embedder.name, 0)
+                _, complete = await self._index(limit=RECALL_INDEX_LIMIT, after_id=after)
+                if complete:
+                    self._clean[scope] = generation
+            vectors = normalise(await embedder.embed([query], query=True))
         except StewardError as exc:  # the words still find what they match
             _log.warning("recall by meaning is off for this query: %s", exc)
-            return []
-        index = await self._vector_index()
-        now = self._clock()
-        async with self._engine.connect() as conn:
-            search = VectorQuery(
-                key=scope,
-                scope_where=scope_where(scope),
-                where=where,
-                filtered=filtered,
-                model=embedder.name,
-                vector=vector,
-                limit=CANDIDATES,
-                now=now,
-                generation=await scope_generation(conn, scope),
-            )
-            return await index.search(conn, search)
+            return None
+        vector: Vector = vectors[0]
+        return vector
 
     def _note(self, scope: Scope, change: CacheChange) -> None:
         if self._backend is not None:

@@ -18,7 +18,7 @@ search only ever compares vectors of one model, and only the vectors of items of
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -44,12 +44,10 @@ class VectorQuery:
     where: Sequence[sa.ColumnElement[bool]]  # scope, visibility and any filters
     filtered: bool  # whether ``where`` has filters beyond scope and visibility (tags, kinds)
     model: str
-    vector: Vector
+    vector: Vector  # one query vector; for ``nearest_older``, one row per new item
     limit: int
     now: float
     generation: int
-    below_id: int | None = None  # only items older than this one (near-duplicate merging)
-    exclude: Collection[int] = ()
 
 
 class VectorIndex(Protocol):
@@ -60,6 +58,13 @@ class VectorIndex(Protocol):
 
     async def search(self, conn: AsyncConnection, query: VectorQuery) -> list[tuple[int, float]]:
         """(item id, cosine) of the nearest items, best first."""
+        ...
+
+    async def nearest_older(
+        self, conn: AsyncConnection, query: VectorQuery, ids: Sequence[int]
+    ) -> list[list[tuple[int, float]]]:
+        """For each new item ``ids[i]`` (vector: row i of ``query.vector``), the (id, cosine) of
+        the ``query.limit`` nearest items of the scope older than it, best first."""
         ...
 
     async def store(self, conn: AsyncConnection, model: str, vectors: Mapping[str, Vector]) -> None:
@@ -136,14 +141,28 @@ class _Matrix:
         sims = self.data[:n] @ query.vector.reshape(-1).astype(np.float32)
         ids = self.ids[:n]
         keep = self.alive[:n] & (self.expires[:n] > query.now)
-        if query.below_id is not None:
-            keep &= ids < query.below_id
-        if query.exclude:
-            keep &= ~np.isin(ids, np.fromiter(query.exclude, dtype=np.int64))
         if allowed is not None:
             keep &= np.isin(ids, np.fromiter(allowed, dtype=np.int64))
         sims = np.where(keep, sims, -np.inf).astype(np.float32)
         return _top(sims, ids, query.limit)
+
+    def nearest_older(self, query: VectorQuery, new_ids: Sequence[int]) -> list[list[tuple[int, float]]]:
+        n = self.count
+        vectors = query.vector.reshape(len(new_ids), -1).astype(np.float32)
+        if n == 0 or vectors.shape[1] != self.dim:
+            return [[] for _ in new_ids]
+        ids = self.ids[:n]
+        keep = self.alive[:n] & (self.expires[:n] > query.now)
+        out: list[list[tuple[int, float]]] = []
+        for start in range(0, len(new_ids), _NEAR_CHUNK):  # (n x chunk) sims at a time
+            chunk = np.asarray(new_ids[start : start + _NEAR_CHUNK], dtype=np.int64)
+            sims = self.data[:n] @ vectors[start : start + len(chunk)].T
+            sims = np.where(keep[:, None] & (ids[:, None] < chunk[None, :]), sims, -np.inf).astype(np.float32)
+            out += [_top(sims[:, j], ids, query.limit) for j in range(len(chunk))]
+        return out
+
+
+_NEAR_CHUNK = 64
 
 
 class NumPyIndex:
@@ -155,15 +174,24 @@ class NumPyIndex:
         self._cache: dict[tuple[Hashable, str], _Matrix] = {}
 
     async def search(self, conn: AsyncConnection, query: VectorQuery) -> list[tuple[int, float]]:
-        matrix = self._cache.get((query.key, query.model))
-        if matrix is None or matrix.generation != query.generation:
-            matrix = await self._load(conn, query)
-            self._cache[(query.key, query.model)] = matrix
+        matrix = await self._matrix(conn, query)
         allowed = None
         if query.filtered:
             found = await conn.execute(sa.select(memory_items.c.id).where(*query.where))
             allowed = set(found.scalars().all())
         return matrix.search(query, allowed)
+
+    async def nearest_older(
+        self, conn: AsyncConnection, query: VectorQuery, ids: Sequence[int]
+    ) -> list[list[tuple[int, float]]]:
+        return (await self._matrix(conn, query)).nearest_older(query, ids)
+
+    async def _matrix(self, conn: AsyncConnection, query: VectorQuery) -> _Matrix:
+        matrix = self._cache.get((query.key, query.model))
+        if matrix is None or matrix.generation != query.generation:
+            matrix = await self._load(conn, query)
+            self._cache[(query.key, query.model)] = matrix
+        return matrix
 
     async def _load(self, conn: AsyncConnection, query: VectorQuery) -> _Matrix:
         items, vectors = memory_items, memory_vectors
@@ -180,7 +208,7 @@ class NumPyIndex:
                 .order_by(items.c.id)
             )
         ).all()
-        dim = int(query.vector.shape[-1])
+        dim = int(query.vector.shape[-1])  # a 2-D query (nearest_older) has the same columns
         rows = [row for row in rows if row[2] == dim]
         matrix = _Matrix(query.generation, dim)
         if rows:
@@ -219,19 +247,22 @@ def vector_literal(vector: Vector) -> str:
 
 
 class PgVectorIndex:
-    """Exact cosine search in PostgreSQL with pgvector, under the query's own WHERE."""
+    """Exact cosine search in PostgreSQL with pgvector, under the query's own WHERE.
+
+    Near-duplicate checks of a batch of new items compare each with every older item of its
+    scope: one matrix product in NumPy, against a scan per item in SQL, so they use the NumPy
+    copy of the scope (kept as ``NumPyIndex`` keeps it)."""
 
     name = "pgvector"
+
+    def __init__(self) -> None:
+        self._numpy = NumPyIndex()
 
     async def search(self, conn: AsyncConnection, query: VectorQuery) -> list[tuple[int, float]]:
         items, vectors = memory_items, memory_vectors
         embedding: sa.ColumnElement[object] = sa.literal_column("memory_vectors.embedding")
         distance = embedding.op("<=>")(sa.text("CAST(:target AS vector)"))
         where = [*query.where, embedding.is_not(None)]
-        if query.below_id is not None:
-            where.append(items.c.id < query.below_id)
-        if query.exclude:
-            where.append(items.c.id.not_in(list(query.exclude)))
         select = (
             sa.select(items.c.id, (1 - distance).label("similarity"))
             .select_from(
@@ -257,8 +288,13 @@ class PgVectorIndex:
                 {"v": vector_literal(vector), "h": digest, "m": model},
             )
 
+    async def nearest_older(
+        self, conn: AsyncConnection, query: VectorQuery, ids: Sequence[int]
+    ) -> list[list[tuple[int, float]]]:
+        return await self._numpy.nearest_older(conn, query, ids)
+
     def note(self, key: Hashable, change: CacheChange) -> None:
-        return None
+        self._numpy.note(key, change)
 
 
 async def choose_index(engine: AsyncEngine) -> VectorIndex:
