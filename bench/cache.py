@@ -9,6 +9,8 @@ on. Printed per pass: model requests made, cache lookups, hits (exact, similar),
 saved and spent, and wrong hits: a similar hit whose stored plan was made for another goal than
 this one or its paraphrase (what a too-low threshold costs). The paraphrases are small rewordings; some goals
 differ from others only in the file they name, so that a loose threshold shows its errors.
+Then the table's own cost with 2,000 similar entries under one prompt: a write, an exact hit
+and miss, and similar lookups with 1 and with 1,000 candidates (p50/p95 of 100).
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from typing import Any
 
 from steward import Agent
 from steward.config import CacheSettings, Config
-from steward.embed.base import Embedder
+from steward.embed.base import Embedder, normalise, to_bytes
 from steward.events import SignalEvent
-from steward.memory.cache import CacheNote, CachingModel
+from steward.memory.cache import SIMILAR_SCAN, CacheNote, CachingModel, ModelCache, similar_group
 from steward.models.base import (
     AssistantMessage,
     Model,
@@ -148,6 +150,109 @@ async def one_pass(
     }
 
 
+async def empty_cache(store: EventStore) -> None:
+    """The scratch store's model cache, made again (empty, and with this version's columns)."""
+    async with store.engine.begin() as conn:
+        await conn.run_sync(lambda sync: model_cache.drop(sync, checkfirst=True))
+        await conn.run_sync(model_cache.create)
+
+
+def _ms(samples: list[float]) -> str:
+    samples = sorted(samples)
+    p50, p95 = samples[len(samples) // 2], samples[int(len(samples) * 0.95)]
+    return f"p50 {p50 * 1000:6.1f} ms  p95 {p95 * 1000:6.1f} ms"
+
+
+_WORDS = [
+    "apples",
+    "budgets",
+    "cables",
+    "dragons",
+    "engines",
+    "forests",
+    "gardens",
+    "harbours",
+    "islands",
+    "journeys",
+    "kettles",
+    "lanterns",
+    "meadows",
+    "novels",
+    "oceans",
+    "planets",
+    "quarries",
+    "rivers",
+    "saddles",
+    "tunnels",
+    "umbrellas",
+    "valleys",
+    "wagons",
+    "yachts",
+    "anchors",
+    "bridges",
+    "castles",
+    "deserts",
+    "glaciers",
+    "hammers",
+    "ladders",
+    "mirrors",
+]
+
+
+def _goals(entries: int) -> list[str]:
+    """Half name a file (one literal each), half name none: all of those are candidates at once."""
+    half = entries // 2
+    named = [f"How many lines does notes_{n}.txt have?" for n in range(half)]
+    plain = [f"Summarise what the notes say about {a} and {b}" for a in _WORDS for b in _WORDS][
+        : entries - half
+    ]
+    return named + plain
+
+
+async def latency(url: str, entries: int = SIMILAR_SCAN, samples: int = 100) -> None:
+    """The table's own cost: a write, an exact hit and miss, similar lookups with one candidate
+    (the goal names a file) and with ``entries / 2`` (it names nothing)."""
+    import numpy as np
+
+    async with await open_store(url) as store:
+        await empty_cache(store)
+        cache = ModelCache(store.engine)
+        goals = _goals(entries)
+        vectors = normalise(np.random.default_rng(0).normal(size=(entries, 384)))
+        reply = AssistantMessage(text="An answer of a few words. " * 8)
+        puts = []
+        for n, goal in enumerate(goals):
+            started = time.perf_counter()
+            await cache.put(
+                f"sim:{n}", kind="similar", model="m", prompt=similar_group("p", goal), message=reply,
+                stop_reason="end", tokens=900, ttl_s=3600, last_user=goal, vector=to_bytes(vectors[n]),
+                embedder="e",
+            )  # fmt: skip
+            puts.append(time.perf_counter() - started)
+
+        async def timed(call: Any) -> str:
+            spent = []
+            for n in range(samples):
+                started = time.perf_counter()
+                await call(n)
+                spent.append(time.perf_counter() - started)
+            return _ms(spent)
+
+        def near(goal: str, n: int) -> Any:
+            return cache.nearest("m", "p", goal, "e", to_bytes(vectors[n]))
+
+        hit = await timed(lambda n: cache.get(f"sim:{n}"))
+        miss = await timed(lambda n: cache.get(f"none:{n}"))
+        one = await timed(lambda n: near(f"How many lines has notes_{n}.txt?", n))
+        many = await timed(lambda n: near(f"Summarise the notes about {_WORDS[n % 32]}", n))
+        print(f"\n{store.dialect}, {entries:,} similar entries under one prompt:")
+        print(f"  store an entry          {_ms(puts)}")
+        print(f"  exact hit               {hit}   (the lookup and its hit count)")
+        print(f"  exact miss              {miss}")
+        print(f"  similar, 1 candidate    {one}   (without the embedder's time)")
+        print(f"  similar, {entries - entries // 2:,} candidates {many}")
+
+
 def embedder_named(name: str) -> Embedder:
     if name == "local":
         from steward.embed.local import LocalEmbedder
@@ -162,8 +267,7 @@ async def bench(url: str, embedder_name: str, threshold: float, workspace: Path)
     embedder = embedder_named(embedder_name)
     inner = CountingModel()
     async with await open_store(url) as store:
-        async with store.engine.begin() as conn:  # every pass starts from an empty cache
-            await conn.execute(model_cache.delete())
+        await empty_cache(store)  # every pass starts from an empty cache
         settings = CacheSettings(exact=True, similar=True, threshold=threshold)
         model = CachingModel(inner, engine=store.engine, settings=settings, embedder=embedder)
         passes = [
@@ -194,7 +298,8 @@ async def bench(url: str, embedder_name: str, threshold: float, workspace: Path)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--postgres", help="also on this PostgreSQL database (a scratch store: its model cache is emptied)"
+        "--postgres",
+        help="also on this PostgreSQL database (a scratch store: its model cache table is made again)",
     )
     parser.add_argument("--threshold", type=float, default=0.95)
     parser.add_argument("--embedder", choices=("hash", "local", "both"), default="both")
@@ -209,6 +314,8 @@ def main() -> None:
             urls = [f"sqlite:///{tmp}/cache-{n}.db"] + ([args.postgres] if args.postgres else [])
             for url in urls:
                 asyncio.run(bench(url, embedder, args.threshold, workspace))
+        for url in [f"sqlite:///{tmp}/latency.db"] + ([args.postgres] if args.postgres else []):
+            asyncio.run(latency(url))
 
 
 if __name__ == "__main__":

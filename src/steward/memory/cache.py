@@ -25,7 +25,6 @@ is busy, the embedder unreachable) is a miss, never a failed run.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import hashlib
 import json
@@ -75,6 +74,7 @@ __all__ = [
     "prompt_hash",
     "read_only_tool",
     "reply_is_reusable",
+    "similar_group",
 ]
 
 #: Steward's tools that change nothing: they read files, search, or recall. ``bash`` is opaque
@@ -165,6 +165,12 @@ def exact_key(model: str, request: ModelRequest) -> str:
     return _digest({"model": model, "prompt": prompt_hash(request), "messages": messages})
 
 
+def similar_group(prompt: str, goal: str) -> str:
+    """The ``prompt_hash`` of a similar entry: the prompt's hash and the goal's literals, hashed,
+    so that the table's (model, prompt_hash) index finds only goals that name the same."""
+    return _digest([prompt, sorted(literals(goal))])
+
+
 def _similar_key(model: str, prompt: str, goal: str) -> str:
     return "sim:" + _digest([model, prompt, goal])
 
@@ -246,11 +252,9 @@ class Entry:
     message: AssistantMessage
     stop_reason: str
     tokens: int
-    vector: bytes | None = None
-    embedder: str = ""
 
 
-def _encode(message: AssistantMessage, stop_reason: str, vector: bytes | None, embedder: str) -> str:
+def _encode(message: AssistantMessage, stop_reason: str) -> str:
     reply: dict[str, Any] = {
         "text": message.text,
         "tool_calls": [
@@ -259,21 +263,15 @@ def _encode(message: AssistantMessage, stop_reason: str, vector: bytes | None, e
         "thinking": [{"text": t.text, "signature": t.signature} for t in message.thinking],
         "stop_reason": stop_reason,
     }
-    if vector is not None:
-        reply["embedding"] = {"model": embedder, "vector": base64.b64encode(vector).decode()}
     return json.dumps(reply, ensure_ascii=False)
 
 
-def _decode(key: str, model: str, tokens: int, raw: str) -> Entry:
-    data = json.loads(raw)
+def _decode(row: Any) -> Entry:  # a row of key, model, tokens, reply
+    data = json.loads(row.reply)
     calls = tuple(ToolCall(c["id"], c["name"], c.get("arguments") or {}) for c in data.get("tool_calls", []))
     thinking = tuple(Thinking(t.get("text", ""), t.get("signature")) for t in data.get("thinking", []))
-    embedding = data.get("embedding") or {}
-    vector = base64.b64decode(embedding["vector"]) if embedding.get("vector") else None
-    return Entry(
-        key, model, AssistantMessage(data.get("text", ""), calls, thinking), data.get("stop_reason", ""),
-        tokens, vector, embedding.get("model", ""),
-    )  # fmt: skip
+    message = AssistantMessage(data.get("text", ""), calls, thinking)
+    return Entry(row.key, row.model, message, data.get("stop_reason", ""), row.tokens)
 
 
 class ModelCache:
@@ -286,19 +284,19 @@ class ModelCache:
         t = model_cache.c
         return sa.or_(t.expires_at.is_(None), t.expires_at > self.clock())
 
+    async def _entry(self, key: str) -> Entry | None:
+        t = model_cache.c
+        query = sa.select(t.key, t.model, t.tokens, t.reply).where(t.key == key, self._live())
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(query)).one_or_none()
+        return None if row is None else _decode(row)
+
     async def get(self, key: str) -> Entry | None:
         """The live entry ``key``, its hit counted."""
-        t = model_cache.c
-        async with self.engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    sa.select(t.key, t.model, t.tokens, t.reply).where(t.key == key, self._live())
-                )
-            ).one_or_none()
-        if row is None:
-            return None
-        await self._count_hit(key)
-        return _decode(row.key, row.model, row.tokens, row.reply)
+        entry = await self._entry(key)
+        if entry is not None:
+            await self._count_hit(key)
+        return entry
 
     async def nearest(
         self, model: str, prompt: str, goal: str, embedder: str, vector: bytes
@@ -309,26 +307,27 @@ class ModelCache:
         import numpy as np
 
         t = model_cache.c
-        # Goals first (small rows); the replies with their vectors only for goals that name the same.
-        goals = (
-            sa.select(t.key, t.last_user)
-            .where(t.kind == "similar", t.model == model, t.prompt_hash == prompt, self._live())
+        query = (
+            sa.select(t.key, t.vector)
+            .where(
+                t.model == model,
+                t.prompt_hash == similar_group(prompt, goal),
+                t.kind == "similar",
+                t.embedder == embedder,
+                self._live(),
+            )
             .order_by(t.created_at.desc())
             .limit(SIMILAR_SCAN)
         )
-        named = literals(goal)
         async with self.engine.connect() as conn:
-            keys = [key for key, text in (await conn.execute(goals)).all() if literals(text) == named]
-            replies = sa.select(t.key, t.model, t.tokens, t.reply).where(t.key.in_(keys))
-            rows = (await conn.execute(replies)).all() if keys else []
-        entries = [_decode(r.key, r.model, r.tokens, r.reply) for r in rows]
-        kept = [e for e in entries if e.embedder == embedder and len(e.vector or b"") == len(vector)]
-        if not kept:
+            rows = [r for r in (await conn.execute(query)).all() if len(r.vector or b"") == len(vector)]
+        if not rows:
             return None, None
-        stored = np.stack([np.frombuffer(e.vector or b"", dtype="<f4") for e in kept])
+        stored = np.frombuffer(b"".join(r.vector for r in rows), dtype="<f4").reshape(len(rows), -1)
         scores = stored @ np.frombuffer(vector, dtype="<f4")
         best = int(np.argmax(scores))
-        return kept[best], float(scores[best])
+        entry = await self._entry(rows[best].key)
+        return (entry, float(scores[best])) if entry is not None else (None, None)
 
     async def hit(self, entry: Entry) -> None:
         await self._count_hit(entry.key)
@@ -359,8 +358,8 @@ class ModelCache:
         t = model_cache.c
         row = {
             "key": key, "kind": kind, "model": model, "prompt_hash": prompt, "last_user": last_user,
-            "reply": _encode(message, stop_reason, vector, embedder), "tokens": tokens, "hits": 0,
-            "created_at": now, "expires_at": now + ttl_s,
+            "reply": _encode(message, stop_reason), "vector": vector, "embedder": embedder,
+            "tokens": tokens, "hits": 0, "created_at": now, "expires_at": now + ttl_s,
         }  # fmt: skip
         async with write_transaction(self.engine) as conn:
             await conn.execute(
@@ -476,7 +475,8 @@ class CachingModel(Model):
                 )  # fmt: skip
             if goal is not None and vector is not None and self.embedder is not None:
                 await self.cache.put(
-                    _similar_key(self.name, prompt, goal), kind="similar", model=self.name, prompt=prompt,
+                    _similar_key(self.name, prompt, goal), kind="similar", model=self.name,
+                    prompt=similar_group(prompt, goal),
                     message=message, stop_reason=response.stop_reason, tokens=tokens, ttl_s=s.ttl_s,
                     last_user=goal, vector=vector, embedder=self.embedder.name,
                 )  # fmt: skip

@@ -138,7 +138,7 @@ memory_scopes = sa.Table(
     sa.Column("generation", sa.Integer, nullable=False, server_default="0"),
 )
 
-# Cached model replies (off by default; steward.models.cache): exact by the whole request, or by
+# Cached model replies (off by default; steward.memory.cache): exact by the whole request, or by
 # similarity of the last user turn under the same static prompt.
 model_cache = sa.Table(
     "model_cache",
@@ -146,9 +146,12 @@ model_cache = sa.Table(
     sa.Column("key", sa.Text, primary_key=True),  # sha256 of the request (exact) or "sim:<n>"
     sa.Column("kind", sa.Text, nullable=False),  # "exact" | "similar"
     sa.Column("model", sa.Text, nullable=False),
-    sa.Column("prompt_hash", sa.Text, nullable=False),  # the static prompt and tools' hash
+    sa.Column("prompt_hash", sa.Text, nullable=False),  # prompt and tools (similar: + the goal's literals)
     sa.Column("last_user", sa.Text, nullable=False, server_default=""),
     sa.Column("reply", sa.Text, nullable=False),  # JSON of the reply
+    # A similar entry's goal vector (float32, little-endian, unit length) and its embedder's name.
+    sa.Column("vector", sa.LargeBinary, nullable=True),
+    sa.Column("embedder", sa.Text, nullable=False, server_default=""),
     sa.Column("tokens", sa.Integer, nullable=False, server_default="0"),  # what a hit saves
     sa.Column("hits", sa.Integer, nullable=False, server_default="0"),
     sa.Column("created_at", sa.Double, nullable=False),
