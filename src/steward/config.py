@@ -127,7 +127,12 @@ class CacheSettings:
     similar: bool = _f(
         False, "Reuse the reply to a similar last user turn under the same static prompt (needs an embedder)."
     )
-    threshold: float = _f(0.95, "Cosine similarity a similar request must reach.", gt=0, le=1)
+    threshold: float = _f(
+        0.98,
+        "Cosine similarity a similar request must reach (at 0.95, e5 confused near questions).",
+        gt=0,
+        le=1,
+    )
     ttl_s: float = _f(86_400.0, "Seconds a cached reply stays usable.", gt=0)
     side_effects: bool = _f(
         False, "Also reuse replies that call tools with side effects (by default only read-only ones)."
