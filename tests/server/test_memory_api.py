@@ -280,3 +280,18 @@ def test_a_configured_origin_may_forget_across_origins(sqlite_deployment: Deploy
     assert "DELETE" in allowed.headers["access-control-allow-methods"]
     assert allowed.headers["access-control-allow-origin"] == "http://app.example"
     assert "access-control-allow-origin" not in other.headers
+
+
+def test_an_embedder_the_server_cannot_make_fails_search_only_naming_the_fix(
+    sqlite_deployment: Deployment,
+) -> None:
+    sqlite_deployment.config('[memory]\nembedder = "word2vec"\n')
+    (item,) = remember(sqlite_deployment, (scopes(sqlite_deployment)["mine"], "kept by words", ()))
+    server = sqlite_deployment.start(workers=0)
+    with server.client() as client:
+        search = client.get("/v1/memory/search", params={"q": "kept"})
+        assert search.status_code == 409
+        assert "[memory] embedder" in search.json()["detail"] and "openai:MODEL" in search.json()["detail"]
+        assert ids_of(client.get("/v1/memory")) == [item]  # listing, showing and forgetting need no embedder
+        assert client.get(f"/v1/memory/{item}").status_code == 200
+        assert client.delete(f"/v1/memory/{item}").json()["item"]["hidden_at"] is not None

@@ -57,6 +57,13 @@ class MemoryService:
         self._embedder: Embedder | None = None
         self._lock = asyncio.Lock()
 
+    def by_id(self) -> LongTermMemory:
+        """For showing and forgetting by id, which need no embedder: they work even when the
+        configured one cannot be made."""
+        from steward.memory.longterm import LongTermMemory
+
+        return self._memory or LongTermMemory(self.state.store.engine)
+
     async def get(self) -> LongTermMemory:
         async with self._lock:
             if self._memory is None:
@@ -275,7 +282,7 @@ async def export_memory(
 @router.get("/memory/{item_id:int}", response_model=s.MemoryItem)
 async def show_memory(item_id: ItemId, memory: Memory) -> s.MemoryItem:
     """One item, hidden or not."""
-    item = await (await memory.get()).get(None, item_id)
+    item = await memory.by_id().get(None, item_id)
     if item is None:
         raise ApiError(404, f"no memory item {item_id}; GET /v1/memory lists them")
     return _item_out(item)
@@ -290,7 +297,7 @@ async def forget_memory(
     ] = False,
 ) -> s.MemoryForgotten:
     """Forget an item: hidden (kept, listed with hidden=true, never recalled), or purged."""
-    recall = await memory.get()
+    recall = memory.by_id()
     done = await recall.forget(None, item_id, purge=purge)
     kept = None if purge else await recall.get(None, item_id)  # hidden before: hiding again is no error
     if not done and kept is None:
