@@ -56,6 +56,8 @@ SHARED: list[Callable[[AsyncEngine, Clock], Awaitable[None]]] = [
     vector_tests.test_another_embedder_embeds_everything_again_under_its_name,
     vector_tests.test_a_change_by_another_process_is_seen_by_the_cached_vectors,
     vector_tests.test_purge_drops_the_vector_unless_another_item_shares_the_text,
+    vector_tests.test_a_text_embedded_before_joins_the_cached_vectors_at_once,
+    vector_tests.test_recall_keeps_its_words_when_the_embedder_fails,
 ]
 
 

@@ -258,3 +258,15 @@ async def test_recall_keeps_its_words_when_the_embedder_fails(engine: AsyncEngin
     item = (await memory.remember(HOME, "the staging database runs on port 5433")).item
     [found] = await memory.recall(HOME, "staging port")
     assert found.item.id == item.id and found.keyword_rank == 1 and found.vector_rank is None
+
+
+async def test_a_text_embedded_before_joins_the_cached_vectors_at_once(
+    engine: AsyncEngine, clock: Clock
+) -> None:
+    memory = _memory(engine, clock)
+    await memory.remember(Scope("bob", "", ""), "PostgreSQL replicas lag on mondays")
+    await memory.remember(HOME, "lunch is at noon")
+    await memory.recall(HOME, "lunch")  # embeds both, caches HOME's vectors
+    mine = (await memory.remember(HOME, "PostgreSQL replicas lag on mondays")).item  # its vector exists
+    [found, *_] = await memory.recall(HOME, "postgres replicas")
+    assert found.item.id == mine.id and found.vector_rank == 1

@@ -34,7 +34,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from steward.config import MemorySettings
-from steward.embed.base import content_hash, normalise, to_bytes
+from steward.embed.base import content_hash, from_bytes, normalise, to_bytes
 from steward.errors import StewardError
 from steward.memory.hybrid import CANDIDATES, fuse_lists, keyword_rows
 from steward.memory.vectors import CacheChange, Vector, VectorIndex, VectorQuery
@@ -268,8 +268,24 @@ class LongTermMemory:
                 insert = memory_items.insert().values(**values).returning(memory_items.c.id)
                 item = _item({**values, "id": (await conn.execute(insert)).scalar_one()})
                 change = await _change(conn, scope)
+                await self._known_vector(conn, item, change)
         self._note(scope, change)
         return Written(item, merged=same is not None)
+
+    async def _known_vector(self, conn: AsyncConnection, item: MemoryItem, change: CacheChange) -> None:
+        """A new item whose text already has a vector (another scope's, a hidden item's) is never
+        pending: it joins the cached vectors of its scope here instead."""
+        if self._embedder is None or self._backend is None:
+            return
+        model = self._embedder.name
+        found = await conn.execute(
+            sa.select(memory_vectors.c.dim, memory_vectors.c.vector).where(
+                memory_vectors.c.content_hash == content_hash(item.text), memory_vectors.c.model == model
+            )
+        )
+        row = found.one_or_none()
+        if row is not None:
+            change.added[item.id] = (model, from_bytes(row[1], row[0]), _expiry(item.expires_at))
 
     async def _fold(
         self,
