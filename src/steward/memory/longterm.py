@@ -556,8 +556,7 @@ class LongTermMemory:
         ]
         changes: dict[Scope, CacheChange] = {}
         async with write_transaction(self._engine) as conn:
-            insert = _insert(conn.dialect.name, memory_vectors).values(values)
-            await conn.execute(insert.on_conflict_do_nothing())
+            await conn.execute(_insert(conn.dialect.name, memory_vectors).on_conflict_do_nothing(), values)
             await index.store(conn, embedder.name, by_hash)
             for row in batch:
                 if row.scope not in changes:
