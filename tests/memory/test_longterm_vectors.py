@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.memory.conftest import Clock
@@ -13,6 +14,7 @@ from steward.config import MemorySettings
 from steward.embed.base import Vectors
 from steward.embed.fusion import RRF_K
 from steward.errors import ModelError
+from steward.memory import vectors
 from steward.memory.longterm import LongTermMemory, Scope
 from steward.store.schema import memory_items, memory_vectors
 from steward.testing.fake_embed import HashEmbedder
@@ -270,3 +272,18 @@ async def test_a_text_embedded_before_joins_the_cached_vectors_at_once(
     mine = (await memory.remember(HOME, "PostgreSQL replicas lag on mondays")).item  # its vector exists
     [found, *_] = await memory.recall(HOME, "postgres replicas")
     assert found.item.id == mine.id and found.vector_rank == 1
+
+
+async def test_scopes_beyond_the_cache_bound_are_reloaded_not_mixed(
+    engine: AsyncEngine, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vectors, "MAX_CACHED_SCOPES", 1)
+    memory = _memory(engine, clock)
+    scopes = [Scope(f"user{n}", "", HOME.workspace) for n in range(3)]
+    ids = [
+        (await memory.remember(scope, f"PostgreSQL replicas of user{n}")).item.id
+        for n, scope in enumerate(scopes)
+    ]
+    for _ in range(2):
+        for scope, item_id in zip(scopes, ids, strict=True):
+            assert [f.item.id for f in await memory.recall(scope, "postgres replicas")] == [item_id]

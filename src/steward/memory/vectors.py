@@ -163,6 +163,8 @@ class _Matrix:
 
 
 _NEAR_CHUNK = 64
+#: Scopes whose vectors one process keeps in memory; the least recently searched goes first.
+MAX_CACHED_SCOPES = 64
 
 
 class NumPyIndex:
@@ -187,10 +189,13 @@ class NumPyIndex:
         return (await self._matrix(conn, query)).nearest_older(query, ids)
 
     async def _matrix(self, conn: AsyncConnection, query: VectorQuery) -> _Matrix:
-        matrix = self._cache.get((query.key, query.model))
+        key = (query.key, query.model)
+        matrix = self._cache.pop(key, None)  # popped and put back: the dict's order is recency
         if matrix is None or matrix.generation != query.generation:
             matrix = await self._load(conn, query)
-            self._cache[(query.key, query.model)] = matrix
+        self._cache[key] = matrix
+        while len(self._cache) > MAX_CACHED_SCOPES:
+            del self._cache[next(iter(self._cache))]
         return matrix
 
     async def _load(self, conn: AsyncConnection, query: VectorQuery) -> _Matrix:
