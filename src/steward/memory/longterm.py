@@ -7,9 +7,15 @@ Only the operator's tools (CLI, API) pass ``scope=None``, meaning every scope.
 A write is one short transaction and calls no model: the text is keyword-indexed at once (FTS5
 triggers on SQLite, a generated tsvector on PostgreSQL). The same text again in the same scope
 (equal ``content_hash``) is not a new row: the existing item is bumped (``merged``, tags,
-``updated_at``). Vectors come later, in batches (``index_pending``, which ``recall`` also runs
-first); a newly embedded item within ``merge_similarity`` of an older one of its scope is folded
-into it, its row deleted.
+``updated_at``). Vectors come later, in batches (``index_pending``, ``start_indexing``, and
+``recall``, which first embeds its scope's new items when the scope changed since it last
+looked); a newly embedded item within ``merge_similarity`` of an older one of its scope and kind
+is folded into it, its row deleted. Every change to a scope bumps its generation
+(``memory_scopes``) in the same transaction, which is how a process knows its cached vectors of
+that scope are still true.
+
+Two concurrent writes of the same new text on PostgreSQL can both insert; the copies are then
+folded together when they are embedded (their cosine is 1). Without an embedder they stay two.
 
 Recall is the keyword list fused with the vector list by reciprocal rank fusion
 (``steward.memory.hybrid``); without an embedder it is the keyword list alone. Hidden items
