@@ -126,10 +126,10 @@ def scope_where(scope: Scope) -> list[sa.ColumnElement[bool]]:
     ]
 
 
-def _scope_by_id(scope: Scope) -> list[sa.ColumnElement[bool]]:
-    """``scope_where`` for a lookup by ids: the same test, written so that the planner reads
-    the rows by primary key instead of walking the scope's index (SQLite would take the index:
-    a scan of the whole scope to find 50 rows)."""
+def scope_unindexed(scope: Scope) -> list[sa.ColumnElement[bool]]:
+    """``scope_where`` for a query another index should drive (ids, words): the same test,
+    written so that the planner does not walk the scope's index instead. Without statistics,
+    SQLite and PostgreSQL both took it and scanned the whole scope to find 50 rows."""
     items = memory_items
     return [
         items.c.scope_user.concat("") == scope.user,
@@ -468,12 +468,13 @@ class LongTermMemory:
             # The keyword list comes with its rows; the vector list's others are read under the
             # same WHERE, so a candidate hidden, purged or expired meanwhile (or, were a backend
             # ever wrong, of another scope) is dropped here.
-            rows = {row["id"]: row for row in await keyword_rows(conn, query, where, _ITEM_COLUMNS)}
+            by_words = [*scope_unindexed(scope), *conditions]
+            rows = {row["id"]: row for row in await keyword_rows(conn, query, by_words, _ITEM_COLUMNS)}
             ranked = fuse_lists(list(rows), vector_hits)[: k * 4 + CANDIDATES]
             missing = [r.id for r in ranked if r.id not in rows]
             if missing:
                 by_id = memory_items.c.id.in_(missing)
-                select = sa.select(*_ITEM_COLUMNS).where(by_id, *_scope_by_id(scope), *conditions)
+                select = sa.select(*_ITEM_COLUMNS).where(by_id, *scope_unindexed(scope), *conditions)
                 rows.update((row["id"], row) for row in (await conn.execute(select)).mappings().all())
         items = {item_id: _item(row) for item_id, row in rows.items()}
         ordered = sorted(
