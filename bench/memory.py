@@ -611,5 +611,16 @@ def report(runs: Sequence[Run]) -> None:
         print("\n".join(run.rows))
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # so a killed run still stops its embedded server and drops its database
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    import signal
+
+    signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        print("interrupted: nothing measured was printed", file=sys.stderr)
+        raise SystemExit(130) from None
