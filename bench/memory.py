@@ -622,5 +622,5 @@ if __name__ == "__main__":
     try:
         asyncio.run(main())
     except KeyboardInterrupt:
-        print("interrupted: nothing measured was printed", file=sys.stderr)
+        print("interrupted: the tables were not printed; the rows measured so far are above", file=sys.stderr)
         raise SystemExit(130) from None
