@@ -1,10 +1,13 @@
-"""What an agent works with: its model, policy, sandbox, memory and toolset.
+"""What an agent works with: its model, policy, sandbox, memory, embedder and toolset.
 
 Each is made on first use from the agent's configuration and kept: ``Agent`` is built on this
 (``steward.agent``), and the runs it makes (``steward.agent.runs``) take them from here. The
 toolset is a stack: built-in, user and MCP tools under the persona's allowlist and the write
 switch, rules and discovery (described briefly with ``prompt = "compact"``), checkpoints, then
-the guard and the policy, with secret values redacted outermost.
+the guard and the policy, with secret values redacted outermost. With a store, the memory tools
+(core blocks, ``search_history``, and ``remember``/``recall``/``forget`` over long-term memory)
+are among them; the embedder ``[memory] embedder`` names is shared by memory recall, tool
+discovery and the skill and rule searches.
 """
 
 from __future__ import annotations
