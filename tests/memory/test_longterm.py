@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.memory.conftest import Clock
@@ -9,6 +11,7 @@ from tests.memory.conftest import Clock
 from steward.config import MemorySettings
 from steward.errors import StewardError
 from steward.memory.longterm import LongTermMemory, Scope
+from steward.tools.base import ToolContext
 
 HOME = Scope(user="ada", persona="", workspace="/projects/app")
 
@@ -127,3 +130,9 @@ async def test_empty_text_and_bad_ttl_are_refused_with_the_fix(engine: AsyncEngi
         await memory.remember(HOME, "   ")
     with pytest.raises(StewardError, match="ttl_s must be positive"):
         await memory.remember(HOME, "x", ttl_s=0)
+
+
+def test_a_runs_scope_is_its_user_persona_and_resolved_workspace(tmp_path: Path) -> None:
+    (tmp_path / "app").mkdir()
+    ctx = ToolContext(workspace=tmp_path / "app" / ".." / "app", persona="reviewer", user="job-user-7")
+    assert Scope.of(ctx) == Scope("job-user-7", "reviewer", str((tmp_path / "app").resolve()))

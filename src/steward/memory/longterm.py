@@ -67,7 +67,8 @@ class Scope:
 
     @classmethod
     def of(cls, ctx: ToolContext) -> Scope:
-        return cls(user=ctx.user, persona=ctx.persona, workspace=str(ctx.workspace))
+        """The run's scope; the workspace resolved, as the CLI and the API resolve theirs."""
+        return cls(user=ctx.user, persona=ctx.persona, workspace=str(ctx.workspace.resolve()))
 
 
 @dataclass(frozen=True, slots=True)
