@@ -268,8 +268,9 @@ class PgVectorIndex:
         embedding: sa.ColumnElement[object] = sa.literal_column("memory_vectors.embedding")
         distance = embedding.op("<=>")(sa.text("CAST(:target AS vector)"))
         where = [*query.where, embedding.is_not(None)]
+        similarity = (1 - distance).label("similarity")
         select = (
-            sa.select(items.c.id, (1 - distance).label("similarity"))
+            sa.select(items.c.id, similarity)
             .select_from(
                 items.join(
                     vectors,
@@ -277,7 +278,7 @@ class PgVectorIndex:
                 )
             )
             .where(*where)
-            .order_by(distance, items.c.id.desc())
+            .order_by(similarity.desc(), items.c.id.desc())  # by the output: one distance a row
             .limit(query.limit)
         )
         rows = (await conn.execute(select, {"target": vector_literal(query.vector)})).all()
