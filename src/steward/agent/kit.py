@@ -95,7 +95,7 @@ class AgentKit:
                         f"api_key_env names {settings.api_key_env}, which is not set. "
                         f"Export {settings.api_key_env}=<key>, or remove api_key_env from the config."
                     )
-            self._model = resolve_model(
+            resolved = resolve_model(
                 spec,
                 base_url=settings.base_url,
                 api_key=api_key,
@@ -103,6 +103,12 @@ class AgentKit:
                 max_retries=settings.max_retries,
                 stream=settings.stream,
             )
+            from steward.memory.cache import cached_model
+
+            # Itself unless [cache] turns reuse on (and there is a store to keep replies in).
+            engine = self.store.engine if self.store is not None else None
+            embedder = self.embedder() if self.config.cache.similar else None
+            self._model = cached_model(resolved, self.config, engine, embedder)
         return self._model
 
     @property
@@ -233,6 +239,9 @@ class AgentKit:
                 from steward.memory.history import history_toolset
 
                 parts.append(history_toolset(self.store))
+                from steward.memory.graph import graph_toolset
+
+                parts.append(graph_toolset(self.store))  # related(node): the record's relation graph
             long_term = self.long_term
             if long_term is not None:
                 from steward.memory.archival import archival_toolset
