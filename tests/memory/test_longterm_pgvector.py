@@ -20,6 +20,7 @@ HOME = vector_tests.HOME
 
 async def test_pgvector_is_found_and_used(pgvector_engine: AsyncEngine, clock: Clock) -> None:
     memory = LongTermMemory(pgvector_engine, embedder=HashEmbedder(), clock=clock)
+    assert await memory.backend() == "pgvector"
     item = (await memory.remember(HOME, "PostgreSQL replicas lag on mondays")).item
     [found] = await memory.recall(HOME, "postgres replication")
     assert memory.vector_backend == "pgvector"

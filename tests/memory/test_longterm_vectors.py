@@ -242,6 +242,8 @@ async def test_background_indexing_embeds_after_writes(engine: AsyncEngine, cloc
 async def test_modes_and_backends_are_reported(engine: AsyncEngine, clock: Clock) -> None:
     memory = _memory(engine, clock)
     assert memory.mode == "hybrid"
+    assert await memory.backend() == "numpy"
+    assert await LongTermMemory(engine, clock=clock).backend() == "none"
     await memory.recall(HOME, "anything")
     assert memory.vector_backend == "numpy"  # SQLite, or PostgreSQL without pgvector
     async with engine.connect() as conn:

@@ -225,6 +225,13 @@ class LongTermMemory:
     def embedder(self) -> Embedder | None:
         return self._embedder
 
+    async def backend(self) -> str:
+        """``vector_backend`` after probing the store (pgvector is found on first use): for
+        ``steward doctor``, which should say which one recall uses before any recall ran."""
+        if self._embedder is not None:
+            await self._vector_index()
+        return self.vector_backend
+
     # --- writing --------------------------------------------------------------------------------
 
     async def remember(
