@@ -70,7 +70,7 @@ def test_search_explain_shows_the_ranks_and_score(cli: Cli, db_url: str, seeded:
     shown = cli("memory", "search", "database port", "--explain", "--store", db_url)
     assert shown.returncode == 0, shown.stderr
     head, columns, row = shown.stdout.splitlines()
-    assert head.startswith("recall by keyword; scope local/- in ")
+    assert head.startswith("recall by words only (no embedder); scope local/- in ")
     assert columns.split() == ["id", "keyword", "vector", "fused", "similar", "text"]
     cells = row.split()
     assert cells[:3] == [f"m{seeded['port']}", "1", "-"] and float(cells[3]) == pytest.approx(
@@ -157,6 +157,6 @@ def test_search_uses_the_configured_embedder(
         assert embeddings.embedding_requests  # the items, then the query, over a socket
     assert shown.returncode == 0, shown.stderr
     head, _, row = shown.stdout.splitlines()[:3]
-    assert head.startswith("recall by hybrid")
+    assert head.startswith("recall by words and meaning")
     cells = row.split()
     assert cells[:3] == [f"m{seeded['port']}", "1", "1"] and 0 < float(cells[4]) <= 1

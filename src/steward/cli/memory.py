@@ -256,7 +256,8 @@ def search(
         typer.echo(f"nothing remembered matches {query!r} for {who} in {scope.workspace}")
         return
     if explain:
-        typer.echo(f"recall by {mode}; scope {scope.user}/{scope.persona or '-'} in {scope.workspace}")
+        how = "words and meaning" if mode == "hybrid" else "words only (no embedder)"
+        typer.echo(f"recall by {how}; scope {scope.user}/{scope.persona or '-'} in {scope.workspace}")
         typer.echo(f"{'id':<7}{'keyword':>8}{'vector':>8}{'fused':>9}{'similar':>9}  text")
         for hit in found:
             typer.echo(
