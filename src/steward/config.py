@@ -116,6 +116,16 @@ class MemorySettings:
         None, "Days a remembered item lives unless given its own; none: forever.", gt=0
     )
     recall_k: int = _f(5, "Items recall returns unless asked for more.", ge=1, le=100)
+    rrf_k: int = _f(
+        10, "Reciprocal rank fusion's constant: smaller trusts the top of each list more.", ge=1, le=1000
+    )
+    keyword_weight: float = _f(
+        1.5,
+        "The keyword list's share in the fusion, the vector list's being 1 (a strong embedder may "
+        "earn 1.0; on LongMemEval-S with the local e5, 1.5 and rrf_k 10 recalled best).",
+        gt=0,
+        le=10,
+    )
     user: str = _f("", 'The user whose memories a run sees; empty: the job\'s user, else "local".')
 
 

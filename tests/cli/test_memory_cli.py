@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from steward.config import MemorySettings
 from steward.memory.longterm import LongTermMemory, Scope
 from steward.store.events import open_store
 
@@ -73,8 +74,9 @@ def test_search_explain_shows_the_ranks_and_score(cli: Cli, db_url: str, seeded:
     assert head.startswith("recall by words only (no embedder); scope local/- in ")
     assert columns.split() == ["id", "keyword", "vector", "fused", "similar", "text"]
     cells = row.split()
+    settings = MemorySettings()  # keyword rank 1 alone: its weighted share of the fusion
     assert cells[:3] == [f"m{seeded['port']}", "1", "-"] and float(cells[3]) == pytest.approx(
-        1 / 61, abs=1e-4
+        settings.keyword_weight / (settings.rrf_k + 1), abs=1e-4
     )
     assert cells[4] == "-" and row.endswith("The staging database listens on port 6543.")
 

@@ -12,7 +12,6 @@ from tests.memory.conftest import Clock
 
 from steward.config import MemorySettings
 from steward.embed.base import Vectors
-from steward.embed.fusion import RRF_K
 from steward.errors import ModelError
 from steward.memory import vectors
 from steward.memory.longterm import LongTermMemory, Scope
@@ -115,7 +114,9 @@ async def test_explain_gives_each_items_ranks_cosine_and_fused_score(
     found = await memory.recall(HOME, QUERY, k=5)
     assert sorted(f.vector_rank for f in found if f.vector_rank) == [1, 2, 3, 4, 5]
     for f in found:
-        expected = sum(1 / (RRF_K + r) for r in (f.keyword_rank, f.vector_rank) if r is not None)
+        settings = MemorySettings()  # the fusion's constant and the keyword list's weight
+        shares = ((settings.keyword_weight, f.keyword_rank), (1.0, f.vector_rank))
+        expected = sum(w / (settings.rrf_k + r) for w, r in shares if r is not None)
         assert abs(f.score - expected) < 1e-12
         assert f.similarity is not None and -1.0 <= f.similarity <= 1.0
     by_vector = sorted(found, key=lambda f: f.vector_rank or 99)

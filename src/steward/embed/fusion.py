@@ -24,10 +24,13 @@ class Fused(Generic[K]):
     ranks: tuple[int | None, ...]  # the key's 1-based rank in each list given, None where absent
 
 
-def fuse(*rankings: Sequence[K], k: int = RRF_K) -> list[Fused[K]]:
-    """The keys of ``rankings`` (each best first) by fused score, best first. Ties keep the
-    order in which keys were first met, list by list, so a caller that lists newer items first
-    gets recency as the tie-breaker."""
+def fuse(*rankings: Sequence[K], k: int = RRF_K, weights: Sequence[float] | None = None) -> list[Fused[K]]:
+    """The keys of ``rankings`` (each best first) by fused score, best first. ``weights`` (one
+    per list, default 1) scale each list's share. Ties keep the order in which keys were first
+    met, list by list, so a caller that lists newer items first gets recency as the tie-breaker."""
+    if weights is not None and len(weights) != len(rankings):
+        raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
+    scale = list(weights) if weights is not None else [1.0] * len(rankings)
     ranks: dict[K, list[int | None]] = {}
     for which, ranking in enumerate(rankings):
         for position, key in enumerate(ranking, start=1):
@@ -35,7 +38,7 @@ def fuse(*rankings: Sequence[K], k: int = RRF_K) -> list[Fused[K]]:
             if slot[which] is None:  # a key listed twice keeps its better rank
                 slot[which] = position
     scored = [
-        Fused(key, sum(1.0 / (k + r) for r in found if r is not None), tuple(found))
+        Fused(key, sum(w / (k + r) for w, r in zip(scale, found, strict=True) if r is not None), tuple(found))
         for key, found in ranks.items()
     ]
     # sorted() is stable: equal scores stay in first-met order.

@@ -1,6 +1,6 @@
 """Keyword search over memory items, and the fusion of the keyword and vector lists.
 
-The keyword list is BM25 on SQLite (FTS5's ``bm25()``) and ``ts_rank_cd`` on PostgreSQL. The
+The keyword list is BM25 on SQLite (FTS5's ``bm25()``) and ``ts_rank`` on PostgreSQL. The
 user's words never reach either query language as syntax: the query is cut into words (letters,
 digits), each word is quoted (FTS5) or passed as a bound parameter joined by ``or``
 (``websearch_to_tsquery``, which never fails on its input), so ``text:*``, ``NEAR``, quotes and
@@ -21,7 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from steward.embed.fusion import fuse
+from steward.embed.fusion import RRF_K, fuse
 from steward.store.schema import memory_items
 
 #: Candidates taken from each list before fusion.
@@ -32,10 +32,28 @@ MAX_TERMS = 32
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+# English function words: in a query they match nearly every item, so BM25 would rank the whole
+# store for them (153 ms for one question on 42 k items, 0.7 ms without) while they add nearly
+# nothing to the order. PostgreSQL's 'english' configuration drops the same kind of words. A query
+# made only of them is searched as it is.
+_STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further had
+    has have having he her here hers herself him himself his how i if in into is it its itself just
+    me more most my myself no nor not now of off on once only or other our ours ourselves out over
+    own same she should so some such than that the their theirs them themselves then there these
+    they this those through to too under until up very was we were what when where which while who
+    whom why will with would you your yours yourself yourselves""".split()  # noqa: SIM905 (reads as prose)
+)
+
+
 def query_terms(query: str) -> list[str]:
-    """The distinct words of ``query``, case-folded, in order, at most ``MAX_TERMS``."""
+    """The distinct words of ``query``, case-folded, in order, at most ``MAX_TERMS``; function
+    words are left out unless nothing else is there."""
+    words = _WORD.findall(query.casefold())
+    content = [word for word in words if word not in _STOP_WORDS]
     terms: list[str] = []
-    for word in _WORD.findall(query.casefold()):
+    for word in content or words:
         if word not in terms:
             terms.append(word)
             if len(terms) == MAX_TERMS:
@@ -78,7 +96,10 @@ async def keyword_rows(
         select = (
             sa.select(*columns)
             .where(tsv.op("@@")(tsquery), *where)
-            .order_by(sa.func.ts_rank_cd(tsv, tsquery).desc(), items.c.updated_at.desc(), items.c.id.desc())
+            # ts_rank by term frequency, divided by 1 + log(length) (normalisation 1): nearest to BM25
+            # of PostgreSQL's rankings. On LongMemEval-S (bench/memory.py) keyword R@5 went from .64
+            # with ts_rank_cd to .86, and the fused list from .79 to .89.
+            .order_by(sa.func.ts_rank(tsv, tsquery, 1).desc(), items.c.updated_at.desc(), items.c.id.desc())
         )
     return list((await conn.execute(select.limit(limit))).mappings().all())
 
@@ -94,9 +115,16 @@ class Ranked:
     similarity: float | None
 
 
-def fuse_lists(keyword: Sequence[int], vector: Sequence[tuple[int, float]]) -> list[Ranked]:
+def fuse_lists(
+    keyword: Sequence[int],
+    vector: Sequence[tuple[int, float]],
+    *,
+    k: int = RRF_K,
+    keyword_weight: float = 1.0,
+) -> list[Ranked]:
     """The keyword ids and the (id, cosine) vector hits, fused by RRF, best first (the caller
-    breaks equal scores by recency)."""
+    breaks equal scores by recency). ``[memory] rrf_k`` and ``keyword_weight`` set ``k`` and
+    the keyword list's share."""
     similarity = dict(vector)
-    fused = fuse(list(keyword), [item for item, _ in vector])
+    fused = fuse(list(keyword), [item for item, _ in vector], k=k, weights=(keyword_weight, 1.0))
     return [Ranked(f.key, f.score, f.ranks[0], f.ranks[1], similarity.get(f.key)) for f in fused]

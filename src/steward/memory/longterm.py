@@ -480,7 +480,10 @@ class LongTermMemory:
             # ever wrong, of another scope) is dropped here.
             by_words = [*scope_unindexed(scope), *conditions]
             rows = {row["id"]: row for row in await keyword_rows(conn, query, by_words, _ITEM_COLUMNS)}
-            ranked = fuse_lists(list(rows), vector_hits)[: k * 4 + CANDIDATES]
+            settings = self._settings
+            ranked = fuse_lists(
+                list(rows), vector_hits, k=settings.rrf_k, keyword_weight=settings.keyword_weight
+            )[: k * 4 + CANDIDATES]
             missing = [r.id for r in ranked if r.id not in rows]
             if missing:
                 by_id = memory_items.c.id.in_(missing)

@@ -1,0 +1,30 @@
+"""The keyword query's words and the weighted fusion, as recall uses them."""
+
+from __future__ import annotations
+
+import pytest
+
+from steward.embed.fusion import fuse
+from steward.memory.hybrid import fuse_lists, query_terms
+
+
+def test_function_words_are_left_out_unless_nothing_else_is_there() -> None:
+    assert query_terms("How long is my daily commute to work?") == ["long", "daily", "commute", "work"]
+    assert query_terms("what is it") == ["what", "is", "it"]  # only function words: searched as they are
+    assert query_terms("") == []
+
+
+def test_a_weight_scales_one_lists_share() -> None:
+    plain = {f.key: f.score for f in fuse(["a", "b"], ["b", "a"], k=10)}
+    assert plain["a"] == pytest.approx(plain["b"])
+    weighted = fuse(["a", "b"], ["b", "a"], k=10, weights=(1.5, 1.0))
+    assert [f.key for f in weighted] == ["a", "b"]
+    assert weighted[0].score == pytest.approx(1.5 / 11 + 1 / 12)
+    with pytest.raises(ValueError, match="2 weights for 1 rankings"):
+        fuse(["a"], weights=(1.0, 1.0))
+
+
+def test_a_heavier_keyword_list_wins_a_crossed_tie() -> None:
+    ranked = fuse_lists([7, 8], [(8, 0.9), (7, 0.8)], k=10, keyword_weight=1.5)
+    assert [r.id for r in ranked] == [7, 8]
+    assert ranked[1].similarity == 0.9 and ranked[1].keyword_rank == 2 and ranked[1].vector_rank == 1
