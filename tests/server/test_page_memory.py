@@ -20,6 +20,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Dialog, Locator, Page, expect, sync_playwright
 from server_kit import Deployment, Server, sse
 
+from steward.config import MemorySettings
 from steward.memory.longterm import LongTermMemory, Scope
 from steward.store.events import open_store
 
@@ -116,7 +117,9 @@ def test_memory_is_searched_with_its_ranks_and_a_hidden_item_leaves_the_list(
     expect(first).to_have_attribute("data-id", str(key))
     expect(first.get_by_test_id("explain-keyword")).to_have_text("keyword rank 1")
     expect(first.get_by_test_id("explain-vector")).to_have_text("vector rank –")
-    expect(first.get_by_test_id("explain-score")).to_contain_text("fused 0.0")
+    settings = MemorySettings()  # keyword rank 1 alone: the keyword list's weighted share
+    fused = settings.keyword_weight / (settings.rrf_k + 1)
+    expect(first.get_by_test_id("explain-score")).to_contain_text(f"fused {fused:.4f}")
     expect(hits.nth(1).get_by_test_id("explain-keyword")).to_have_text("keyword rank 2")
 
     asked: list[str] = []
