@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from steward.embed.fusion import fuse
-from steward.memory.hybrid import fuse_lists, query_terms
+from steward.memory.hybrid import _selective_terms, fuse_lists, query_terms
+from steward.memory.longterm import LongTermMemory, Scope
+from steward.store.engine import make_engine
+from steward.store.schema import migrate
 
 
 def test_function_words_are_left_out_unless_nothing_else_is_there() -> None:
@@ -28,3 +33,21 @@ def test_a_heavier_keyword_list_wins_a_crossed_tie() -> None:
     ranked = fuse_lists([7, 8], [(8, 0.9), (7, 0.8)], k=10, keyword_weight=1.5)
     assert [r.id for r in ranked] == [7, 8]
     assert ranked[1].similarity == 0.9 and ranked[1].keyword_rank == 2 and ranked[1].vector_rank == 1
+
+
+async def test_words_in_most_items_are_left_out_when_rarer_ones_are_there(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path}/m.db")
+    try:
+        await migrate(engine)
+        memory = LongTermMemory(engine)
+        scope = Scope("local", "", str(tmp_path))
+        for n in range(300):
+            await memory.remember(scope, f"note {n} about the weekly report")
+        target = await memory.remember(scope, "the weekly report goes to Grace on Fridays")
+        async with engine.connect() as conn:
+            assert await _selective_terms(conn, ["weekly", "report", "grace"]) == ["grace"]
+            assert await _selective_terms(conn, ["weekly", "report"]) == ["weekly", "report"]
+        found = await memory.recall(scope, "who gets the weekly report, Grace?", k=3)
+        assert found[0].item.id == target.item.id
+    finally:
+        await engine.dispose()
