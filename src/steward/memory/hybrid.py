@@ -92,16 +92,9 @@ async def keyword_rows(
             .order_by(rank, items.c.updated_at.desc(), items.c.id.desc())
         )
     else:
-        tsquery = sa.func.websearch_to_tsquery(sa.literal_column("'english'"), " or ".join(terms))
-        tsv: sa.ColumnElement[object] = sa.literal_column("memory_items.tsv")
-        select = (
-            sa.select(*columns)
-            .where(tsv.op("@@")(tsquery), *where)
-            # ts_rank by term frequency, divided by 1 + log(length) (normalisation 1): nearest to BM25
-            # of PostgreSQL's rankings. On LongMemEval-S (bench/memory.py) keyword R@5 went from .64
-            # with ts_rank_cd to .86, and the fused list from .79 to .89.
-            .order_by(sa.func.ts_rank(tsv, tsquery, 1).desc(), items.c.updated_at.desc(), items.c.id.desc())
-        )
+        from steward.memory.pgsearch import keyword_select
+
+        select = keyword_select(terms, where, columns)
     return list((await conn.execute(select.limit(limit))).mappings().all())
 
 

@@ -525,7 +525,7 @@ class LongTermMemory:
 
     async def _vector_index(self) -> VectorIndex:
         if self._backend is None:
-            from steward.memory.vectors import choose_index
+            from steward.memory.pgsearch import choose_index
 
             async with self._index_lock:
                 if self._backend is None:
