@@ -92,6 +92,14 @@ class Limits:
     summarize_failed_attempts: bool = _f(
         True, "On a re-plan after failures, restart the transcript from a summary of the attempt."
     )
+    verify: str = _f(
+        "",
+        'A command that checks an autonomous run\'s work when it ends with an answer, e.g. "pytest -q" '
+        "(run in the sandbox; a non-zero exit asks the agent once more whether it is done).",
+    )
+    max_continuations: int = _f(
+        2, "Times a run that ends with open sub-tasks or a failing verifier is asked to go on.", ge=0, le=20
+    )
 
 
 @dataclass(slots=True)
@@ -127,6 +135,9 @@ class MemorySettings:
         le=10,
     )
     user: str = _f("", 'The user whose memories a run sees; empty: the job\'s user, else "local".')
+    notes_chars: int = _f(
+        1_500, "Characters of notes on what a run touches shown in its working-memory view.", ge=0
+    )
 
 
 @dataclass(slots=True)
@@ -147,6 +158,36 @@ class CacheSettings:
     side_effects: bool = _f(
         False, "Also reuse replies that call tools with side effects (by default only read-only ones)."
     )
+
+
+@dataclass(slots=True)
+class GitSettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    remote: str = _f("origin", "The remote git_push pushes to and pull requests are opened on.")
+    forge: Literal["auto", "github", "gitea", "none"] = _f(
+        "auto",
+        "Whose API opens pull requests: github (and GitHub Enterprise), gitea (and Forgejo); auto: "
+        "from the remote's host; none: no create_pull_request.",
+    )
+    api_url: str = _f(
+        "",
+        "The forge's API root: https://api.github.com (default for github.com), "
+        "https://HOST/api/v3 (GitHub Enterprise), https://HOST/api/v1 (Gitea, Forgejo).",
+    )
+    token_env: str = _f(
+        "",
+        "Environment variable holding the forge token (default GITHUB_TOKEN or GITEA_TOKEN); "
+        "push falls back to git's credential helper. The token never enters the sandbox.",
+    )
+
+
+@dataclass(slots=True)
+class CodeSettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    enabled: bool = _f(True, "Offer execute_code: Python in the sandbox that calls the run's tools.")
+    max_tool_calls: int = _f(200, "Tool calls one program may make through its channel.", ge=1, le=10_000)
 
 
 @dataclass(slots=True)
@@ -400,6 +441,10 @@ class Config:
     )
     limits: Limits = field(default_factory=Limits, metadata={"doc": "Limits of a run."})
     policy: PolicySettings = field(default_factory=PolicySettings, metadata={"doc": "Rules and modes."})
+    git: GitSettings = field(
+        default_factory=GitSettings, metadata={"doc": "Git tools, push and pull requests."}
+    )
+    code: CodeSettings = field(default_factory=CodeSettings, metadata={"doc": "execute_code."})
     sandbox: SandboxConfig = field(default_factory=SandboxConfig, metadata={"doc": "The OS sandbox."})
     store: StoreSettings = field(default_factory=StoreSettings, metadata={"doc": "Where runs are recorded."})
     memory: MemorySettings = field(
@@ -429,6 +474,8 @@ _SECTIONS: dict[str, type[Any]] = {
     "limits": Limits,
     "models": ProviderSettings,
     "policy": PolicySettings,
+    "git": GitSettings,
+    "code": CodeSettings,
     "sandbox": SandboxConfig,
     "store": StoreSettings,
     "memory": MemorySettings,
