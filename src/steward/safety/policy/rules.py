@@ -79,6 +79,25 @@ COMMAND_TOOLS = frozenset({"bash"})
 #: File tools that show what a file holds (``list_dir`` and ``glob`` show names only).
 CONTENT_TOOLS = frozenset({"read_file", "grep"})
 
+# --- flags of typed tools (git tools) ---------------------------------------------------
+FLAGS: dict[str, tuple[str, ...]] = {"git_commit": ("no_verify",), "git_push": ("force",)}
+"""Boolean arguments that run only when a rule names them: ``allow = ["git_commit(no_verify)"]``.
+A rule whose pattern is such a flag matches the calls that set it true; a bare ``allow git_commit``
+does not cover them, and without an allow rule naming the flag such a call is refused (an ask
+rule naming it asks instead)."""
+
+
+def _flag_on(subject: str, flag: str) -> bool:
+    """Whether the call whose arguments are ``subject`` (compact JSON) sets ``flag`` true."""
+    try:
+        arguments = json.loads(subject)
+    except ValueError:
+        return False
+    return isinstance(arguments, dict) and arguments.get(flag) is True
+
+
+# --- end of flags ------------------------------------------------------------------------
+
 _RULE = re.compile(r"^\s*(?P<tool>[A-Za-z0-9_*?.\-]+)\s*(?:\((?P<pattern>.*)\))?\s*$", re.S)
 
 
@@ -115,6 +134,8 @@ class Rule:
             return _path_match(subject, self.pattern)
         if tool in COMMAND_TOOLS:
             return any(_command_match(variant, self.pattern) for variant in command_variants(subject))
+        if self.pattern in FLAGS.get(tool, ()):
+            return _flag_on(subject, self.pattern)
         return fnmatch.fnmatchcase(subject, self.pattern)
 
 
@@ -312,12 +333,32 @@ class Policy:
             return Decision("deny", "writing is turned off for this agent (write = false)")
         subjects = _subjects(tool, arguments, verdict)
         decision = self._by_rules(tool, subjects, verdict, default)
+        decision = self._flags(tool, arguments, decision)
         if decision.action != "deny" and tool in COMMAND_TOOLS:
             decision = self._unsure(tool, subjects, verdict) or decision
         if changed and decision.action != "deny":
             return self._changed(decision, changed)
         if decision.action == "ask" and self.mode == "autonomous":
             return _unattended(decision, verdict)
+        return decision
+
+    def _flags(self, tool: str, arguments: Mapping[str, Any], decision: Decision) -> Decision:
+        """Refuse a flag of ``FLAGS`` set true unless an allow rule names it (or an ask rule
+        naming it asks); a deny decided already stands."""
+        if decision.action == "deny":
+            return decision
+        for flag in FLAGS.get(tool, ()):
+            if arguments.get(flag) is not True:
+                continue
+            if decision.rule is not None and decision.rule.action == "ask" and decision.rule.pattern == flag:
+                continue
+            if not any(
+                r.action == "allow" and r.matches_tool(tool) and r.pattern == flag for r in self.rules
+            ):
+                fix = f'allow = ["{tool}({flag})"]'
+                why = f"{tool} with {flag}=true runs only when a rule allows it"
+                return Decision("deny", f"{why}; to allow it, add {fix} to [policy] in steward.toml "
+                                f"(or call it without {flag})")  # fmt: skip
         return decision
 
     def _changed(self, decision: Decision, why: str) -> Decision:
