@@ -13,8 +13,9 @@ discovery and the skill and rule searches.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from steward.config import Config, Limits, ProviderSettings
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from steward.personas import Persona
     from steward.safety.checkpoints.around_calls import Checkpointer
     from steward.safety.policy.rules import Policy
+    from steward.safety.policy.wrapper import Previewer
     from steward.safety.secrets.values import SecretWatch
     from steward.store.events import EventStore
 
@@ -70,6 +72,7 @@ class AgentKit:
     _embedder: Embedder | None
     _embedder_made: bool
     _long_term: LongTermAccess | None
+    _forge_previews: Mapping[str, Previewer] = MappingProxyType({})  # steward-forge
 
     @property
     def model(self) -> Model:
@@ -226,6 +229,7 @@ class AgentKit:
                 from steward.tools.builtin import builtin_toolset
 
                 parts.append(builtin_toolset())
+                parts.append(self._forge())  # steward-forge: git_push, create_pull_request
             if self._user_tools:
                 parts.append(FunctionToolset(self._user_tools))
             parts.extend(self._toolsets)
@@ -295,9 +299,21 @@ class AgentKit:
         from steward.safety.policy.wrapper import GuardedToolset
         from steward.safety.secrets.wrapper import RedactingToolset
 
-        guarded = GuardedToolset(self._checkpointed, guard=Guard(), policy=policy)
+        guarded = GuardedToolset(
+            self._checkpointed, guard=Guard(), policy=policy, previews=self._forge_previews
+        )
         # Outermost: whatever any layer returns or notes has secret values redacted.
         return RedactingToolset(guarded, self._secret_watch)
+
+    def _forge(self) -> Toolset:
+        """git_push and create_pull_request, run by the host's hardened git (steward-forge)."""
+        from steward.safety.hostgit import HostGit
+        from steward.tools.forge import forge_toolset
+
+        forge = forge_toolset(self.config.git, HostGit())
+        # What their approvals show (the commits that leave) and are bound to (the commit).
+        self._forge_previews = forge.previews
+        return forge
 
     def _secret_watch(self, workspace: Path) -> SecretWatch:
         from steward.safety.secrets.watches import secret_watch

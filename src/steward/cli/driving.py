@@ -19,6 +19,7 @@ import typer
 
 from steward.cli._stdin import LineReader
 from steward.cli.options import EXIT_INTERRUPTED, EXIT_NOT_SOLVED, EXIT_TERMINATED, exit_code, fail
+from steward.safety.policy.rules import LEAVES_MACHINE
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -136,6 +137,8 @@ async def _approve(run: Run, approval: Approval, *, json_lines: bool) -> AsyncIt
     # An MCP tool's description is the server's own word for what it does: show it.
     said = " ".join(approval.description.split())
     said = f"  the tool says: {said[:600]}{'...' if len(said) > 600 else ''}\n" if said else ""
+    if approval.tool in LEAVES_MACHINE:  # steward-forge: what would leave, line by line
+        said = "".join(f"  {line}\n" for line in approval.description.splitlines()[:80])
     typer.echo(
         f"? approve {approval.tool} {_short_json(approval.arguments)}\n  because {approval.reason}\n{said}"
         f"  [y] once{always}   [n] deny (optionally: n <reason>)   "

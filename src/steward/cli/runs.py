@@ -119,6 +119,13 @@ def _how_to_go_on(row: RunRow, events: list[Event]) -> str:
     return f"`steward resume {row.id}{here}` continues it where it stopped"
 
 
+def _gate_line(d: dict[str, object]) -> str:
+    gate = f"          ? approval for {d['tool']}: {_short(str(d['reason']))}"
+    if d["tool"] in ("git_push", "create_pull_request"):  # steward-forge: what would leave, line by line
+        gate += "".join(f"\n            {line}" for line in str(d.get("description", "")).splitlines()[:80])
+    return gate
+
+
 def _timeline_line(kind: str, d: dict[str, object]) -> str | None:  # noqa: PLR0911 - one line per kind
     from steward.cli.render import tokens_label
 
@@ -138,7 +145,7 @@ def _timeline_line(kind: str, d: dict[str, object]) -> str | None:  # noqa: PLR0
             mark = "⚠" if d.get("level") == "warning" else "·"
             return f"          {mark} {_short(d['message'], 160)}"
         case "approval_gate":
-            return f"          ? approval for {d['tool']}: {_short(d['reason'])}"
+            return _gate_line(d)
         case "approval_result":
             return f"          approval {d['decision']} ({d['by']}) {_short(d['reason'])}"
         case "waiting":

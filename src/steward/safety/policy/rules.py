@@ -52,6 +52,11 @@ wildcards: ``read_file(.env)``, ``read_file(**/*.key)``), so ``allow read_file``
 
 Modes: ``structured`` asks; ``autonomous`` approves asks automatically, while the guard, deny
 rules, the sandbox and the step limit stay on. ``write = false`` removes write tools entirely.
+
+What leaves the machine (:data:`LEAVES_MACHINE`: ``git_push``, ``create_pull_request``) asks by
+default in **both** modes: autonomous mode does not approve it unattended; only an allow rule
+naming the tool lets it run unasked (``allow = ["git_push"]``). A force push is a flag
+(:data:`FLAGS`): refused unless a rule names ``git_push(force)``.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ import fnmatch
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
@@ -78,6 +83,8 @@ PATH_TOOLS = READ_TOOLS | WRITE_TOOLS
 COMMAND_TOOLS = frozenset({"bash"})
 #: File tools that show what a file holds (``list_dir`` and ``glob`` show names only).
 CONTENT_TOOLS = frozenset({"read_file", "grep"})
+# steward-forge: tools that send the workspace's work off this machine (steward.tools.forge).
+LEAVES_MACHINE = frozenset({"git_push", "create_pull_request"})
 
 # --- flags of typed tools (git tools) ---------------------------------------------------
 FLAGS: dict[str, tuple[str, ...]] = {"git_commit": ("no_verify",), "git_push": ("force",)}
@@ -339,6 +346,9 @@ class Policy:
         if changed and decision.action != "deny":
             return self._changed(decision, changed)
         if decision.action == "ask" and self.mode == "autonomous":
+            if tool in LEAVES_MACHINE:  # steward-forge: leaving the machine asks a human anyway
+                return replace(decision, reason=f"{decision.reason} (asked in autonomous mode too: it "
+                               "leaves the machine; an allow rule naming it runs it unasked)")  # fmt: skip
             return _unattended(decision, verdict)
         return decision
 
@@ -466,6 +476,9 @@ def _default(tool: str, verdict: GuardVerdict, suggestion: Rule | None) -> Decis
                         suggestion=suggestion)  # fmt: skip
     if verdict.network:
         return Decision("ask", "it uses the network", network=True, suggestion=suggestion)
+    if tool in LEAVES_MACHINE:  # steward-forge
+        return Decision("ask", "it sends work off this machine; read what leaves before approving",
+                        suggestion=suggestion)  # fmt: skip
     return Decision("allow", "allowed by default")
 
 
@@ -490,6 +503,8 @@ def _suggest(tool: str, subjects: Sequence[str], *, exact: bool = False) -> Rule
     ``exact``: the guard flagged the call (a force push, a reset), so only this very command
     is remembered, never a prefix that would let every variant through unasked.
     """
+    if tool in LEAVES_MACHINE:  # steward-forge: the tool (force stays refused: see FLAGS)
+        return Rule("allow", tool, None, "approved")
     if tool in COMMAND_TOOLS and subjects:
         words = subjects[0].split()
         if len(subjects) > 1 or not words:

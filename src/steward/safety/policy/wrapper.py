@@ -7,13 +7,13 @@ for every tool surface.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from steward.atomic import write_atomic
-from steward.errors import ApprovalRequired
+from steward.errors import ApprovalRequired, ToolError
 from steward.models.base import ToolSpec
 from steward.safety.policy.approvals import call_hash
 from steward.safety.policy.rules import WRITE_TOOLS, Policy
@@ -28,13 +28,31 @@ class Judge(Protocol):
     def check(self, tool: str, arguments: Mapping[str, Any], *, workspace: Any) -> GuardVerdict: ...
 
 
-class GuardedToolset(WrapperToolset):
-    """Every call is judged by the guard, then decided by the policy: run, refuse, or ask."""
+# steward-forge: (what a human approves, what the approval is bound to) for one proposed call.
+Previewer = Callable[[str, Mapping[str, Any], ToolContext], Awaitable[tuple[str, str] | None]]
 
-    def __init__(self, wrapped: Toolset, *, guard: Judge, policy: Policy) -> None:
+
+class GuardedToolset(WrapperToolset):
+    """Every call is judged by the guard, then decided by the policy: run, refuse, or ask.
+
+    ``previews`` (by tool name) say what a call about to be asked would do, made when it is
+    asked and again when the approved call runs (``git_push``: the commits that would leave).
+    The text is shown with the approval; the binding joins the approval's hash, so if what the
+    call would do changes in between (the branch moved), it is asked about again.
+    """
+
+    def __init__(
+        self,
+        wrapped: Toolset,
+        *,
+        guard: Judge,
+        policy: Policy,
+        previews: Mapping[str, Previewer] | None = None,
+    ) -> None:
         super().__init__(wrapped)
         self.guard = guard
         self.policy = policy
+        self.previews = dict(previews or {})
 
     async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
         tools = await self.wrapped.get_tools(ctx)
@@ -67,7 +85,11 @@ class GuardedToolset(WrapperToolset):
         if decision.action == "ask":
             # The approval is bound to what the tool says it does: if the server changes the
             # description between the question and the answer, the answer no longer applies.
-            digest = call_hash(name, arguments, fingerprint)
+            shown = await self._preview(name, arguments, ctx) if spec is not None else ("", "")
+            if isinstance(shown, ToolResult):
+                return shown
+            detail, binding = shown
+            digest = call_hash(name, arguments, f"{fingerprint}\n{binding}" if binding else fingerprint)
             if digest != ctx.approved:  # set by the loop in the context of the approved call only
                 raise ApprovalRequired(
                     tool=name,
@@ -75,7 +97,7 @@ class GuardedToolset(WrapperToolset):
                     call_hash=digest,
                     reason=decision.reason,
                     suggestion=str(decision.suggestion) if decision.suggestion and not changed else None,
-                    description=spec.description if spec is not None and spec.origin else "",
+                    description=detail or (spec.description if spec is not None and spec.origin else ""),
                 )
         elif decision.auto:
             noted = (("auto_approved", f"{name}: {decision.reason}"),)
@@ -86,6 +108,18 @@ class GuardedToolset(WrapperToolset):
         inner = replace(ctx, allow_network=decision.network, writable=self.policy.write, approved=None)
         result = await self.wrapped.call_tool(name, arguments, inner)
         return replace(result, notes=noted + result.notes) if noted else result
+
+    async def _preview(
+        self, name: str, arguments: Mapping[str, Any], ctx: ToolContext
+    ) -> tuple[str, str] | ToolResult:
+        previewer = self.previews.get(name)
+        if previewer is None:
+            return "", ""
+        try:
+            shown = await previewer(name, arguments, ctx)
+        except ToolError as exc:  # nothing to ask about (no branch, no remote): the model hears why
+            return ToolResult(str(exc), is_error=True)
+        return shown or ("", "")
 
 
 class ToolPins:

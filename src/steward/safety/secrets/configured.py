@@ -2,8 +2,10 @@
 
 A token reaches a process without passing through a file of the workspace: an MCP server's
 ``env`` (often ``${NAME}`` taken from our environment), the variables it gets through
-``env_passthrough``, an HTTP server's ``headers``, and our variables that ``[sandbox] env``
-lets into every command. Whatever that process prints may carry them, so they are redacted
+``env_passthrough``, an HTTP server's ``headers``, our variables that ``[sandbox] env``
+lets into every command, and the forge token ``[git] token_env`` names (default
+``GITHUB_TOKEN``, ``GITEA_TOKEN``), which Steward uses on the host. Whatever that process
+prints may carry them, so they are redacted
 as the values of secret files are, marked with where they were configured.
 
 The same rules as for a ``.env`` file decide what of a value is secret: all of it under a name
@@ -37,6 +39,14 @@ def configured_secrets(config: Config, environ: Mapping[str, str]) -> dict[str, 
     for variable, value in environ.items():
         if any(fnmatch.fnmatchcase(variable, pattern) for pattern in config.sandbox.env):
             found.setdefault(f"[sandbox] env {variable}", []).extend(_secret_parts(variable, value, False))
+    # steward-forge: the forge token that git_push and create_pull_request use on the host.
+    from steward.tools.forge import token_variables
+
+    for variable in token_variables(config.git):
+        if environ.get(variable):
+            found.setdefault(f"[git] token {variable}", []).extend(
+                _secret_parts(variable, environ[variable], True)
+            )
     return {where: _split(values) for where, values in found.items() if values}
 
 

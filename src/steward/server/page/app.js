@@ -827,7 +827,10 @@ function approvalCard(d, { approve, deny }) {
     : el('p', { class: 'deadline', testid: 'deadline', text: 'no deadline' });
   return el('section', { class: 'card approval', testid: 'approval-card', role: 'group', 'aria-label': 'Approval needed' },
     el('h3', {}, 'Approve ', el('code', { testid: 'approval-tool', text: d.tool }), '?'),
-    d.description ? el('p', { class: 'muted', text: d.description }) : null,
+    // A push or a pull request shows what would leave the machine, line by line (steward-forge).
+    d.description && d.description.includes('\n')
+      ? el('pre', { class: 'args', testid: 'approval-detail', text: d.description })
+      : d.description ? el('p', { class: 'muted', text: d.description }) : null,
     el('pre', { class: 'args', testid: 'approval-input', text: json(d.input) }),
     el('p', { testid: 'approval-reason', text: `Why it asks: ${d.reason}` }),
     d.suggestion ? el('p', { class: 'muted', text: `Rule it would match: ${d.suggestion}` }) : null,
