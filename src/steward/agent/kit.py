@@ -229,6 +229,9 @@ class AgentKit:
                 from steward.tools.builtin import builtin_toolset
 
                 parts.append(builtin_toolset())
+                from steward.tools.git import git_toolset  # git tools: offered in a git repository
+
+                parts.append(git_toolset())
                 parts.append(self._forge())  # steward-forge: git_push, create_pull_request
             if self._user_tools:
                 parts.append(FunctionToolset(self._user_tools))
@@ -260,6 +263,7 @@ class AgentKit:
             # policy wrap them all: one safety model for built-in, user and MCP tools alike.
             budget = budget_chars(self.limits.request_token_budget)
             from steward.safety.policy.rules import WRITE_TOOLS
+            from steward.tools.git import COMMITS  # git_commit: only where writing is on
 
             # The write switch and the persona's allowlist apply below discovery too: a hidden
             # tool must not be found.
@@ -267,7 +271,7 @@ class AgentKit:
             writable = FilteredToolset(
                 CombinedToolset(parts),
                 lambda name: (
-                    (self.policy.write or name not in WRITE_TOOLS)
+                    (self.policy.write or (name not in WRITE_TOOLS and name not in COMMITS))
                     and (persona is None or persona.allows(name))
                 ),
             )

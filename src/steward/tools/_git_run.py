@@ -171,7 +171,7 @@ async def run_git(
         raise ToolError(
             f"git did not finish within {limit:g} s and was stopped; output so far:\n{outcome.output}"
         )
-    if outcome.returncode != 0 and "not a git repository" in outcome.output:
+    if outcome.returncode != 0 and "not a git repository" in outcome.output.lower():
         raise ToolError(NOT_A_REPOSITORY)
     return GitOutput(outcome.output, outcome.returncode, outcome.timed_out)
 

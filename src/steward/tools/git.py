@@ -42,6 +42,7 @@ from steward.tools._git_run import (
 from steward.tools.base import FunctionToolset, Tool, ToolContext, ToolResult, tool
 
 __all__ = [
+    "COMMITS",
     "GIT_TOOLS",
     "NOT_A_REPOSITORY",
     "GitOutput",
@@ -58,6 +59,9 @@ __all__ = [
 GIT_TOOLS = frozenset({"git_status", "git_diff", "git_log", "git_branch", "git_commit"})
 CHANGING = frozenset({"git_commit", "git_branch"})
 """Git tools that can change the workspace (``git_branch`` when it creates or switches)."""
+
+COMMITS = frozenset({"git_commit"})
+"""Tools that exist only where writing is on (``write = false`` removes them, like write_file)."""
 
 MAX_LOG = 500
 _PARSE_CAP = 2_000_000  # characters of status/log/branch output read before parsing

@@ -22,7 +22,7 @@ from steward.safety.checkpoints.around_calls import Before, Checkpointer, Undone
 from steward.safety.checkpoints.shadow import CheckpointError
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
-CHANGES_FILES = frozenset({"bash", "write_file", "edit_file", "run_code"})
+CHANGES_FILES = frozenset({"bash", "write_file", "edit_file", "run_code", "git_commit", "git_branch"})
 """Built-in tools that can change files (MCP tools: every one not marked read-only)."""
 
 
@@ -127,10 +127,13 @@ def _w(workspace: Path) -> str:
     return f" -w {shlex.quote(str(workspace))}"
 
 
+_IN_SANDBOX = frozenset({"bash", "git_commit", "git_branch"})  # tools running a command in the sandbox
+
+
 def _sandboxed(name: str, ctx: ToolContext) -> bool:
     """Whether the call runs its command in the sandbox (``bash`` with the sandbox on)."""
     settings = getattr(ctx.sandbox, "settings", None)
-    return name == "bash" and ctx.sandbox is not None and bool(getattr(settings, "enabled", True))
+    return name in _IN_SANDBOX and ctx.sandbox is not None and bool(getattr(settings, "enabled", True))
 
 
 def _after(checkpointer: Checkpointer, before: Before) -> Undone:
