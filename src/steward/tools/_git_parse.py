@@ -170,15 +170,18 @@ BRANCH_FORMAT = "%(HEAD)%1f%(refname:short)%1f%(upstream:short)%1f%(objectname:s
 
 def render_branches(output: str) -> str:
     """``git branch --list --format=BRANCH_FORMAT`` as one line per branch, the current one starred."""
-    lines: list[str] = []
+    rows: list[tuple[str, str, str]] = []
+    other: list[str] = []
     for line in output.splitlines():
         parts = line.split(FIELD)
         if len(parts) != 5:
             if line.strip():
-                lines.append(f"git: {line}")
+                other.append(f"git: {line}")
             continue
         head, name, upstream, commit, subject = parts
-        mark = "*" if head == "*" else " "
         tracking = f" [{shown(upstream)}]" if upstream else ""
-        lines.append(f"{mark} {shown(name)}{tracking}  {commit}  {shown(subject)}")
-    return "\n".join(lines) if lines else "no branches yet (the first commit makes one)"
+        rows.append(("*" if head == "*" else " ", f"{shown(name)}{tracking}", f"{commit}  {shown(subject)}"))
+    if not rows and not other:
+        return "no branches yet (the first commit makes one)"
+    width = max((len(name) for _, name, _ in rows), default=0)
+    return "\n".join([*(f"{mark} {name.ljust(width)}  {rest}" for mark, name, rest in rows), *other])

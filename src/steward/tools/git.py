@@ -269,11 +269,12 @@ def _commit_failure(result: GitOutput, mode: str) -> str:
             "Create a branch first: git_branch(action='create', name='...'), then commit."
         )
     if "nothing to commit" in output or "no changes added to commit" in output:
-        fix = (
-            "stage files first or pass paths=[...] or all=true"
-            if mode == "staged"
-            else "the files named have no changes (git_status shows what changed)"
-        )
+        fixes = {
+            "staged": "stage files first or pass paths=[...] or all=true",
+            "all": "the working tree has no changes (git_status shows what changed)",
+            "paths": "the files named have no changes (git_status shows what changed)",
+        }
+        fix = fixes[mode]
         return f"Nothing to commit: {fix}.\n{output}"
     if "Please tell me who you are" in output or "empty ident" in output:
         return (
