@@ -39,6 +39,7 @@ from steward.models.retry import RetryingModel
 from steward.phases import AGENT_STEP, AGENT_STEP_SPEC, AgentStep, EndStatus, StepInputError, parse_agent_step
 from steward.replies import reply_event, text_events, with_unique_ids
 from steward.text import compact_json
+from steward.tools._code_calls import result_events
 from steward.tools.base import ToolContext, Toolset
 from steward.tools.deadline import DeadlineToolset
 
@@ -363,9 +364,8 @@ class Loop:
         except ApprovalRequired as request:
             yield rs.Pause(rs.pending_approval(request, call, thinking, summary, s, self.state.seq))
             return
-        for kind, message in result.notes:
-            level = "warning" if kind == "blocked" else "info"
-            yield self.emit(ev.SignalEvent(code=kind, level=level, message=message))
+        for event in result_events(n, call.id, result):  # its notes, then a program's own calls
+            yield self.emit(event)
         took = result.duration_ms
         duration = took if took is not None else (time.perf_counter() - started) * 1000
         yield self.emit(self.state.record_call(call, tool, arguments, thinking, summary, result, duration))

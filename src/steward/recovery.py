@@ -51,6 +51,7 @@ from steward.models.base import (
     Usage,
 )
 from steward.replies import response_from
+from steward.tools._code_calls import nested_calls
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
@@ -392,12 +393,15 @@ class RecordedToolset(WrapperToolset):
         notes: list[tuple[str, str]] = []
         while isinstance(note := replay.peek_at(len(notes)), SignalEvent):
             notes.append((note.code, note.message))
-        recorded = replay.peek_at(len(notes))
+        # The calls a program made from inside this one (execute_code) come next: the loop
+        # emits them again from the result (``steward.tools._code_calls``).
+        taken, nested = nested_calls(lambda at: replay.peek_at(len(notes) + at))
+        recorded = replay.peek_at(len(notes) + taken)
         match recorded:
             case ToolResultEvent(output=output, status=status):
                 result = ToolResult(
                     output, is_error=status == "failed", category=recorded.error_category,
-                    duration_ms=recorded.duration_ms, notes=tuple(notes),
+                    duration_ms=recorded.duration_ms, notes=tuple(notes), nested=nested,
                 )  # fmt: skip
                 self.wrapped.replayed(name, arguments, result, ctx)
                 return result

@@ -233,6 +233,10 @@ class AgentKit:
 
                 parts.append(git_toolset())
                 parts.append(self._forge())  # steward-forge: git_push, create_pull_request
+            if self._builtin_tools and self.config.code.enabled:  # [code]: execute_code
+                from steward.tools.code import code_tools
+
+                parts.append(FunctionToolset(code_tools()))
             if self._user_tools:
                 parts.append(FunctionToolset(self._user_tools))
             parts.extend(self._toolsets)
@@ -306,8 +310,14 @@ class AgentKit:
         guarded = GuardedToolset(
             self._checkpointed, guard=Guard(), policy=policy, previews=self._forge_previews
         )
-        # Outermost: whatever any layer returns or notes has secret values redacted.
-        return RedactingToolset(guarded, self._secret_watch)
+        # Whatever any layer returns or notes has secret values redacted.
+        redacted: Toolset = RedactingToolset(guarded, self._secret_watch)
+        if not self.config.code.enabled:
+            return redacted
+        from steward.tools.code import CodeToolset
+
+        # [code]: outermost, so each call of a program goes through every layer, recorded.
+        return CodeToolset(redacted, max_tool_calls=self.config.code.max_tool_calls)
 
     def _forge(self) -> Toolset:
         """git_push and create_pull_request, run by the host's hardened git (steward-forge)."""

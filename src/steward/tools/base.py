@@ -57,7 +57,28 @@ class CommandSandbox(Protocol):
         network: bool,
         writable: bool,
         on_connection: Callable[[Any], None] | None = None,
+        binds: Sequence[tuple[Path, str]] = (),
     ) -> AbstractAsyncContextManager[list[str]]: ...
+
+
+class ProgramTools(Protocol):
+    """The run's tools as a program running inside one call reaches them (``execute_code``)."""
+
+    #: How many calls the program may make.
+    limit: int
+
+    @property
+    def halted(self) -> bool:
+        """Whether the program must stop now (a call of it waits for a human's approval)."""
+        ...
+
+    async def tools(self) -> Sequence[ToolSpec]:
+        """The tools the program may call."""
+        ...
+
+    async def call(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+        """One call, recorded as a call of the run; refusals and failures are results."""
+        ...
 
 
 class RunScopes:
@@ -119,6 +140,9 @@ class ToolContext:
     user: str = "local"
     #: The wrappers' state for this run (see ``RunScopes``); shared by every call's context.
     scopes: RunScopes = field(default_factory=RunScopes, repr=False, compare=False)
+    #: The run's tools for a program (``execute_code``), each call through the whole guarded
+    #: toolset; set by ``steward.tools.code.CodeToolset`` for that call only.
+    program_tools: ProgramTools | None = field(default=None, repr=False, compare=False)
 
     def scope(self, owner: object, make: Callable[[], _State]) -> _State:
         """``owner``'s own state for this run, made by ``make`` on first use."""
@@ -140,6 +164,22 @@ class ToolResult:
     #: What the tool and the wrappers noted on the way (kind, message), in order: egress
     #: connections, a checkpoint taken, a call blocked. The loop reports each as a signal event.
     notes: tuple[tuple[str, str], ...] = ()
+    #: The tool calls a program made from inside this call (``execute_code``), each recorded
+    #: as its own call of the run, after the notes (``steward.tools.code``).
+    nested: tuple[NestedCall, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class NestedCall:
+    """One call a program made through its channel: recorded with the id ``<parent>.<n>``."""
+
+    n: int
+    tool: str
+    arguments: Mapping[str, Any]
+    output: str
+    is_error: bool
+    duration_ms: float
+    category: str | None = None
 
 
 # --- @tool ------------------------------------------------------------------------------

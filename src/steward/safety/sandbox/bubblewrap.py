@@ -647,12 +647,18 @@ class BubblewrapSandbox:
         writable: bool,
         env: Mapping[str, str] | None = None,
         on_connection: Callable[[EgressConnection], None] | None = None,
+        binds: Sequence[tuple[Path, str]] = (),
     ) -> AsyncIterator[list[str]]:
         """Yield the argv that runs ``argv`` in a sandbox over ``workspace``; undo it afterwards.
 
         ``env``: the command's whole environment (an MCP server's own), instead of the allowlist
         taken from ours. ``network``: the command may reach the allowed domains through the
-        egress proxy (never anything else); ``on_connection`` hears of each connection."""
+        egress proxy (never anything else); ``on_connection`` hears of each connection.
+        ``binds``: host paths shown read-only at the given places under /run/steward (e.g. the
+        private directory of ``execute_code``'s channel to the host)."""
+        for _host_path, inside in binds:
+            if not inside.startswith("/run/steward/") or ".." in inside:
+                raise ValueError(f"binds are shown under /run/steward/ only (got {inside!r})")
         if not self.settings.enabled:  # the user's explicit choice (--no-sandbox)
             yield list(argv)
             return
@@ -666,7 +672,9 @@ class BubblewrapSandbox:
             if network or self.settings.network:
                 socket = await stack.enter_async_context(self._egress(on_connection))
             preparing = asyncio.ensure_future(
-                asyncio.to_thread(self._prepare, self._host, list(argv), workspace, socket, writable, env)
+                asyncio.to_thread(
+                    self._prepare, self._host, list(argv), workspace, socket, writable, env, binds
+                )  # binds: steward-code
             )
             try:
                 prepared = await asyncio.shield(preparing)
@@ -705,6 +713,7 @@ class BubblewrapSandbox:
         egress: Path | None,
         writable: bool,
         env: Mapping[str, str] | None = None,
+        binds: Sequence[tuple[Path, str]] = (),
     ) -> _Prepared:
         root = workspace.resolve(strict=False)
         if root == Path("/") or not root.is_dir():
@@ -730,6 +739,8 @@ class BubblewrapSandbox:
             args = self._bwrap_args(host, scratch, root, writable, protection)
             args[-2:-2] = _mask_args(root, secrets, self.settings.masked_programs, scratch)
             args[-2:-2] = _git_exclude_args(scratch, root, placeholders)
+            for source, inside in binds:  # after everything else: nothing can cover them
+                args[-2:-2] = ["--ro-bind", str(source), inside]
             if egress is not None:
                 args[-2:-2] = _egress_args(egress)
                 argv = _through_forwarder(argv)
