@@ -3,7 +3,8 @@
 ``list`` and ``export`` span every scope unless told a user, persona or workspace (the
 operator's view). ``search`` is what a run's ``recall`` does, so it has one scope: user "local",
 no persona and the current folder unless given; ``--explain`` shows why each item came back.
-``show`` and ``forget`` take an item's id (``m12`` or ``12``) whoever's it is. The store is the
+``show`` and ``forget`` take an item's id (``m12`` or ``12``) whoever's it is. ``import`` reads
+what ``export`` wrote, whole or not at all. The store is the
 current folder's (``[store] url``, ``STEWARD_DB``, else ``.steward/steward.db``) or ``--store``.
 """
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from steward.store.events import EventStore
 
 memory_app = typer.Typer(
-    help="Long-term memory: list, search (--explain), show, forget, export.", no_args_is_help=True
+    help="Long-term memory: list, search (--explain), show, forget, export, import.", no_args_is_help=True
 )
 
 Store = Annotated[
@@ -58,9 +59,9 @@ def _run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return asyncio.run(main())
 
 
-def _url(given: str | None, *, asked: bool) -> str:
+def _url(given: str | None, *, asked: bool, create: bool = False) -> str:
     """The store to read; a SQLite file that does not exist is never created here (an error
-    when an item was ``asked`` for)."""
+    when an item was ``asked`` for) unless ``create`` (an import)."""
     from steward.agent import store_url
     from steward.config import load_config
     from steward.store.engine import parse_url, sqlite_path
@@ -68,7 +69,7 @@ def _url(given: str | None, *, asked: bool) -> str:
     here = Path.cwd()
     url = given or store_url(load_config(here), here)
     path = sqlite_path(parse_url(url))  # a malformed URL: ConfigError naming the accepted forms
-    if path is not None and not path.exists():
+    if path is not None and not path.exists() and not create:
         if not asked:  # a listing of nothing is not an error
             typer.echo(f"nothing remembered here yet (no store at {path}); give --store URL for another")
             raise typer.Exit(0)
@@ -84,7 +85,7 @@ class _Opened:
 
 @asynccontextmanager
 async def _memory(
-    store_given: str | None, *, embed: bool = False, asked: bool = False
+    store_given: str | None, *, embed: bool = False, asked: bool = False, create: bool = False
 ) -> AsyncIterator[_Opened]:
     """The store's long-term memory (with ``[memory] embedder`` when ``embed``), closed after."""
     from steward.config import load_config
@@ -97,7 +98,7 @@ async def _memory(
         from steward.embed.resolve import embedder_from_config
 
         embedder = embedder_from_config(config)
-    store: EventStore = await open_store(_url(store_given, asked=asked))
+    store: EventStore = await open_store(_url(store_given, asked=asked, create=create))
     try:
         yield _Opened(LongTermMemory(store.engine, embedder=embedder, settings=config.memory), store.engine)
     finally:
@@ -123,21 +124,9 @@ def _one_line(text: str, width: int) -> str:
 
 
 def _as_dict(item: MemoryItem) -> dict[str, Any]:
-    """Every field of an item (its vector is not one: it is derived, and model-specific)."""
-    return {
-        "id": item.id,
-        "scope": {"user": item.scope.user, "persona": item.scope.persona, "workspace": item.scope.workspace},
-        "kind": item.kind,
-        "text": item.text,
-        "tags": list(item.tags),
-        "run_id": item.run_id,
-        "session_id": item.session_id,
-        "created_at": item.created_at,
-        "updated_at": item.updated_at,
-        "expires_at": item.expires_at,
-        "hidden_at": item.hidden_at,
-        "merged": item.merged,
-    }
+    from steward.memory.exported import as_dict
+
+    return as_dict(item)
 
 
 def _where(
@@ -383,3 +372,44 @@ def export(
         raise _fail(f"cannot write {output}: {exc.strerror or exc}; choose another file with -o") from None
     if output is not None:
         typer.echo(f"exported {count} item(s) to {output}", err=True)
+
+
+@memory_app.command("import")
+def import_items(
+    source: Annotated[
+        Path, typer.Argument(metavar="FILE.jsonl", help="A file `steward memory export` wrote.")
+    ],
+    store: Store = None,
+) -> None:
+    """Import items from an export (JSON Lines), in one transaction: all of them or none.
+
+    Each keeps its scope, times, tags, count and hidden state; ids are new. An item whose text
+    is already visible in its scope is merged into it, as a write would be. Vectors are computed
+    later, as for any new item."""
+    from steward.memory.exported import LineError, read_lines
+
+    try:
+        with source.open(encoding="utf-8") as lines:
+            items = read_lines(lines)
+    except OSError as exc:
+        raise _fail(
+            f"cannot read {source}: {exc.strerror or exc}; give the file `memory export -o` wrote"
+        ) from None
+    except UnicodeDecodeError:
+        raise _fail(f"{source} is not UTF-8 text; give the file `steward memory export -o` wrote") from None
+    except LineError as exc:
+        raise _fail(f"{source}: {exc}; nothing was imported") from None
+    if not items:
+        typer.echo(f"{source} holds no items; nothing was imported")
+        return
+
+    async def main() -> int:
+        async with _memory(store, create=True) as opened:
+            written = await opened.memory.restore(items)
+        return sum(1 for w in written if w.merged)
+
+    merged = _run(main)
+    typer.echo(
+        f"imported {len(items)} item(s) from {source}"
+        + (f" ({merged} merged into items with the same text)" if merged else "")
+    )

@@ -49,6 +49,7 @@ from steward.store.schema import memory_items, memory_scopes, memory_vectors
 
 if TYPE_CHECKING:
     from steward.embed.base import Embedder
+    from steward.memory.batch import KeptItem, NewItem
     from steward.tools.base import ToolContext
 
 _log = logging.getLogger(__name__)
@@ -114,7 +115,8 @@ def normalise_tags(tags: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _tags_column(tags: Sequence[str]) -> str:
+def tags_column(tags: Sequence[str]) -> str:
+    """Tags as the ``tags`` column holds them."""
     # " a b ": every tag has a space on both sides, so one tag is found with LIKE '% a %'.
     return f" {' '.join(tags)} " if tags else ""
 
@@ -147,7 +149,8 @@ def visible_where(now: float) -> list[sa.ColumnElement[bool]]:
     return [items.c.hidden_at.is_(None), sa.or_(items.c.expires_at.is_(None), items.c.expires_at > now)]
 
 
-def _item(row: Mapping[Any, Any]) -> MemoryItem:
+def row_item(row: Mapping[Any, Any]) -> MemoryItem:
+    """An item from its row (every column but ``tsv``)."""
     return MemoryItem(
         id=row["id"],
         scope=Scope(row["scope_user"], row["scope_persona"], row["scope_workspace"]),
@@ -164,7 +167,7 @@ def _item(row: Mapping[Any, Any]) -> MemoryItem:
     )
 
 
-_ITEM_COLUMNS = [c for c in memory_items.c if c.name != "tsv"]
+ITEM_COLUMNS = [c for c in memory_items.c if c.name != "tsv"]
 
 
 async def bump_generation(conn: AsyncConnection, scope: Scope) -> int:
@@ -185,6 +188,42 @@ async def scope_generation(conn: AsyncConnection, scope: Scope) -> int:
         memory_scopes.c.scope_workspace == scope.workspace,
     )
     return (await conn.execute(query)).scalar_one_or_none() or 0
+
+
+async def fold_into(
+    conn: AsyncConnection,
+    into: MemoryItem,
+    tags: Sequence[str],
+    now: float,
+    *,
+    expires_at: float | None,
+    count: int,
+) -> MemoryItem:
+    """Fold ``count`` writes carrying ``tags`` into the item ``into``: it lives on, refreshed
+    (a later expiry wins; no expiry on either side means none)."""
+    union = normalise_tags([*into.tags, *tags])
+    expiry = None if into.expires_at is None or expires_at is None else max(into.expires_at, expires_at)
+    values = {
+        "merged": into.merged + count,
+        "tags": tags_column(union),
+        "updated_at": now,
+        "expires_at": expiry,
+    }
+    await conn.execute(memory_items.update().where(memory_items.c.id == into.id).values(**values))
+    return MemoryItem(
+        id=into.id,
+        scope=into.scope,
+        kind=into.kind,
+        text=into.text,
+        tags=union,
+        run_id=into.run_id,
+        session_id=into.session_id,
+        created_at=into.created_at,
+        updated_at=now,
+        expires_at=expiry,
+        hidden_at=into.hidden_at,
+        merged=into.merged + count,
+    )
 
 
 class LongTermMemory:
@@ -261,7 +300,7 @@ class LongTermMemory:
             same = (
                 (
                     await conn.execute(
-                        sa.select(*_ITEM_COLUMNS)
+                        sa.select(*ITEM_COLUMNS)
                         .where(
                             *scope_where(scope), *visible_where(now), memory_items.c.content_hash == digest
                         )
@@ -273,7 +312,7 @@ class LongTermMemory:
                 .one_or_none()
             )
             if same is not None:
-                item = await self._fold(conn, _item(same), clean_tags, now, expires_at=expires_at, count=1)
+                item = await fold_into(conn, row_item(same), clean_tags, now, expires_at=expires_at, count=1)
                 change = await _change(conn, scope)
                 change.expires[item.id] = _expiry(item.expires_at)
             else:
@@ -283,7 +322,7 @@ class LongTermMemory:
                     "scope_workspace": scope.workspace,
                     "kind": kind,
                     "text": text,
-                    "tags": _tags_column(clean_tags),
+                    "tags": tags_column(clean_tags),
                     "content_hash": digest,
                     "run_id": run_id,
                     "session_id": session_id,
@@ -294,11 +333,44 @@ class LongTermMemory:
                     "merged": 1,
                 }
                 insert = memory_items.insert().values(**values).returning(memory_items.c.id)
-                item = _item({**values, "id": (await conn.execute(insert)).scalar_one()})
+                item = row_item({**values, "id": (await conn.execute(insert)).scalar_one()})
                 change = await _change(conn, scope)
                 await self._known_vector(conn, item, change)
         self._note(scope, change)
         return Written(item, merged=same is not None)
+
+    async def remember_many(self, scope: Scope, items: Sequence[NewItem]) -> list[Written]:
+        """``remember`` for many items in one transaction: each is checked first (an error names
+        it and nothing is written), the same text is merged as ``remember`` merges it (also
+        within the batch), and the scope's generation is bumped once."""
+        from steward.memory.batch import drafts_of
+
+        now = self._clock()
+        ttl_days = self._settings.ttl_days
+        return await self._write_many(
+            drafts_of(scope, items, now, None if ttl_days is None else ttl_days * _DAY_S), now
+        )
+
+    async def restore(self, items: Sequence[KeptItem]) -> list[Written]:
+        """Items as ``steward memory export`` wrote them (any scopes), with their own times,
+        counts and hidden state, in one transaction; visible ones merge as ``remember`` does."""
+        for number, item in enumerate(items, start=1):
+            if not item.text.strip():
+                raise StewardError(f"item {number}: the text is empty; every item needs its text")
+        return await self._write_many(list(items), self._clock())
+
+    async def _write_many(self, items: Sequence[KeptItem], now: float) -> list[Written]:
+        from steward.memory.batch import write_many
+
+        if not items:
+            return []
+        async with write_transaction(self._engine) as conn:
+            written, generations = await write_many(conn, items, now)
+        for scope, generation in generations.items():
+            # A cached copy of the scope is reloaded at its next search (before=-1 never matches):
+            # a batch can be large, and some of its texts may already have vectors.
+            self._note(scope, CacheChange(before=-1, after=generation))
+        return written
 
     async def _known_vector(self, conn: AsyncConnection, item: MemoryItem, change: CacheChange) -> None:
         """A new item whose text already has a vector (another scope's, a hidden item's) is never
@@ -315,52 +387,16 @@ class LongTermMemory:
         if row is not None:
             change.added[item.id] = (model, from_bytes(row[1], row[0]), _expiry(item.expires_at))
 
-    async def _fold(
-        self,
-        conn: AsyncConnection,
-        into: MemoryItem,
-        tags: Sequence[str],
-        now: float,
-        *,
-        expires_at: float | None,
-        count: int,
-    ) -> MemoryItem:
-        """Fold ``count`` writes carrying ``tags`` into the item ``into``: it lives on, refreshed
-        (a later expiry wins; no expiry on either side means none)."""
-        union = normalise_tags([*into.tags, *tags])
-        expiry = None if into.expires_at is None or expires_at is None else max(into.expires_at, expires_at)
-        values = {
-            "merged": into.merged + count,
-            "tags": _tags_column(union),
-            "updated_at": now,
-            "expires_at": expiry,
-        }
-        await conn.execute(memory_items.update().where(memory_items.c.id == into.id).values(**values))
-        return MemoryItem(
-            id=into.id,
-            scope=into.scope,
-            kind=into.kind,
-            text=into.text,
-            tags=union,
-            run_id=into.run_id,
-            session_id=into.session_id,
-            created_at=into.created_at,
-            updated_at=now,
-            expires_at=expiry,
-            hidden_at=into.hidden_at,
-            merged=into.merged + count,
-        )
-
     async def forget(self, scope: Scope | None, item_id: int, *, purge: bool = False) -> bool:
         """Hide the item (kept, never recalled), or with ``purge`` delete it, its keyword entry and
         its vector when no other item has the same text. False when no such item is in ``scope``
         (or, without ``purge``, it is already hidden)."""
         where = [memory_items.c.id == item_id, *(scope_where(scope) if scope is not None else [])]
         async with write_transaction(self._engine) as conn:
-            row = (await conn.execute(sa.select(*_ITEM_COLUMNS).where(*where))).mappings().one_or_none()
+            row = (await conn.execute(sa.select(*ITEM_COLUMNS).where(*where))).mappings().one_or_none()
             if row is None:
                 return False
-            item = _item(row)
+            item = row_item(row)
             if purge:
                 await _purge(conn, memory_items.c.id == item_id, [row["content_hash"]])
             elif item.hidden_at is not None:
@@ -415,8 +451,8 @@ class LongTermMemory:
         """The item, hidden or expired too (the operator's ``show``), when it is in ``scope``."""
         where = [memory_items.c.id == item_id, *(scope_where(scope) if scope is not None else [])]
         async with self._engine.connect() as conn:
-            row = (await conn.execute(sa.select(*_ITEM_COLUMNS).where(*where))).mappings().one_or_none()
-        return None if row is None else _item(row)
+            row = (await conn.execute(sa.select(*ITEM_COLUMNS).where(*where))).mappings().one_or_none()
+        return None if row is None else row_item(row)
 
     async def items(
         self,
@@ -436,12 +472,10 @@ class LongTermMemory:
             where.append(memory_items.c.kind == kind)
         if before_id is not None:
             where.append(memory_items.c.id < before_id)
-        query = (
-            sa.select(*_ITEM_COLUMNS).where(*where).order_by(memory_items.c.id.desc()).limit(max(limit, 0))
-        )
+        query = sa.select(*ITEM_COLUMNS).where(*where).order_by(memory_items.c.id.desc()).limit(max(limit, 0))
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query.limit(max(limit, 0)))).mappings().all()
-        return [_item(row) for row in rows]
+        return [row_item(row) for row in rows]
 
     async def recall(
         self,
@@ -479,7 +513,7 @@ class LongTermMemory:
             # same WHERE, so a candidate hidden, purged or expired meanwhile (or, were a backend
             # ever wrong, of another scope) is dropped here.
             by_words = [*scope_unindexed(scope), *conditions]
-            rows = {row["id"]: row for row in await keyword_rows(conn, query, by_words, _ITEM_COLUMNS)}
+            rows = {row["id"]: row for row in await keyword_rows(conn, query, by_words, ITEM_COLUMNS)}
             settings = self._settings
             ranked = fuse_lists(
                 list(rows), vector_hits, k=settings.rrf_k, keyword_weight=settings.keyword_weight
@@ -487,9 +521,9 @@ class LongTermMemory:
             missing = [r.id for r in ranked if r.id not in rows]
             if missing:
                 by_id = memory_items.c.id.in_(missing)
-                select = sa.select(*_ITEM_COLUMNS).where(by_id, *scope_unindexed(scope), *conditions)
+                select = sa.select(*ITEM_COLUMNS).where(by_id, *scope_unindexed(scope), *conditions)
                 rows.update((row["id"], row) for row in (await conn.execute(select)).mappings().all())
-        items = {item_id: _item(row) for item_id, row in rows.items()}
+        items = {item_id: row_item(row) for item_id, row in rows.items()}
         ordered = sorted(
             (r for r in ranked if r.id in items), key=lambda r: (-r.score, -items[r.id].updated_at, -r.id)
         )
@@ -620,23 +654,21 @@ class LongTermMemory:
                 nearest = await index.nearest_older(conn, query, [row.id for row in rows])
             for row, hits in zip(rows, nearest, strict=True):
                 near = [item_id for item_id, sim in hits if sim >= self._settings.merge_similarity]
-                if near:  # candidates folded away meanwhile are skipped by _fold_into's read
-                    await self._fold_into(row, near, now)
+                if near:  # candidates folded away meanwhile are skipped by _fold_near's read
+                    await self._fold_near(row, near, now)
 
-    async def _fold_into(self, row: _Pending, candidates: list[int], now: float) -> bool:
+    async def _fold_near(self, row: _Pending, candidates: list[int], now: float) -> bool:
         where = [*scope_where(row.scope), *visible_where(now)]
         async with write_transaction(self._engine) as conn:
             found = await conn.execute(
-                sa.select(*_ITEM_COLUMNS).where(memory_items.c.id.in_([row.id, *candidates]), *where)
+                sa.select(*ITEM_COLUMNS).where(memory_items.c.id.in_([row.id, *candidates]), *where)
             )
-            rows = {r["id"]: _item(r) for r in found.mappings().all()}
+            rows = {r["id"]: row_item(r) for r in found.mappings().all()}
             new = rows.get(row.id)
             target = next((rows[c] for c in candidates if c in rows and rows[c].kind == row.kind), None)
             if new is None or target is None:
                 return False
-            folded = await self._fold(
-                conn, target, new.tags, now, expires_at=new.expires_at, count=new.merged
-            )
+            folded = await fold_into(conn, target, new.tags, now, expires_at=new.expires_at, count=new.merged)
             await conn.execute(memory_items.delete().where(memory_items.c.id == new.id))
             await _drop_orphan_vectors(conn, [row.digest])
             change = await _change(conn, row.scope)
