@@ -200,8 +200,8 @@ _COMMIT_SCRIPT = """\
 name=$1 email=$2 mode=$3 verify=$4 message=$5
 shift 5
 g() {
-  env LC_ALL=C.UTF-8 LANGUAGE= GIT_EDITOR=true \\
-    git --no-pager --literal-pathspecs -c core.fsmonitor=false -c color.ui=false "$@"
+  env LC_ALL=C.UTF-8 LANGUAGE= GIT_EDITOR=true git --no-pager --literal-pathspecs \\
+    -c core.fsmonitor=false -c core.checkStat=minimal -c color.ui=false "$@"
 }
 g config user.name >/dev/null || {
   [ -n "$name" ] && export GIT_AUTHOR_NAME="$name" GIT_COMMITTER_NAME="$name"
