@@ -343,3 +343,17 @@ async def test_the_toolset_is_offered_only_in_a_git_repository(tmp_path: Path, r
     plain = tmp_path / "plain"
     plain.mkdir()
     assert await toolset.get_tools(ToolContext(workspace=plain)) == []
+
+
+async def test_switch_to_a_branch_only_the_remote_has_makes_it_from_the_remote_one(
+    tmp_path: Path, repo: Path, sandbox: BubblewrapSandbox
+) -> None:
+    git(repo, "branch", "feature")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(repo), str(clone))
+    result = await call(
+        git_branch, ToolContext(workspace=clone, sandbox=sandbox), action="switch", name="feature"
+    )
+    assert not result.is_error, result.content
+    assert git(clone, "branch", "--show-current").strip() == "feature"
+    assert git(clone, "rev-parse", "feature") == git(clone, "rev-parse", "origin/feature")

@@ -176,12 +176,13 @@ async def git_branch(
     if action == "switch":
         if start is not None:
             raise ToolError("start is only for action 'create'; to switch, pass only the name.")
-        arguments = ["switch", "--no-guess", "--end-of-options", branch]
+        arguments = ["switch", "--end-of-options", branch]
     else:
         arguments = ["switch", "--create", branch, "--end-of-options"]
         if start is not None:
             arguments.append(check_revision(start, "start"))
-    result = await run_git(ctx, git_argv(*arguments), writable=True)
+    # No upstream is recorded: .git/config is read-only in the sandbox (git would say it tracks one).
+    result = await run_git(ctx, git_argv("-c", "branch.autoSetupMerge=false", *arguments), writable=True)
     _raise_unless_ok(result, f"git_branch {action}", hint=_switch_hint(result.output, branch))
     return result.output.strip() or f"on branch {branch}"
 

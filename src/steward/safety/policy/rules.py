@@ -8,7 +8,9 @@ against depends on the tool:
   (quotes removed, wrappers such as ``sudo``/``env``/``timeout`` and ``bash -c`` unwrapped);
   ``*`` matches anything;
 * file tools: the path, relative to the workspace; ``**`` spans directories, ``*`` does not;
-* any other tool: its arguments as compact JSON (or its only string argument).
+* any other tool: its arguments as compact JSON (or its only string argument);
+* a flag of a typed tool (:data:`FLAGS`: ``git_commit(no_verify)``, ``git_push(force)``): the
+  calls that set it true. Such a call runs only when an allow rule names the flag.
 
 Order: a **deny** that matches any part wins; then an **ask** that matches any part; an
 **allow** applies only when allow rules match *every* part of a compound command (``allow
