@@ -263,6 +263,22 @@ class RewindEvent(Event):
     undo_checkpoint: int
 
 
+# --- continuation (issue 23): a run that said it was done is asked once more -----------------
+@dataclass(slots=True)
+class ContinuationEvent(Event):
+    """A run ended with an answer while its plan or task list had open items, or the configured
+    verifier failed (``steward.continuation``). ``asked``: the agent was asked "are you done?"
+    and the run goes on; False: the bound (``[limits] max_continuations``) was reached and the
+    run ends ``partial``."""
+
+    type: ClassVar[str] = "continuation"
+    number: int  # continuations asked so far in the run, this one included
+    asked: bool
+    reasons: list[str]  # what is not done, one line each
+    message: str  # what the agent was told ("" when not asked)
+    verifier_exit: int | None = None  # the verifier's exit code (None: none ran, or it timed out)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -286,6 +302,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DoneEvent,
         ModeEvent,
         RewindEvent,
+        ContinuationEvent,
     )
 }
 

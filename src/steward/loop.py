@@ -72,6 +72,7 @@ class Loop:
         self.stamp: Callable[[ev.Event], None] | None = None
         self.modes: rs.ModeSource = rs.NO_SWITCH  # mode switches asked while it runs (a step takes them)
         self.step_spec = AGENT_STEP_SPEC  # the agent_step tool offered: full or compact (``steward.phases``)
+        self.ending: Callable[[Loop, Items], Items] | None = None  # an answer's ending checked (continuation)
 
     def emit(self, event: ev.Event) -> ev.Event:
         st = self.state
@@ -93,7 +94,7 @@ class Loop:
             if (mode := self.modes.take()) is not None:
                 yield self.emit(ev.ModeEvent(mode=mode))
             steps = self._resume() if self.state.resume is not None else self._step()
-            async for item in steps:
+            async for item in steps if self.ending is None else self.ending(self, steps):
                 if isinstance(item, ev.Event):
                     yield item
                 else:

@@ -6,8 +6,8 @@ toolset is a stack: built-in, user and MCP tools under the persona's allowlist a
 switch, rules and discovery (described briefly with ``prompt = "compact"``), checkpoints, then
 the guard and the policy, with secret values redacted outermost. With a store, the memory tools
 (core blocks, ``search_history``, and ``remember``/``recall``/``forget`` over long-term memory)
-are among them; the embedder ``[memory] embedder`` names is shared by memory recall, tool
-discovery and the skill and rule searches.
+are among them, and ``note`` with the built-in tools, as ``tasks`` is; the embedder ``[memory]
+embedder`` names is shared by memory recall, tool discovery and the skill and rule searches.
 """
 
 from __future__ import annotations
@@ -241,6 +241,7 @@ class AgentKit:
                 parts.append(FunctionToolset(self._user_tools))
             parts.extend(self._toolsets)
             parts.append(recall_toolset())
+            parts.extend(self._work_notes())  # tasks, note (issue 23)
             memory = self.core_memory
             if memory is not None:
                 from steward.memory.blocks import memory_toolset
@@ -295,6 +296,21 @@ class AgentKit:
             self._checkpointed = CheckpointToolset(offered, self.checkpointer)
             self._toolset = self._guarded(self.policy)
         return self._toolset
+
+    def _work_notes(self) -> list[Toolset]:
+        """``tasks`` (the run's checklist beside its plan) and, with a store, ``note`` (what later
+        runs see on what they touch): ``steward.memory.tasks`` and ``steward.memory.notes``. Built-in
+        tools, so an agent made without them may have its own of these names."""
+        if not self._builtin_tools:
+            return []
+        from steward.memory.tasks import TasksToolset
+
+        made: list[Toolset] = [TasksToolset()]
+        if self.store is not None:
+            from steward.memory.notes import notes_toolset
+
+            made.append(notes_toolset(self.store))
+        return made
 
     def _guarded(self, policy: Policy) -> Toolset:
         """The agent's tools behind the guard and ``policy`` (a continued run's may be its own)."""

@@ -18,9 +18,11 @@ from steward.agent.kit import AgentKit
 from steward.answers import check_schema, schema_prompt
 from steward.config import Limits
 from steward.context import ContextBuilder
+from steward.continuation import Continuation, VerifierToolset
 from steward.errors import ConfigError, StewardError
 from steward.events import RunStart
 from steward.loop import Loop
+from steward.memory.tasks import TASKS_KEY
 from steward.memory.working import WorkingMemory
 from steward.models.base import AssistantMessage, ToolSpec
 from steward.ownership import process_owner
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from steward.events import Event
     from steward.memory.archival import Archivist, LongTermAccess
     from steward.memory.compression import Compressor
+    from steward.memory.notes import NoteBoard
     from steward.memory.session import History
     from steward.recovery import Recovered
     from steward.safety.policy.rules import Policy
@@ -232,9 +235,16 @@ class AgentRuns(AgentKit):
             persona=self.persona.name if self.persona else "",
             user=user or self.config.memory.user or "local",
         )
+        # --- notes, tasks and continuation (issue 23) ---
+        ctx.scope(TASKS_KEY, lambda: memory.tasks)  # the tasks tool and the view share the list
+        notes = self._note_board(ws, rid)
+        memory.notes = notes
+        toolset = self._guarded(rules)
+        if lim.verify:
+            toolset = VerifierToolset(toolset, lim.verify)
         loop = _Loop(
             model=model,
-            toolset=self._guarded(rules),
+            toolset=toolset,
             static_prompt=static,
             state=state,
             context=ContextBuilder(budget_settings(self.config, lim)),
@@ -244,11 +254,24 @@ class AgentRuns(AgentKit):
         loop.core_memory = self.core_memory
         loop.step_spec = self._step_spec
         loop.long_term, loop.archivist = self.long_term, self.archivist(ctx.user)
+        loop.notes = notes
+        if lim.verify or lim.max_continuations:
+            loop.ending = Continuation(lim.verify, lim.max_continuations, lambda: rules.mode).checked
         return Run(
             loop, model_name=model.name, max_steps=lim.max_steps, remember=self._remembering(rules),
             store=self.store, prepare=self.prepare, persona=self.persona.name if self.persona else "",
             fence=fence, modes=ModeSwitch(rules),
         )  # fmt: skip
+
+    def _note_board(self, workspace: Path, run_id: str) -> NoteBoard | None:
+        """The notes the run may see (``steward.memory.notes``): with a store, unless
+        ``[memory] notes_chars`` is 0."""
+        if self.store is None or self.config.memory.notes_chars <= 0:
+            return None
+        from steward.memory.notes import NoteBoard, NoteStore
+
+        budget = self.config.memory.notes_chars
+        return NoteBoard(NoteStore(self.store.engine), str(workspace.resolve()), run_id, budget)
 
     def _remembering(self, policy: Policy) -> Callable[[str], None]:
         """ "Approve always" for a run under ``policy``: the rule holds for the agent and the run."""
@@ -289,6 +312,7 @@ class _Loop(Loop):
 
     long_term: LongTermAccess | None = None
     archivist: Archivist | None = None
+    notes: NoteBoard | None = None  # read when the run starts or resumes
 
     @property
     def compressor(self) -> Compressor:
@@ -306,6 +330,8 @@ class _Loop(Loop):
 
     async def run(self) -> AsyncIterator[Event]:
         ended = False
+        if self.notes is not None:
+            await self.notes.load()
         try:
             async for event in super().run():
                 yield event

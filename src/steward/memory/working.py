@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from steward.events import Event, KeyFactEvent, PlanEvent
+from steward.memory.tasks import TaskList
 
 if TYPE_CHECKING:
     from steward.phases import AgentStep
@@ -132,6 +133,13 @@ class Folded:
         )
 
 
+class NotesSection(Protocol):
+    """Notes left by earlier runs on what this run touches (``steward.memory.notes``)."""
+
+    def render(self, memory: WorkingMemory) -> str:
+        """The view's ``[Notes]`` section ("" when nothing touched has a note)."""
+
+
 @dataclass(slots=True)
 class WorkingMemory:
     run_id: str
@@ -139,6 +147,10 @@ class WorkingMemory:
     steps: list[Step] = field(default_factory=list)
     errors: list[ErrorEntry] = field(default_factory=list)
     facts: list[Fact] = field(default_factory=list)
+    #: The agent's own checklist (the ``tasks`` tool), beside the plan.
+    tasks: TaskList = field(default_factory=TaskList)
+    #: Notes on the files, jobs and runs this run touches; None: no store to read them from.
+    notes: NotesSection | None = None
     #: The newest step entries listed in the view; the rest are folded as the run goes.
     view_steps: int = VIEW_STEPS
     _folded: Folded = field(default_factory=Folded, repr=False, compare=False)
@@ -234,8 +246,12 @@ class WorkingMemory:
         parts = ["--- Agent Working Memory ---"]
         if self.plan is not None:
             parts.append(_render_plan(self.plan))
+        if self.tasks.items:
+            parts.append(self.tasks.render())
         if self.facts:
             parts.append(_render_facts(self.facts))
+        if self.notes is not None and (notes := self.notes.render(self)):
+            parts.append(notes)
         if self.steps:
             parts.append(self._render_steps(output, first_step_shown))
         parts.append(_render_errors(self.errors, self._open))

@@ -260,6 +260,22 @@ workers = sa.Table(
 )
 
 
+# --- notes (migration 10, issue 23): annotations on a file, a job or a run, per workspace ---
+notes = sa.Table(
+    "notes",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("workspace", sa.Text, nullable=False),  # the resolved folder: notes never cross it
+    sa.Column("about", sa.Text, nullable=False),  # "file:src/app.py" | "run:<id>" (a job's run has its id)
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=True),  # the run that wrote it (None: written by a person)
+    sa.Column("persona", sa.Text, nullable=False, server_default=""),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Index("ix_notes_about", "workspace", "about", "created_at"),
+    sa.Index("ix_notes_run", "run_id"),
+)
+
+
 def _v1_runs_and_events(conn: Connection) -> None:
     # The tables as version 1 made them (later columns come from later migrations).
     sa.Table(
@@ -365,6 +381,10 @@ def _v9_long_term_memory(conn: Connection) -> None:
         conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_memory_tsv ON memory_items USING gin (tsv)"))
 
 
+def _v10_notes(conn: Connection) -> None:
+    notes.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_runs_and_events,
     _v2_resume_sessions_memory,
@@ -375,6 +395,7 @@ MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v7_channel_signatures,
     _v8_workers,
     _v9_long_term_memory,
+    _v10_notes,
 )
 LATEST_VERSION = len(MIGRATIONS)
 
