@@ -2,12 +2,16 @@
 
 Where ``CREATE EXTENSION vector`` works, ``memory_vectors`` also keeps each vector in a ``vector``
 column and a search is cosine distance in SQL, under the query's own WHERE, so the scope filter is
-the database's. The keyword list ranks ``tsvector`` matches with ``ts_rank``.
+the database's: through an HNSW index per model for a large scope, exactly for a small one. The
+keyword list ranks ``tsvector`` matches with ``ts_rank``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import math
+import time
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -44,8 +48,42 @@ def vector_literal(vector: Vector) -> str:
     return "[" + ",".join(repr(float(x)) for x in np.asarray(vector, dtype=np.float32).reshape(-1)) + "]"
 
 
+#: A search whose scope (with its filters) holds at most this many items, or this share of all
+#: items, is an exact scan: the HNSW graph would have to walk past the other scopes' vectors to
+#: find enough of its own, where the exact scan reads only these.
+EXACT_MAX_ITEMS = 2_000
+EXACT_SHARE = 0.02
+#: HNSW's candidate list per search (``hnsw.ef_search``): this many times the results asked for,
+#: within pgvector's bounds.
+EF_FACTOR = 2
+_EF_RANGE = (40, 1_000)
+#: How long a process trusts what it read of the catalogue (the store's size, a missing index).
+_CATALOGUE_S = 60.0
+#: pgvector's first version with iterative index scans (a filtered search that does not starve).
+_ITERATIVE = (0, 8, 0)
+
+
+def sql_string(value: str) -> str:
+    """``value`` as an SQL string literal. Safe only with ``standard_conforming_strings`` on
+    (``choose_index`` checks it): a backslash is then an ordinary character, and a doubled quote
+    is the only escape, so no value can end the literal early."""
+    if "\x00" in value:
+        raise ValueError("a NUL character cannot be in a PostgreSQL string")
+    return "'" + value.replace("'", "''") + "'"
+
+
+def hnsw_index_name(model: str, dim: int) -> str:
+    """The HNSW index of one model's vectors: a name from a hash, whatever the model is called."""
+    return "ix_memory_hnsw_" + hashlib.sha256(f"{model}\x00{dim}".encode()).hexdigest()[:16]
+
+
 class PgVectorIndex:
-    """Exact cosine search in PostgreSQL with pgvector, under the query's own WHERE.
+    """Cosine search in PostgreSQL with pgvector, under the query's own WHERE.
+
+    Each (model, dimension) gets a partial HNSW index on ``embedding::vector(dim)`` when its
+    vectors are first stored; a search over a scope of more than ``EXACT_MAX_ITEMS`` items walks
+    it with an iterative scan (the scope's join and filters stay in the same SQL), and a smaller
+    scope, or one the walk could not fill, is scanned exactly.
 
     Near-duplicate checks of a batch of new items compare each with every older item of its
     scope: one matrix product in NumPy, against a scan per item in SQL, so they use the NumPy
@@ -53,39 +91,128 @@ class PgVectorIndex:
 
     name = "pgvector"
 
-    def __init__(self) -> None:
+    def __init__(self, *, ann: bool = True) -> None:
         self._numpy = NumPyIndex()
+        self._ann = ann  # HNSW indexes made and used (pgvector >= 0.8, literals safe to write)
+        self._has_index: dict[tuple[str, int], tuple[bool, float]] = {}  # (model, dim): (found, when)
+        self._size: tuple[int, float] = (0, -math.inf)  # the store's items (estimate), when read
 
     async def search(self, conn: AsyncConnection, query: VectorQuery) -> list[tuple[int, float]]:
-        items, vectors = memory_items, memory_vectors
+        dim = int(query.vector.shape[-1])
+        if self._ann and await self._indexed(conn, query.model, dim) and not await self._small(conn, query):
+            hits = await self._nearest(conn, query, dim)
+            if len(hits) >= query.limit:
+                return hits
+        return await self._exact(conn, query, dim)
+
+    async def _nearest(self, conn: AsyncConnection, query: VectorQuery, dim: int) -> list[tuple[int, float]]:
+        """The HNSW walk, continued (``relaxed_order``) until ``limit`` rows pass the WHERE or
+        pgvector's ``hnsw.max_scan_tuples`` is reached; the settings last as the transaction."""
+        ef = min(max(query.limit * EF_FACTOR, _EF_RANGE[0]), _EF_RANGE[1])
+        await conn.execute(
+            sa.text(
+                "SELECT set_config('hnsw.ef_search', :ef, true), "
+                "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+            ),
+            {"ef": str(ef)},
+        )
+        typed: sa.ColumnElement[object] = sa.literal_column(f"memory_vectors.embedding::vector({dim})")
+        distance = typed.op("<=>")(sa.text(f"CAST(:target AS vector({dim}))"))
+        select = (
+            sa.select(memory_items.c.id, (1 - distance).label("similarity"))
+            .select_from(_joined(query.model))
+            # The index's own predicate, written as it: the planner matches it literally.
+            .where(
+                memory_vectors.c.model == sa.literal_column(sql_string(query.model)),
+                memory_vectors.c.dim == sa.literal_column(str(dim)),
+                *query.where,
+            )
+            .order_by(distance)
+            .limit(query.limit)
+        )
+        rows = (await conn.execute(select, {"target": vector_literal(query.vector)})).all()
+        # relaxed_order may return near-ties out of order: ordered here as the exact scan orders.
+        return sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda hit: (-hit[1], -hit[0]))
+
+    async def _exact(self, conn: AsyncConnection, query: VectorQuery, dim: int) -> list[tuple[int, float]]:
         embedding: sa.ColumnElement[object] = sa.literal_column("memory_vectors.embedding")
         distance = embedding.op("<=>")(sa.text("CAST(:target AS vector)"))
-        where = [*query.where, embedding.is_not(None)]
         similarity = (1 - distance).label("similarity")
         select = (
-            sa.select(items.c.id, similarity)
-            .select_from(
-                items.join(
-                    vectors,
-                    (vectors.c.content_hash == items.c.content_hash) & (vectors.c.model == query.model),
-                )
-            )
-            .where(*where)
-            .order_by(similarity.desc(), items.c.id.desc())  # by the output: one distance a row
+            sa.select(memory_items.c.id, similarity)
+            .select_from(_joined(query.model))
+            .where(*query.where, memory_vectors.c.dim == dim, embedding.is_not(None))
+            .order_by(similarity.desc(), memory_items.c.id.desc())  # by the output: one distance a row
             .limit(query.limit)
         )
         rows = (await conn.execute(select, {"target": vector_literal(query.vector)})).all()
         return [(int(row[0]), float(row[1])) for row in rows]
 
-    async def store(self, conn: AsyncConnection, model: str, vectors: Mapping[str, Vector]) -> None:
-        for digest, vector in vectors.items():
-            await conn.execute(
-                sa.text(
-                    "UPDATE memory_vectors SET embedding = CAST(:v AS vector) "
-                    "WHERE content_hash = :h AND model = :m"
-                ),
-                {"v": vector_literal(vector), "h": digest, "m": model},
+    async def _small(self, conn: AsyncConnection, query: VectorQuery) -> bool:
+        """Whether the items ``query.where`` selects are few enough for the exact scan: counted
+        only up to that bound, so the count costs what the exact scan would at most."""
+        bound = max(EXACT_MAX_ITEMS, int(await self._store_size(conn) * EXACT_SHARE))
+        some = sa.select(memory_items.c.id).where(*query.where).limit(bound + 1).subquery()
+        counted = (await conn.execute(sa.select(sa.func.count()).select_from(some))).scalar_one()
+        return int(counted) <= bound
+
+    async def _store_size(self, conn: AsyncConnection) -> int:
+        """The planner's estimate of the items stored (0 before the first ANALYZE), re-read each minute."""
+        size, when = self._size
+        if time.monotonic() - when > _CATALOGUE_S:
+            found = await conn.execute(
+                sa.text("SELECT reltuples FROM pg_class WHERE oid = 'memory_items'::regclass")
             )
+            size = max(int(found.scalar_one_or_none() or 0), 0)
+            self._size = (size, time.monotonic())
+        return size
+
+    async def _indexed(self, conn: AsyncConnection, model: str, dim: int) -> bool:
+        """Whether the HNSW index of (model, dim) exists; one not found is looked for again a
+        minute later (another process may have made it)."""
+        found, when = self._has_index.get((model, dim), (False, -math.inf))
+        if not found and time.monotonic() - when > _CATALOGUE_S:
+            name = hnsw_index_name(model, dim)
+            probe = sa.text("SELECT to_regclass(:name) IS NOT NULL")
+            found = bool((await conn.execute(probe, {"name": name})).scalar_one())
+            self._has_index[(model, dim)] = (found, time.monotonic())
+        return found
+
+    async def store(self, conn: AsyncConnection, model: str, vectors: Mapping[str, Vector]) -> None:
+        if not vectors:
+            return
+        await conn.execute(
+            sa.text(
+                "UPDATE memory_vectors AS v SET embedding = CAST(d.e AS vector) "
+                "FROM unnest(CAST(:hashes AS text[]), CAST(:vectors AS text[])) AS d(h, e) "
+                "WHERE v.content_hash = d.h AND v.model = :m"
+            ),
+            {"hashes": list(vectors), "vectors": [vector_literal(v) for v in vectors.values()], "m": model},
+        )
+        if self._ann:
+            for dim in sorted({int(np.asarray(v).reshape(-1).shape[0]) for v in vectors.values()}):
+                await self._make_index(conn, model, dim)
+
+    async def _make_index(self, conn: AsyncConnection, model: str, dim: int) -> None:
+        """The HNSW index of (model, dim), made in the writer's transaction when missing. Only the
+        holder of a transaction lock makes one: a second writer skips it rather than wait, which
+        could deadlock with the first (each holding the other's table lock)."""
+        if self._has_index.get((model, dim), (False, 0.0))[0]:
+            return
+        name = hnsw_index_name(model, dim)
+        if (await conn.execute(sa.text("SELECT to_regclass(:name) IS NULL"), {"name": name})).scalar_one():
+            if not (
+                await conn.execute(sa.text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": _LOCK})
+            ).scalar():
+                return
+            ddl = (
+                f"CREATE INDEX IF NOT EXISTS {name} ON memory_vectors "
+                f"USING hnsw ((embedding::vector({dim})) vector_cosine_ops) "
+                f"WHERE model = {sql_string(model)} AND dim = {dim}"
+            )
+            # Every colon escaped: in sa.text a colon and a word would be a parameter.
+            await conn.execute(sa.text(ddl.replace(":", "\\:")))
+        self._has_index[(model, dim)] = (True, time.monotonic())
 
     async def nearest_older(
         self, conn: AsyncConnection, query: VectorQuery, ids: Sequence[int]
@@ -96,8 +223,19 @@ class PgVectorIndex:
         self._numpy.note(key, change)
 
 
+#: The advisory lock (a number of our own) held by the transaction that makes an HNSW index.
+_LOCK = 0x5354_4557_484E_5357 & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def _joined(model: str) -> sa.Join:
+    items, vectors = memory_items, memory_vectors
+    return items.join(vectors, (vectors.c.content_hash == items.c.content_hash) & (vectors.c.model == model))
+
+
 async def choose_index(engine: AsyncEngine) -> VectorIndex:
-    """pgvector when the database is PostgreSQL and the extension can be created; else NumPy."""
+    """pgvector when the database is PostgreSQL and the extension can be created; else NumPy.
+    HNSW indexes are made and used from pgvector 0.8 (iterative scans), with literals written as
+    ``standard_conforming_strings`` reads them; before, every search is exact."""
     if engine.dialect.name != "postgresql":
         return NumPyIndex()
     try:
@@ -106,12 +244,21 @@ async def choose_index(engine: AsyncEngine) -> VectorIndex:
             await conn.execute(
                 sa.text("ALTER TABLE memory_vectors ADD COLUMN IF NOT EXISTS embedding vector")
             )
+            version = (
+                await conn.execute(sa.text("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
+            ).scalar_one()
+            strings = (await conn.execute(sa.text("SHOW standard_conforming_strings"))).scalar_one()
     except sa.exc.DBAPIError as exc:
         _log.info("pgvector is not available (%s); vectors are searched with NumPy", str(exc).splitlines()[0])
         return NumPyIndex()
-    index = PgVectorIndex()
+    index = PgVectorIndex(ann=_version(str(version)) >= _ITERATIVE and strings == "on")
     await _backfill(engine, index)
     return index
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = [part for part in text.split(".") if part.isdigit()]
+    return tuple(int(part) for part in parts)
 
 
 async def _backfill(engine: AsyncEngine, index: PgVectorIndex, batch: int = 500) -> None:
