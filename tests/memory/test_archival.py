@@ -6,7 +6,7 @@ in one run is recalled by the next, and never by a run of another user, persona 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +16,13 @@ from steward import Agent, ScriptedModel
 from steward.config import Config, MemorySettings, PolicySettings
 from steward.events import ApprovalGateEvent, Event, ToolResultEvent
 from steward.personas import Persona
-from steward.store.events import EventStore, open_store
+from steward.store.events import EventStore
 
 END = {"agent_step": {"phase": "end", "summary": "e", "end_status": "solved", "end_message": "finished"}}
 
 
 def call(tool: str, **args: Any) -> dict[str, Any]:
     return {"tool": tool, "args": args}
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[EventStore]:
-    opened = await open_store(db_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 @pytest.fixture

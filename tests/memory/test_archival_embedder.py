@@ -3,7 +3,7 @@ vectors): a remembered fact is embedded after the write, and that work is done w
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from steward import Agent, ScriptedModel
 from steward.config import load_config
 from steward.events import ToolResultEvent
-from steward.store.events import EventStore, open_store
+from steward.store.events import EventStore
 from steward.store.schema import memory_vectors
 from steward.testing.fake_llm import FakeLLMServer
 
@@ -34,15 +34,6 @@ def workspace(tmp_path: Path, embeddings: FakeLLMServer) -> Path:
         f'[memory]\nembedder = "openai:hash-embed"\n[models.openai]\nbase_url = "{embeddings.openai_base_url}"\n'
     )
     return ws
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[EventStore]:
-    opened = await open_store(db_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def vectors(store: EventStore) -> int:

@@ -3,11 +3,8 @@ a closed session's summary, and the turns a run folded to save context. No model
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from steward import Agent, FunctionModel, Limits, ScriptedModel, tool
 from steward.events import CompactionEvent, ToolResultEvent
@@ -15,18 +12,9 @@ from steward.memory.archival import LongTermAccess
 from steward.memory.longterm import Scope
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall
 from steward.sessions import Session
-from steward.store.events import EventStore, open_store
+from steward.store.events import EventStore
 
 END = {"agent_step": {"phase": "end", "summary": "e", "end_status": "solved", "end_message": "finished"}}
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[EventStore]:
-    opened = await open_store(db_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def recall_in(store: EventStore, workspace: Path, query: str) -> str:

@@ -28,9 +28,7 @@ from steward.models.base import (
 )
 from steward.models.openai_chat import OpenAIChatModel
 from steward.phases import AGENT_STEP_SPEC
-from steward.store.engine import make_engine
 from steward.store.events import open_store
-from steward.store.schema import migrate
 from steward.testing.fake_embed import HashEmbedder, hash_vectors
 from steward.testing.fake_llm import FakeLLMServer, FakeReply, FakeToolCall
 
@@ -52,19 +50,6 @@ class Counting(Model):
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         self.calls += 1
         yield ModelResponse(self.reply, Usage(input_tokens=900, output_tokens=100, requests=1))
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    database = sa.make_url(db_url).database
-    if db_url.startswith("sqlite") and database:
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(db_url)
-    await migrate(engine)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 def request(goal: str, *earlier: Any) -> ModelRequest:

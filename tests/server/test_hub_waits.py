@@ -16,16 +16,7 @@ import pytest
 from steward.events import ApprovalGateEvent, Event, StepStart, WaitingEvent
 from steward.jobs.api import Queue
 from steward.server.hub import EventHub
-from steward.store.events import EventStore, open_store
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[EventStore]:
-    opened = await open_store(db_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
+from steward.store.events import EventStore
 
 
 class Follower:
