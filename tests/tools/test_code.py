@@ -13,7 +13,7 @@ import pytest
 from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings
 from steward.tools.base import CombinedToolset, FunctionToolset, Tool, ToolContext, ToolResult, Toolset, tool
 from steward.tools.builtin import builtin_toolset
-from steward.tools.code import CodeToolset, code_tools
+from steward.tools.code import CodeToolset, code_tools, execute_code
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"
@@ -256,3 +256,11 @@ async def test_execute_code_alone_has_no_tools(workspace: Path, sandbox: Bubblew
     code = "try:\n    call_tool('read_file', path='a')\nexcept ToolCallError as e:\n    print(e)"
     result = await run_code(code, workspace, sandbox, toolset=_Listed())
     assert result.content == "No tools are available to this program."
+
+
+def test_the_model_sees_code_and_an_optional_time_limit() -> None:
+    spec = execute_code.spec
+    assert spec.name == "execute_code"
+    assert spec.parameters["required"] == ["code"]
+    assert set(spec.parameters["properties"]) == {"code", "timeout_s"}
+    assert "read_file(path=" in spec.description and "ToolCallError" in spec.description

@@ -1,12 +1,16 @@
 """Runs one ``execute_code`` program inside the sandbox (standalone: the standard library only).
 
-``python -I _code_runner.py DIR``: ``DIR`` holds ``program.py`` (the model's code),
-``tools.json`` (the run's tools: name and parameter names) and ``channel.sock`` (the host's
-end). Each tool becomes a plain function; calling it sends one frame (4-byte big-endian
-length, then JSON ``{"tool": ..., "arguments": {...}}``) and waits for the answer
-(``{"ok": bool, "output": str}``). The program runs like a notebook cell: when its last
-statement is an expression, its value is printed. An exception prints a traceback that shows
-only the program's own frames, with its line numbers.
+``python -I -S _code_runner.py DIR``: ``DIR`` holds ``program.py`` (the model's code),
+``tools.txt`` (the run's tools, one a line: the name, a tab, the parameter names separated by
+commas) and ``channel.sock`` (the host's end). Each tool becomes a plain function; calling it
+sends one frame (4-byte big-endian length, then JSON ``{"tool": ..., "arguments": {...}}``)
+and waits for the answer (``{"ok": bool, "output": str}``). The program runs like a notebook
+cell: when its last statement is an expression, its value is printed. An exception prints a
+traceback that shows only the program's own frames, with its line numbers.
+
+Start-up time is the tool's cost over ``bash``: only built-in modules are imported up front
+(``_ast`` rather than ``ast``); ``json`` and ``_socket`` come with the first tool call,
+``traceback`` with the first error.
 
 Nothing here is trusted by the host: the program can rewrite or bypass these functions and
 speak to the socket directly. The host decides on every call by itself.
@@ -14,20 +18,16 @@ speak to the socket directly. The host decides on every call by itself.
 
 from __future__ import annotations
 
-import ast
-import json
-import keyword
-import linecache
-import socket
-import struct
+import _ast
 import sys
-import traceback
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 PROGRAM = "<code>"
-_HEADER = struct.Struct(">I")
+_ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
 _MAX_ANSWER = 16 * 1024 * 1024  # the host caps its answers well below this
 
 
@@ -38,15 +38,19 @@ class ToolCallError(Exception):
 class _Channel:
     def __init__(self, path: str) -> None:
         self.path = path
-        self.sock: socket.socket | None = None
+        self.sock: Any = None
 
     def call(self, tool: str, arguments: dict[str, Any]) -> str:
+        import json
+
         if self.sock is None:
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            import _socket
+
+            self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             self.sock.connect(self.path)
         body = json.dumps({"tool": tool, "arguments": arguments}, default=str).encode()
-        self.sock.sendall(_HEADER.pack(len(body)) + body)
-        (size,) = _HEADER.unpack(self._read(_HEADER.size))
+        self.sock.sendall(len(body).to_bytes(4, "big") + body)
+        size = int.from_bytes(self._read(4), "big")
         if size > _MAX_ANSWER:
             raise ToolCallError(f"the host's answer is too large ({size} bytes)")
         answer = json.loads(self._read(size))
@@ -55,7 +59,6 @@ class _Channel:
         return str(answer.get("output", ""))
 
     def _read(self, size: int) -> bytes:
-        assert self.sock is not None
         chunks: list[bytes] = []
         left = size
         while left > 0:  # bounded: each pass reads at least one byte or stops
@@ -87,17 +90,21 @@ def _function(channel: _Channel, name: str, params: list[str]) -> Callable[..., 
 
 def _python_name(name: str) -> str:
     cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    if not cleaned or cleaned[0].isdigit() or keyword.iskeyword(cleaned):
-        cleaned = f"_{cleaned}"
-    return cleaned
+    return cleaned if cleaned.isidentifier() else f"_{cleaned}"
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as file:  # noqa: PTH123 - pathlib costs start-up time here
+        return file.read()
 
 
 def _namespace(directory: str) -> dict[str, Any]:
-    channel = _Channel(str(Path(directory) / "channel.sock"))
-    tools: dict[str, list[str]] = json.loads((Path(directory) / "tools.json").read_text(encoding="utf-8"))
+    channel = _Channel(f"{directory}/channel.sock")
     namespace: dict[str, Any] = {"__name__": "__main__", "ToolCallError": ToolCallError}
-    for name, params in tools.items():
-        namespace[_python_name(name)] = _function(channel, name, params)
+    for line in _read_text(f"{directory}/tools.txt").splitlines():
+        name, _, params = line.partition("\t")
+        if name:
+            namespace[_python_name(name)] = _function(channel, name, [p for p in params.split(",") if p])
 
     def call_tool(name: str, /, **arguments: Any) -> str:
         """Call the run's tool ``name`` by its exact name (for names that are not Python's)."""
@@ -108,21 +115,25 @@ def _namespace(directory: str) -> dict[str, Any]:
 
 
 def _run(source: str, namespace: dict[str, Any]) -> None:
-    tree = ast.parse(source, PROGRAM)
+    tree = compile(source, PROGRAM, "exec", _ONLY_AST)
     last = tree.body[-1] if tree.body else None
-    if isinstance(last, ast.Expr):  # a notebook cell: the last expression's value is shown
+    if isinstance(last, _ast.Expr):  # a notebook cell: the last expression's value is shown
         tree.body.pop()
     else:
         last = None
     exec(compile(tree, PROGRAM, "exec"), namespace)  # noqa: S102 - running the program is the point
     if last is not None:
-        value = eval(compile(ast.Expression(last.value), PROGRAM, "eval"), namespace)  # noqa: S307 - as above
+        value = eval(compile(_ast.Expression(last.value), PROGRAM, "eval"), namespace)  # noqa: S307 - as above
         if value is not None:
             sys.stdout.write(f"{value!r}\n")
 
 
-def _show_error(error: BaseException) -> None:
+def _show_error(error: BaseException, source: str) -> None:
     """The traceback of the program's own frames (none of this runner's)."""
+    import linecache
+    import traceback
+
+    linecache.cache[PROGRAM] = (len(source), None, source.splitlines(keepends=True), PROGRAM)
     shown = traceback.TracebackException.from_exception(error)
     frames = [frame for frame in shown.stack if frame.filename == PROGRAM]
     shown.stack = traceback.StackSummary.from_list(frames)
@@ -131,8 +142,7 @@ def _show_error(error: BaseException) -> None:
 
 def main() -> int:
     directory = sys.argv[1]
-    source = (Path(directory) / "program.py").read_text(encoding="utf-8")
-    linecache.cache[PROGRAM] = (len(source), None, source.splitlines(keepends=True), PROGRAM)
+    source = _read_text(f"{directory}/program.py")
     namespace = _namespace(directory)
     sys.argv = [PROGRAM]
     try:
@@ -140,7 +150,7 @@ def main() -> int:
     except SystemExit as stop:
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException as error:
-        _show_error(error)
+        _show_error(error, source)
         return 1
     finally:
         sys.stdout.flush()

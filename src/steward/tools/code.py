@@ -12,7 +12,10 @@ recorded as a call of the run with the id ``<parent id>.<n>`` (``steward.tools._
 A call that needs approval stops the program: the run waits for a human on that exact call
 (``Allow read_file {...}? (execute_code calls it: ...)``). Approved, the program runs again
 from the start with that one call approved (the approval is good once); denied, the model is
-told. What the first run did is recorded before the second's calls.
+told. What the first run did is recorded before the second's calls. (Pausing the program
+itself while a human decides is not possible: a waiting run may be resumed by another process.)
+If the process stops while the run waits, the program is not known any more: once approved,
+the approved call runs on its own and its output is the reply.
 """
 
 from __future__ import annotations
@@ -153,11 +156,18 @@ async def _private_dir(code: str, tools: Mapping[str, Sequence[str]]) -> AsyncIt
     directory = Path(tempfile.mkdtemp(prefix="steward-code-"))  # 0700: this user only
     try:
         (directory / "program.py").write_text(code, encoding="utf-8")
-        (directory / "tools.json").write_text(json.dumps(dict(tools)), encoding="utf-8")
+        # One a line: the name, a tab, the parameters (names a line cannot hold are left out:
+        # call_tool still reaches those tools by name).
+        listed = [f"{name}\t{','.join(params)}" for name, params in tools.items() if _plain(name, params)]
+        (directory / "tools.txt").write_text("\n".join(listed), encoding="utf-8")
         shutil.copyfile(RUNNER_SCRIPT, directory / "runner.py")
         yield directory
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _plain(name: str, params: Sequence[str]) -> bool:
+    return all(c not in text for text in (name, *params) for c in "\t\n\r,")
 
 
 async def run_program(code: str, ctx: ToolContext, timeout_s: float) -> ToolResult:
