@@ -399,6 +399,15 @@ def _memory_app() -> typer.Typer:
 app.add_typer(_memory_app(), name="memory")
 
 
+def _notes_app() -> typer.Typer:
+    from steward.cli.notes import notes_app  # notes on files, jobs and runs (issue 23)
+
+    return notes_app
+
+
+app.add_typer(_notes_app(), name="notes")
+
+
 def _mcp_app() -> typer.Typer:
     from steward.cli.mcp import mcp_app
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -77,14 +78,21 @@ def show(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Works
             if row is None:
                 return 2
             events = await store.events(row.id)
+            worked = await _tasks_and_notes(store, row.id, events)  # issue 23
         resumed = f" · resumed after {row.attempts} crash(es)" if row.attempts else ""
         status = row.end_status or row.status
         typer.echo(f"run {row.id} · {status} · started {_when(row.created_at)}{resumed}")
         typer.echo(f"goal: {row.goal}")
         for event in events:
-            line = _timeline_line(event.type, event.data())
+            # asked "are you done?" (issue 23), or the bound reached
+            render = (
+                _continuation_line if event.type == "continuation" else partial(_timeline_line, event.type)
+            )
+            line = render(event.data())
             if line:
                 typer.echo(f"{event.seq:>5}  {line}")
+        for line in worked:
+            typer.echo(line)
         if cached := run_cache_summary(events):  # what the model cache saved
             typer.echo(cached)
         if row.status == "waiting":
@@ -161,6 +169,30 @@ def _timeline_line(kind: str, d: dict[str, object]) -> str | None:  # noqa: PLR0
             return f"↶ rewound to checkpoint #{d['checkpoint']} (before step {d['step']}): {changed} files"
         case _:
             return None
+
+
+def _continuation_line(d: dict[str, object]) -> str:
+    reasons = d["reasons"]
+    why = _short("; ".join(map(str, reasons)) if isinstance(reasons, list) else reasons, 160)
+    if d["asked"]:
+        return f"          ↻ asked whether it is done (continuation {d['number']}): {why}"
+    return f"          ↻ not asked again after {d['number']} continuation(s): {why}"
+
+
+async def _tasks_and_notes(store: EventStore, run_id: str, events: list[Event]) -> list[str]:
+    """The run's task list (from its log) and the notes it left (``steward notes`` for all)."""
+    from steward.memory.notes import NoteStore
+    from steward.memory.tasks import tasks_from_events
+
+    lines: list[str] = []
+    tasks = tasks_from_events(events)
+    if tasks.items:
+        lines.append(tasks.render().replace("[Tasks]", "tasks:", 1))
+    written = await NoteStore(store.engine).list(run_id=run_id)
+    if written:
+        lines.append(f"notes left ({len(written)}):")
+        lines.extend(f"  #{n.id} [{n.about}] {_short(n.text, 160)}" for n in written)
+    return lines
 
 
 async def _find(store: EventStore, run_id: str) -> RunRow | None:
