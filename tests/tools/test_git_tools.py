@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from tests.tools.test_git_helpers import call, git, make_repo, sandbox_for_tests
 
+from steward.safety.checkpoints.wrapper import changes_files
 from steward.safety.sandbox.bubblewrap import BubblewrapSandbox
 from steward.tools.base import ToolContext, ToolSettings
 from steward.tools.git import (
@@ -357,3 +358,12 @@ async def test_switch_to_a_branch_only_the_remote_has_makes_it_from_the_remote_o
     assert not result.is_error, result.content
     assert git(clone, "branch", "--show-current").strip() == "feature"
     assert git(clone, "rev-parse", "feature") == git(clone, "rev-parse", "origin/feature")
+
+
+def test_only_branch_changes_are_checkpointed() -> None:
+    assert changes_files("git_branch", None, {"action": "create", "name": "x"})
+    assert changes_files("git_branch", None, {"action": "switch", "name": "x"})
+    assert not changes_files("git_branch", None, {"action": "list"})
+    assert not changes_files("git_branch", None, {})
+    assert changes_files("git_commit", None, {"message": "m"})
+    assert not changes_files("git_status", None, {})

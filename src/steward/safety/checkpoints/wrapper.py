@@ -26,8 +26,10 @@ CHANGES_FILES = frozenset({"bash", "write_file", "edit_file", "run_code", "git_c
 """Built-in tools that can change files (MCP tools: every one not marked read-only)."""
 
 
-def changes_files(name: str, spec: ToolSpec | None) -> bool:
+def changes_files(name: str, spec: ToolSpec | None, arguments: Mapping[str, Any] | None = None) -> bool:
     """Whether a call of this tool needs a checkpoint first."""
+    if name == "git_branch" and arguments is not None:
+        return bool(arguments.get("action", "list") != "list")  # listing branches changes nothing
     if name in CHANGES_FILES:
         return True
     return spec is not None and spec.origin.startswith("mcp:") and not spec.read_only
@@ -42,7 +44,7 @@ class CheckpointToolset(WrapperToolset):
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         spec = await self.wrapped.spec_of(name, ctx)
-        if not ctx.writable or not changes_files(name, spec):
+        if not ctx.writable or not changes_files(name, spec, arguments):
             return await self.wrapped.call_tool(name, arguments, ctx)
         checkpointer = self._checkpointer(ctx.workspace)
         async with _one_at_a_time(
