@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -367,3 +368,24 @@ def test_only_branch_changes_are_checkpointed() -> None:
     assert not changes_files("git_branch", None, {})
     assert changes_files("git_commit", None, {"message": "m"})
     assert not changes_files("git_status", None, {})
+
+
+async def test_status_lists_conflicts_after_a_failed_merge(ctx: ToolContext, repo: Path) -> None:
+    git(repo, "switch", "-q", "-c", "theirs")
+    (repo / "README.md").write_text("theirs\n")
+    git(repo, "commit", "-q", "-am", "Theirs")
+    git(repo, "switch", "-q", "main")
+    (repo / "README.md").write_text("ours\n")
+    git(repo, "commit", "-q", "-am", "Ours")
+    subprocess.run(["git", "-C", str(repo), "merge", "-q", "theirs"], capture_output=True, check=False)
+    content = (await call(git_status, ctx)).content
+    assert "conflicts (1):\n  both modified: README.md" in content
+
+
+async def test_status_escapes_control_characters_in_file_names(ctx: ToolContext, repo: Path) -> None:
+    (repo / "evil\x1b[2Jname.txt").write_text("x")
+    (repo / "café.txt").write_text("x")
+    content = (await call(git_status, ctx)).content
+    assert "\x1b" not in content
+    assert "evil\\x1b[2Jname.txt" in content
+    assert "café.txt" in content
