@@ -27,7 +27,7 @@ from steward.server.errors import ApiError, install_error_handlers
 from steward.server.hub import EventHub
 from steward.server.limits import RequestLimits
 from steward.server.outbox import Outbox
-from steward.server.routes import channels, jobs, memory, runs, sessions, system
+from steward.server.routes import channels, jobs, memory, notes, runs, sessions, system
 from steward.server.state import ServerOptions, ServerState
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def create_app(options: ServerOptions) -> FastAPI:
     )
     install_error_handlers(app)
     routers = (system.status, sessions.router, runs.router, jobs.router, memory.router, system.router)
-    for router in (*routers, channels.router):
+    for router in (*routers, notes.router, channels.router):  # notes: issue 23
         app.include_router(router)
     _page_routes(app)
     _docs_routes(app)
