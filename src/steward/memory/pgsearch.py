@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from steward.embed.base import from_bytes
@@ -29,9 +30,11 @@ _log = logging.getLogger(__name__)
 def keyword_select(
     terms: Sequence[str], where: Sequence[sa.ColumnElement[bool]], columns: Sequence[sa.ColumnElement[Any]]
 ) -> sa.Select[Any]:
-    """The items whose ``tsvector`` matches any of ``terms`` under ``where``, best first."""
+    """The items whose ``tsvector`` matches any of ``terms`` under ``where``, best first; words
+    found in more than ``COMMON_SHARE`` of the items are left out when rarer ones are there
+    (``selective_query``)."""
     items = memory_items
-    tsquery = sa.func.websearch_to_tsquery(sa.literal_column("'english'"), " or ".join(terms))
+    tsquery = sa.func.websearch_to_tsquery(sa.literal_column("'english'"), selective_query(terms))
     tsv: sa.ColumnElement[object] = sa.literal_column("memory_items.tsv")
     return (
         sa.select(*columns)
@@ -41,6 +44,47 @@ def keyword_select(
         # with ts_rank_cd to .86, and the fused list from .79 to .89.
         .order_by(sa.func.ts_rank(tsv, tsquery, 1).desc(), items.c.updated_at.desc(), items.c.id.desc())
     )
+
+
+# Each word's share of the items is read from the planner's statistics of the tsv column
+# (``most_common_elems``, kept by ANALYZE): a catalogue read, where counting a common word's
+# matches would read thousands of rows. A word PostgreSQL drops (no lexeme) is never the one
+# kept alone; a store under 200 items (or never analysed) keeps every word, as on SQLite.
+_SELECTIVE = """
+(WITH common AS (
+    SELECT e.lexeme, e.freq
+    FROM pg_stats AS s,
+         unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(lexeme, freq)
+    WHERE s.schemaname = current_schema() AND s.tablename = 'memory_items' AND s.attname = 'tsv'
+), words AS (
+    SELECT t.term, t.n,
+           cardinality(l.lexemes) > 0
+           AND coalesce((SELECT max(c.freq) FROM common AS c WHERE c.lexeme = ANY(l.lexemes)), 0)
+               <= :common_share AS rare
+    FROM unnest(CAST(:terms AS text[])) WITH ORDINALITY AS t(term, n),
+         LATERAL (SELECT tsvector_to_array(to_tsvector('english', t.term)) AS lexemes) AS l
+)
+SELECT CASE
+    WHEN (SELECT reltuples FROM pg_class WHERE oid = 'memory_items'::regclass) >= 200
+    THEN coalesce(string_agg(term, ' or ' ORDER BY n) FILTER (WHERE rare),
+                  string_agg(term, ' or ' ORDER BY n))
+    ELSE string_agg(term, ' or ' ORDER BY n)
+END
+FROM words)
+"""
+
+
+def selective_query(terms: Sequence[str]) -> sa.ColumnElement[str]:
+    """``terms`` OR-ed for ``websearch_to_tsquery``, without the words found in more than
+    ``COMMON_SHARE`` of the items when rarer ones are there: ts_rank must score every item a
+    word matches, and a common word adds little to the order (SQLite: ``_selective_terms``)."""
+    from steward.memory.hybrid import COMMON_SHARE
+
+    chosen = sa.text(_SELECTIVE).bindparams(
+        sa.bindparam("terms", list(terms), type_=postgresql.ARRAY(sa.Text)),
+        sa.bindparam("common_share", COMMON_SHARE, type_=sa.Float),
+    )
+    return sa.cast(chosen.columns(sa.column("q", sa.Text)).scalar_subquery(), sa.Text)
 
 
 def vector_literal(vector: Vector) -> str:

@@ -1,0 +1,63 @@
+"""PostgreSQL's keyword list leaves out words found in most items when rarer ones are there, as
+SQLite's does: each word's share read from the planner's statistics of the tsv column."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+from tests.memory.conftest import Clock
+
+from steward.memory.batch import NewItem
+from steward.memory.longterm import LongTermMemory, Scope
+from steward.memory.pgsearch import selective_query
+
+HOME = Scope(user="ada", persona="", workspace="/projects/app")
+
+
+async def _chosen(engine: AsyncEngine, terms: list[str]) -> str:
+    async with engine.connect() as conn:
+        return str((await conn.execute(sa.select(selective_query(terms)))).scalar_one())
+
+
+async def _analyze(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(sa.text("ANALYZE memory_items"))
+
+
+async def test_common_words_are_left_out_when_rarer_ones_are_there(engine: AsyncEngine, clock: Clock) -> None:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's keyword ranking")
+    memory = LongTermMemory(engine, clock=clock)
+    await memory.remember_many(HOME, [NewItem(f"note {n} about the weekly reports") for n in range(300)])
+    target = await memory.remember(HOME, "the weekly report goes to Grace on Fridays")
+    await _analyze(engine)
+    assert await _chosen(engine, ["weekly", "report", "grace"]) == "grace"
+    assert await _chosen(engine, ["weekly", "reporting"]) == "weekly or reporting"  # all common: all kept
+    # A word PostgreSQL drops (it has no lexeme) is never kept alone.
+    assert await _chosen(engine, ["weekly", "the"]) == "weekly or the"
+    found = await memory.recall(HOME, "who gets the weekly report, Grace?", k=3)
+    assert found[0].item.id == target.item.id
+
+
+async def test_a_small_or_unanalysed_store_keeps_every_word(engine: AsyncEngine, clock: Clock) -> None:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's keyword ranking")
+    memory = LongTermMemory(engine, clock=clock)
+    await memory.remember_many(HOME, [NewItem(f"note {n} about the weekly report") for n in range(300)])
+    assert await _chosen(engine, ["weekly", "grace"]) == "weekly or grace"  # no statistics yet
+    async with engine.begin() as conn:
+        await conn.execute(sa.text("DELETE FROM memory_items WHERE id > 50"))
+    await _analyze(engine)
+    assert await _chosen(engine, ["weekly", "grace"]) == "weekly or grace"  # 50 items
+
+
+async def test_a_query_of_operators_and_quotes_is_only_words(engine: AsyncEngine, clock: Clock) -> None:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's keyword ranking")
+    memory = LongTermMemory(engine, clock=clock)
+    await memory.remember_many(HOME, [NewItem(f"note {n} about the weekly report") for n in range(300)])
+    await memory.remember(HOME, "O'Brien's key is under the mat")
+    await _analyze(engine)
+    found = await memory.recall(HOME, "weekly' OR 1=1); -- brien's key:*", k=3)
+    assert found[0].item.text == "O'Brien's key is under the mat"
