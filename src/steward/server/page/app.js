@@ -260,6 +260,8 @@ class RunView {
       planGoal: part('plan-goal'),
       plan: part('plan'),
       facts: part('facts'),
+      tasks: part('tasks'),
+      notes: part('notes'),
       chart: part('chart'),
       timeline: part('timeline'),
       graphPanel: part('graph-panel'),
@@ -410,7 +412,7 @@ class RunView {
       case 'plan': return this.onPlan(d);
       case 'key_fact': return this.onFact(d);
       case 'tool_use': return this.onToolUse(event, d);
-      case 'tool_result': return this.onToolResult(event, d);
+      case 'tool_result': this.onWorkResult(d); return this.onToolResult(event, d);
       case 'signal': return this.add(event, `signal ${d.level}`, d.message);
       case 'error': return this.add(event, d.recoverable ? 'error recoverable' : 'error', `${d.code}: ${d.message}`);
       case 'waiting': return this.onWaiting(event, d);
@@ -420,6 +422,7 @@ class RunView {
       case 'compaction': return this.add(event, 'muted', `context compacted (${d.kind} ${d.ref}, ${d.chars_before} chars)`);
       case 'mode': return this.onMode(event, d);
       case 'rewind': return this.add(event, 'muted', `workspace rewound to checkpoint ${d.checkpoint}`);
+      case 'continuation': return this.onContinuation(event, d);
       case 'done': return this.onDone(event, d);
       default: return this.add(event, 'muted', `${event.type} ${short(JSON.stringify(d), 160)}`);
     }
@@ -633,7 +636,35 @@ class RunView {
     this.add(event, `done ${d.status}`, `run ${d.status}${d.end_status ? ` (${d.end_status})` : ''}`);
     this.scheduleChart();
     if (this.dom.graphPanel.open) this.loadGraph();
+    this.loadWork();
     refreshSoon();
+  }
+
+  // ---- tasks, notes and continuations (issue 23)
+
+  /** A tasks or note call changed what the run keeps: fetch it again. */
+  onWorkResult(d) {
+    if (d.tool === 'tasks' || d.tool === 'note') this.loadWork();
+  }
+
+  onContinuation(event, d) {
+    const why = (d.reasons || []).join('; ');
+    const said = d.asked
+      ? `asked whether it is done (continuation ${d.number}): ${why}`
+      : `not asked again after ${d.number} continuation(s): ${why}`;
+    return this.add(event, d.asked ? 'signal warning continuation' : 'muted continuation', said);
+  }
+
+  async loadWork() {
+    try {
+      const work = await api(`v1/runs/${encodeURIComponent(this.id)}/work`, { signal: this.abort.signal });
+      const tasks = work.tasks.map((t) => el('li', { class: t.done ? 'task done' : 'task', text: `${t.done ? '✓' : '○'} ${t.id}. ${t.text}` }));
+      this.dom.tasks.replaceChildren(...(tasks.length ? tasks : [el('li', { class: 'muted', text: 'No tasks.' })]));
+      const notes = work.notes.map((n) => el('li', { class: 'note', text: `#${n.id} [${n.about}] ${n.text}` }));
+      this.dom.notes.replaceChildren(...(notes.length ? notes : [el('li', { class: 'muted', text: 'No notes.' })]));
+    } catch (err) {
+      report(err);
+    }
   }
 
   // ---- relation graph
