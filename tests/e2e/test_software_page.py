@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
-from tests.server.kit.server_kit import Deployment, Server
 from tests.tools.test_forge_repo import FORGE_URL, git
+
+# The server tests' kit, imported as they import it (`server_kit`, on mypy's path too).
+sys.path.insert(0, str(Path(__file__).parents[1] / "server" / "kit"))
+from server_kit import Deployment, Server
 
 CHROMIUM = shutil.which("chromium")
 WAIT_MS = 30_000
