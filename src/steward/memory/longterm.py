@@ -296,48 +296,45 @@ class LongTermMemory:
         expires_at = None if ttl_s is None else now + ttl_s
         clean_tags = normalise_tags(tags)
         digest = content_hash(text)
+        values = {
+            "scope_user": scope.user,
+            "scope_persona": scope.persona,
+            "scope_workspace": scope.workspace,
+            "kind": kind,
+            "text": text,
+            "tags": tags_column(clean_tags),
+            "content_hash": digest,
+            "run_id": run_id,
+            "session_id": session_id,
+            "created_at": now,
+            "updated_at": now,
+            "expires_at": expires_at,
+            "hidden_at": None,
+            "merged": 1,
+        }
+        same_text = [*scope_where(scope), *visible_where(now), memory_items.c.content_hash == digest]
         async with write_transaction(self._engine) as conn:
-            same = (
-                (
-                    await conn.execute(
-                        sa.select(*ITEM_COLUMNS)
-                        .where(
-                            *scope_where(scope), *visible_where(now), memory_items.c.content_hash == digest
+            # A new text (the usual case) is one statement: inserted unless already visible here.
+            new_id = (await conn.execute(_insert_unless(values, same_text))).scalar_one_or_none()
+            if new_id is not None:
+                item = row_item({**values, "id": new_id})
+                change = await _change(conn, scope)
+                await self._known_vector(conn, item, change)
+            else:
+                same = (
+                    (
+                        await conn.execute(
+                            sa.select(*ITEM_COLUMNS).where(*same_text).order_by(memory_items.c.id).limit(1)
                         )
-                        .order_by(memory_items.c.id)
-                        .limit(1)
                     )
+                    .mappings()
+                    .one()
                 )
-                .mappings()
-                .one_or_none()
-            )
-            if same is not None:
                 item = await fold_into(conn, row_item(same), clean_tags, now, expires_at=expires_at, count=1)
                 change = await _change(conn, scope)
                 change.expires[item.id] = _expiry(item.expires_at)
-            else:
-                values = {
-                    "scope_user": scope.user,
-                    "scope_persona": scope.persona,
-                    "scope_workspace": scope.workspace,
-                    "kind": kind,
-                    "text": text,
-                    "tags": tags_column(clean_tags),
-                    "content_hash": digest,
-                    "run_id": run_id,
-                    "session_id": session_id,
-                    "created_at": now,
-                    "updated_at": now,
-                    "expires_at": expires_at,
-                    "hidden_at": None,
-                    "merged": 1,
-                }
-                insert = memory_items.insert().values(**values).returning(memory_items.c.id)
-                item = row_item({**values, "id": (await conn.execute(insert)).scalar_one()})
-                change = await _change(conn, scope)
-                await self._known_vector(conn, item, change)
         self._note(scope, change)
-        return Written(item, merged=same is not None)
+        return Written(item, merged=new_id is None)
 
     async def remember_many(self, scope: Scope, items: Sequence[NewItem]) -> list[Written]:
         """``remember`` for many items in one transaction: each is checked first (an error names
@@ -754,6 +751,17 @@ async def _change(conn: AsyncConnection, scope: Scope) -> CacheChange:
 def _insert(dialect: str, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
     """An INSERT that can say what to do on a conflict (both engines spell it the same)."""
     return postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+
+
+def _insert_unless(values: Mapping[str, object], same: Sequence[sa.ColumnElement[bool]]) -> sa.Insert:
+    """INSERT ``values`` into ``memory_items`` unless a row matches ``same``; RETURNING its id."""
+    items = memory_items
+    row = sa.select(*(sa.literal(value, items.c[name].type).label(name) for name, value in values.items()))
+    return (
+        items.insert()
+        .from_select(list(values), row.where(~sa.select(items.c.id).where(*same).exists()))
+        .returning(items.c.id)
+    )
 
 
 def _expiry(expires_at: float | None) -> float:
