@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from steward import events as ev
 from steward import run_state as rs
 from steward.models.base import ToolSpec
-from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
+from steward.tools.base import FunctionToolset, ToolContext, ToolResult, Toolset, WrapperToolset
 from steward.tools.shell import bash
 
 if TYPE_CHECKING:
@@ -54,17 +54,23 @@ _VERIFY_SPEC = ToolSpec(
 
 
 class VerifierToolset(WrapperToolset):
-    """``wrapped`` plus the hidden ``verify_work`` tool, which runs ``command`` like ``bash``."""
+    """``wrapped`` plus the hidden ``verify_work`` tool, which runs ``command`` like ``bash``.
 
-    def __init__(self, wrapped: Toolset, command: str) -> None:
+    ``checker`` is where the command runs: ``bash`` alone, wrapped as the agent's tools are in
+    what must hold for any output (its secret values redacted: ``steward.agent.runs``); the
+    policy is not asked, the command being the user's configuration, not the model's.
+    """
+
+    def __init__(self, wrapped: Toolset, command: str, checker: Toolset | None = None) -> None:
         super().__init__(wrapped)
         self.command = command
+        self.checker = checker if checker is not None else FunctionToolset([bash])
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         if name != VERIFY_TOOL:
             return await self.wrapped.call_tool(name, arguments, ctx)
         # The arguments are ignored: the tool runs the user's command, never one it is given.
-        return await bash.call({"command": self.command}, ctx)
+        return await self.checker.call_tool(bash.name, {"command": self.command}, ctx)
 
     async def spec_of(self, name: str, ctx: ToolContext) -> ToolSpec | None:
         return _VERIFY_SPEC if name == VERIFY_TOOL else await self.wrapped.spec_of(name, ctx)

@@ -139,3 +139,18 @@ async def test_no_continuations_allowed_ends_partial_at_once(workspace: Path) ->
     result, events, _ = await run(workspace, [end(message="Done.")], verify="exit 1", max_continuations=0)
     assert result.end_status == "partial"
     assert [(c.number, c.asked) for c in continuations(events)] == [(0, False)]
+
+
+async def test_the_verifiers_output_has_secret_values_redacted(workspace: Path) -> None:
+    (workspace / ".env").write_text("API_TOKEN=tok-verifier-5555-secret\n")
+    result, events, model = await run(
+        workspace, [end(message="Done."), end(message="Done anyway.")], verify="cat .env; exit 1",
+        max_continuations=1,
+    )  # fmt: skip
+    assert result.end_status == "partial"
+    check = next(e for e in events if isinstance(e, ToolResultEvent) and e.tool == VERIFY_TOOL)
+    assert "[redacted: secret from .env]" in check.output
+    said = "\n".join(told(model))
+    assert "[redacted: secret from .env]" in said
+    assert not [e for e in events if "tok-verifier-5555-secret" in str(e.to_dict())]
+    assert "tok-verifier-5555-secret" not in said

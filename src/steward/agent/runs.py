@@ -32,7 +32,7 @@ from steward.run_state import RunState
 from steward.safety.policy.rules import ModeSwitch
 from steward.settings import budget_settings, loop_settings, tool_settings
 from steward.signals import LoopCounters
-from steward.tools.base import ToolContext
+from steward.tools.base import FunctionToolset, ToolContext, Toolset
 
 if TYPE_CHECKING:
     from steward.events import Event
@@ -241,7 +241,7 @@ class AgentRuns(AgentKit):
         memory.notes = notes
         toolset = self._guarded(rules)
         if lim.verify:
-            toolset = VerifierToolset(toolset, lim.verify)
+            toolset = VerifierToolset(toolset, lim.verify, self._checker())
         loop = _Loop(
             model=model,
             toolset=toolset,
@@ -262,6 +262,13 @@ class AgentRuns(AgentKit):
             store=self.store, prepare=self.prepare, persona=self.persona.name if self.persona else "",
             fence=fence, modes=ModeSwitch(rules),
         )  # fmt: skip
+
+    def _checker(self) -> Toolset:
+        """Where ``[limits] verify`` runs: ``bash``, its output's secret values redacted."""
+        from steward.safety.secrets.wrapper import RedactingToolset
+        from steward.tools.shell import bash
+
+        return RedactingToolset(FunctionToolset([bash]), self._secret_watch)
 
     def _note_board(self, workspace: Path, run_id: str) -> NoteBoard | None:
         """The notes the run may see (``steward.memory.notes``): with a store, unless
