@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from steward.embed.fusion import fuse
-from steward.memory.hybrid import _selective_terms, fuse_lists, query_terms
+from steward.memory import hybrid
+from steward.memory.hybrid import _keyword_plan, _selective_terms, fuse_lists, keyword_rows, query_terms
 from steward.memory.longterm import LongTermMemory, Scope
 from steward.store.engine import make_engine
-from steward.store.schema import migrate
+from steward.store.schema import memory_items, migrate
 
 
 def test_function_words_are_left_out_unless_nothing_else_is_there() -> None:
@@ -49,5 +50,33 @@ async def test_words_in_most_items_are_left_out_when_rarer_ones_are_there(tmp_pa
             assert await _selective_terms(conn, ["weekly", "report"]) == ["weekly", "report"]
         found = await memory.recall(scope, "who gets the weekly report, Grace?", k=3)
         assert found[0].item.id == target.item.id
+    finally:
+        await engine.dispose()
+
+
+async def test_a_query_of_common_words_ranks_only_the_newest_matches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path}/m.db")
+    try:
+        await migrate(engine)
+        memory = LongTermMemory(engine)
+        scope = Scope("local", "", str(tmp_path))
+        old = await memory.remember(
+            scope, "weekly report weekly report weekly report, the oldest and best match"
+        )
+        for n in range(300):
+            await memory.remember(scope, f"note {n} about the weekly report")
+        async with engine.connect() as conn:
+            assert await _keyword_plan(conn, ["weekly", "report"]) == (["weekly", "report"], False)
+        found = await memory.recall(scope, "weekly report", k=3)
+        assert found[0].item.id == old.item.id  # every match ranked: the densest one first
+        monkeypatch.setattr(hybrid, "RANK_LIMIT", 50)
+        async with engine.connect() as conn:
+            assert await _keyword_plan(conn, ["weekly", "report"]) == (["weekly", "report"], True)
+            rows = await keyword_rows(conn, "weekly report", [], [memory_items.c.id], limit=100)
+        ids = [row["id"] for row in rows]
+        assert len(ids) == 50 and min(ids) == old.item.id + 251  # the newest 50 matches, no older one
+        assert old.item.id not in {f.item.id for f in await memory.recall(scope, "weekly report", k=3)}
     finally:
         await engine.dispose()

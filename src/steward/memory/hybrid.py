@@ -82,15 +82,27 @@ async def keyword_rows(
         return []
     items = memory_items
     if conn.dialect.name == "sqlite":
-        terms = await _selective_terms(conn, terms)
+        terms, bounded = await _keyword_plan(conn, terms)
         fts = sa.table("memory_fts", sa.column("rowid", sa.Integer))
+        match = sa.literal_column("memory_fts").op("MATCH")(fts5_match(terms))
         rank = sa.func.bm25(sa.literal_column("memory_fts"))  # lower is better
         select = (
             sa.select(*columns)
             .select_from(fts.join(items, items.c.id == fts.c.rowid))
-            .where(sa.literal_column("memory_fts").op("MATCH")(fts5_match(terms)), *where)
+            .where(match, *where)
             .order_by(rank, items.c.updated_at.desc(), items.c.id.desc())
         )
+        if bounded:  # rank the newest RANK_LIMIT matches: FTS5 seeks to the rowid, scores no more
+            newest = fts.alias("newest")
+            floor = (
+                sa.select(newest.c.rowid)
+                .where(sa.literal_column("newest.memory_fts").op("MATCH")(fts5_match(terms)))
+                .order_by(newest.c.rowid.desc())
+                .limit(1)
+                .offset(RANK_LIMIT - 1)
+                .scalar_subquery()
+            )
+            select = select.where(fts.c.rowid >= sa.func.coalesce(floor, 0))
     else:
         from steward.memory.pgsearch import keyword_select
 
@@ -102,26 +114,45 @@ async def keyword_rows(
 #: rarer words are there: BM25 gives it little weight, yet FTS5 must score every item it matches
 #: (one question on 100 k items: 90 ms with such words, under 1 ms without).
 COMMON_SHARE = 0.05
+#: When the searched words match more items than this (every word common), BM25 ranks only the
+#: newest this many of them: scoring 175 k matches took 0.3-1.5 s at 100 k items, 5 k ~35 ms
+#: on a loaded machine. Such a query's words say little about which older item is meant.
+RANK_LIMIT = 5000
 
 
 async def _selective_terms(conn: AsyncConnection, terms: list[str]) -> list[str]:
     """``terms`` without the words too common to tell items apart (all of them when every word is
-    common). Counting a word's items reads only the index, one lookup per word."""
-    if len(terms) < 2:
-        return terms
+    common)."""
+    return (await _keyword_plan(conn, terms))[0]
+
+
+async def _keyword_plan(conn: AsyncConnection, terms: list[str]) -> tuple[list[str], bool]:
+    """The words to search (``_selective_terms``) and whether they match more than
+    ``RANK_LIMIT`` items (counted word by word: a bound the union never passes). A word's items
+    are counted from the index only, and only up to what decides: counting a word found in every
+    item would cost as much as ranking it."""
     total = (await conn.execute(sa.select(sa.func.max(memory_items.c.id)))).scalar_one_or_none() or 0
     if total < 200:  # a small store: every word is cheap to rank
-        return terms
+        return terms, False
+    cap = int(total * COMMON_SHARE) + 1  # a word with this many items is common
+    upto = max(cap, RANK_LIMIT + 1)  # enough to know whether the words pass RANK_LIMIT
     counts = [
         sa.select(sa.func.count())
-        .select_from(sa.table("memory_fts"))
-        .where(sa.literal_column("memory_fts").op("MATCH")(fts5_match([term])))
+        .select_from(
+            sa.select(sa.literal(1))
+            .select_from(sa.table("memory_fts"))
+            .where(sa.literal_column("memory_fts").op("MATCH")(fts5_match([term])))
+            .limit(upto)
+            .subquery()
+        )
         .scalar_subquery()
         for term in terms
     ]
     found = (await conn.execute(sa.select(*counts))).one()
-    rare = [term for term, count in zip(terms, found, strict=True) if count <= total * COMMON_SHARE]
-    return rare or terms
+    rare = [(term, count) for term, count in zip(terms, found, strict=True) if count < cap]
+    if rare:
+        return [term for term, _ in rare], sum(count for _, count in rare) > RANK_LIMIT
+    return terms, sum(found) > RANK_LIMIT
 
 
 @dataclass(frozen=True, slots=True)
