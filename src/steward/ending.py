@@ -12,6 +12,10 @@ Then the reply is answered once with a nudge (what is open, how to go on or how 
 second plain reply while it still holds ends the run ``partial``. The nudge is built from the
 run's state only, so a run rebuilt from its log says it again word for word.
 
+A run that does end with an answer (``solved`` or ``answered``) may still be asked once more
+whether it is done: open tasks, open sub-tasks of an ``end`` in autonomous mode, or a failing
+``[limits] verify`` (``steward.continuation``).
+
 ``asks_for_change`` is a judgement for that nudge, not a safety rule: a goal is a question when
 it ends with "?" or starts with an asking word; anything else asks for a change. A question
 mistaken for a change costs one nudge; a change mistaken for a question loses only the nudge.
