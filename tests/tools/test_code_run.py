@@ -214,3 +214,16 @@ async def test_a_run_with_nested_calls_is_rebuilt_from_its_log_without_running_t
         assert DEPLOYS == ["prod"]  # nothing ran again
         again = await store.events(run.id)
         assert [(e.type, e.seq) for e in again[: len(recorded)]] == [(e.type, e.seq) for e in recorded]
+
+
+async def test_a_program_that_is_itself_asked_about_is_not_asked_about_again(tmp_path: Path) -> None:
+    policy = Policy.from_lists(ask=["execute_code", "deploy"])
+    run = agent([code(THREE_TOOLS), END], policy).start("go", workspace=workspace(tmp_path))
+    first = [e async for e in run.stream()]
+    assert isinstance(first[-2], ApprovalGateEvent) and first[-2].tool == "execute_code"
+    second = [e async for e in run.approve_stream()]
+    assert isinstance(second[-2], ApprovalGateEvent) and second[-2].tool == "deploy"
+    assert DEPLOYS == []
+    after = [e async for e in run.approve_stream()]
+    assert DEPLOYS == ["prod"] and run.status == "done"
+    assert not any(isinstance(e, ApprovalGateEvent) for e in after)
