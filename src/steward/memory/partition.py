@@ -64,14 +64,15 @@ class Partition:
         return list(zip(self.offsets[lists].tolist(), self.offsets[lists + 1].tolist(), strict=True))
 
 
-def train(data: Vector, lists: int, *, seed: int = 0) -> Vector:
-    """``lists`` unit centroids by spherical k-means over a sample of ``data``'s (unit) rows.
-    Deterministic for a given ``data`` and ``seed``."""
+def train(data: Vector, lists: int, *, rows: Ints | None = None, seed: int = 0) -> Vector:
+    """``lists`` unit centroids by spherical k-means over a sample of ``data``'s (unit) rows, or
+    of its ``rows`` only. Deterministic for a given ``data`` and ``seed``."""
     rng = np.random.default_rng(seed)
-    n = data.shape[0]
+    pool = np.arange(data.shape[0]) if rows is None else rows
+    n = pool.shape[0]
     lists = min(lists, n)
     take = min(n, lists * SAMPLE_PER_LIST)
-    points = data[np.sort(rng.choice(n, size=take, replace=False))] if take < n else data
+    points = data[np.sort(pool[rng.choice(n, size=take, replace=False)])]
     centroids = points[rng.choice(points.shape[0], size=lists, replace=False)].copy()
     for _ in range(TRAIN_ROUNDS):
         labels = assign(points, centroids)
@@ -85,7 +86,8 @@ def train(data: Vector, lists: int, *, seed: int = 0) -> Vector:
             centroids[empty] = points[rng.choice(points.shape[0], size=empty.size, replace=False)]
         norms = np.linalg.norm(centroids, axis=1, keepdims=True)
         centroids /= np.where(norms > 0, norms, 1.0)
-    return centroids.astype(np.float32)
+    out: Vector = centroids.astype(np.float32)
+    return out
 
 
 def assign(data: Vector, centroids: Vector) -> Ints:

@@ -238,11 +238,11 @@ class ScopeMatrix:
         """Drop removed rows, (re)train unless ``previous`` is kept, and reorder the rows list
         after list."""
         live = np.flatnonzero(self.alive[: self.count])
-        data = self.data[live]
-        centroids = train(data, list_count(len(live))) if previous is None else previous.centroids
-        order, offsets = layout(assign(data, centroids), centroids.shape[0])
+        data = self.data[: self.count]  # a view: one copy of the rows is made, the reordered one
+        centroids = train(data, list_count(len(live)), rows=live) if previous is None else previous.centroids
+        order, offsets = layout(assign(data, centroids)[live], centroids.shape[0])
         rows = live[order]
-        self.data, self.ids = data[order], self.ids[rows]
+        self.data, self.ids = data[rows], self.ids[rows]
         self.expires, self.alive = self.expires[rows], np.ones(len(rows), dtype=bool)
         self.count = len(rows)
         self.row = {int(item_id): row for row, item_id in enumerate(self.ids.tolist())}
