@@ -17,6 +17,7 @@ search only ever compares vectors of one model, and only the vectors of items of
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -123,6 +124,10 @@ class ScopeMatrix:
         self.alive = np.zeros(0, dtype=bool)
         self.row: dict[int, int] = {}
         self.partition: Partition | None = None
+        # Grouping 100 k rows takes seconds: it runs in a thread (``NumPyIndex._ready``), one at a
+        # time; while it runs the matrix is ``busy`` and a change evicts it instead of editing it.
+        self.lock = asyncio.Lock()
+        self.busy = False
 
     def add(self, ids: Sequence[int], vectors: Vector, expires: Sequence[float]) -> None:
         need = self.count + len(ids)
@@ -221,6 +226,17 @@ class ScopeMatrix:
             sims = np.where(keep[:, None] & (ids[:, None] < new_ids[some][None, :]), sims, -np.inf)
             found.offer(some, sims.astype(np.float32), ids)
 
+    def needs_grouping(self) -> bool:
+        """Whether the next search would (re)build the partition first."""
+        part = self.partition
+        if len(self.row) <= EXACT_LIMIT:
+            return False
+        return (
+            part is None
+            or len(self.row) > part.trained * RETRAIN_GROWTH
+            or self.count - part.packed > TAIL_LIMIT
+        )
+
     def fresh_partition(self) -> Partition | None:
         """The partition to search through, built or brought up to date first; None (exact) up
         to ``EXACT_LIMIT`` rows."""
@@ -306,12 +322,15 @@ class NumPyIndex:
         if query.filtered:
             found = await conn.execute(sa.select(memory_items.c.id).where(*query.where))
             allowed = set(found.scalars().all())
+        await _ready(matrix)
         return matrix.search(query, allowed)
 
     async def nearest_older(
         self, conn: AsyncConnection, query: VectorQuery, ids: Sequence[int]
     ) -> list[list[tuple[int, float]]]:
-        return (await self._matrix(conn, query)).nearest_older(query, ids)
+        matrix = await self._matrix(conn, query)
+        await _ready(matrix)
+        return matrix.nearest_older(query, ids)
 
     async def _matrix(self, conn: AsyncConnection, query: VectorQuery) -> ScopeMatrix:
         key = (query.key, query.model)
@@ -354,8 +373,8 @@ class NumPyIndex:
         for (scope, model), matrix in list(self._cache.items()):
             if scope != key:
                 continue
-            if matrix.generation != change.before:  # someone else changed it too: reload later
-                del self._cache[(scope, model)]
+            if matrix.generation != change.before or matrix.busy:  # changed elsewhere, or being
+                del self._cache[(scope, model)]  # grouped in a thread: reload it at the next search
                 continue
             matrix.generation = change.after
             for item_id in change.removed:
@@ -369,6 +388,18 @@ class NumPyIndex:
             ]
             if added:
                 matrix.add([a[0] for a in added], np.stack([a[1] for a in added]), [a[2] for a in added])
+
+
+async def _ready(matrix: ScopeMatrix) -> None:
+    """Group ``matrix`` in a thread when a search needs it: seconds at 100 k rows that would
+    otherwise stall every other task of the process (a worker's heartbeats among them)."""
+    async with matrix.lock:  # uncontended, taking it does not yield
+        if matrix.needs_grouping():
+            matrix.busy = True
+            try:
+                await asyncio.to_thread(matrix.fresh_partition)
+            finally:
+                matrix.busy = False
 
 
 def sqlite_vec_status() -> str:
