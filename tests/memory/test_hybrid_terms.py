@@ -80,3 +80,27 @@ async def test_a_query_of_common_words_ranks_only_the_newest_matches(
         assert old.item.id not in {f.item.id for f in await memory.recall(scope, "weekly report", k=3)}
     finally:
         await engine.dispose()
+
+
+async def test_a_words_count_is_reused_until_the_store_has_grown(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path}/m.db")
+    try:
+        await migrate(engine)
+        memory = LongTermMemory(engine)
+        scope = Scope("local", "", str(tmp_path))
+        for n in range(250):
+            await memory.remember(scope, f"alpha item {n}")
+        for n in range(10):
+            await memory.remember(scope, f"beta thing {n}")
+        async with engine.connect() as conn:  # alpha is in nearly every item: left out
+            assert await _keyword_plan(conn, ["alpha", "beta"]) == (["beta"], False)
+        for n in range(10):  # beta is now common (20 of 270 items), but the store grew < 20%
+            await memory.remember(scope, f"beta more {n}")
+        async with engine.connect() as conn:
+            assert await _keyword_plan(conn, ["alpha", "beta"]) == (["beta"], False)
+        for n in range(60):  # 330 items: counted again, and both words are common now
+            await memory.remember(scope, f"beta again {n}")
+        async with engine.connect() as conn:
+            assert await _keyword_plan(conn, ["alpha", "beta"]) == (["alpha", "beta"], False)
+    finally:
+        await engine.dispose()

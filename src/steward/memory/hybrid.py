@@ -136,23 +136,58 @@ async def _keyword_plan(conn: AsyncConnection, terms: list[str]) -> tuple[list[s
         return terms, False
     cap = int(total * COMMON_SHARE) + 1  # a word with this many items is common
     upto = max(cap, RANK_LIMIT + 1)  # enough to know whether the words pass RANK_LIMIT
-    counts = [
-        sa.select(sa.func.count())
-        .select_from(
-            sa.select(sa.literal(1))
-            .select_from(sa.table("memory_fts"))
-            .where(sa.literal_column("memory_fts").op("MATCH")(fts5_match([term])))
-            .limit(upto)
-            .subquery()
-        )
-        .scalar_subquery()
-        for term in terms
-    ]
-    found = (await conn.execute(sa.select(*counts))).one()
+    store = str(conn.engine.url)
+    known = {term: _known_count(store, term, total, upto) for term in terms}
+    missing = [term for term, count in known.items() if count is None]
+    if missing:
+        counts = [
+            sa.select(sa.func.count())
+            .select_from(
+                sa.select(sa.literal(1))
+                .select_from(sa.table("memory_fts"))
+                .where(sa.literal_column("memory_fts").op("MATCH")(fts5_match([term])))
+                .limit(upto)
+                .subquery()
+            )
+            .scalar_subquery()
+            for term in missing
+        ]
+        for term, count in zip(missing, (await conn.execute(sa.select(*counts))).one(), strict=True):
+            known[term] = count
+            _remember_count(store, term, total, upto, count)
+    found = [known[term] or 0 for term in terms]
     rare = [(term, count) for term, count in zip(terms, found, strict=True) if count < cap]
     if rare:
         return [term for term, _ in rare], sum(count for _, count in rare) > RANK_LIMIT
     return terms, sum(found) > RANK_LIMIT
+
+
+# How many items hold a word, by store and word: (count, items in the store then, the count's
+# bound). Counting a common word reads thousands of index entries, and common words are the ones
+# that come back query after query; whether a word is common changes only as the store grows.
+_COUNTS: dict[tuple[str, str], tuple[int, int, int]] = {}
+_MAX_COUNTS = 20_000
+#: A count is reused while the store is within this factor of its size when the word was counted.
+_COUNT_DRIFT = 1.2
+
+
+def _known_count(store: str, term: str, total: int, upto: int) -> int | None:
+    """A word's remembered count, when still good for deciding at ``total`` items, else None."""
+    entry = _COUNTS.get((store, term))
+    if entry is None:
+        return None
+    count, then, bound = entry
+    if not then / _COUNT_DRIFT <= total <= then * _COUNT_DRIFT:
+        return None
+    if count >= bound and bound < upto:  # "at least bound" no longer decides
+        return None
+    return min(count, upto)
+
+
+def _remember_count(store: str, term: str, total: int, upto: int, count: int) -> None:
+    if len(_COUNTS) >= _MAX_COUNTS:
+        _COUNTS.clear()  # bounded; the common words are counted again at once
+    _COUNTS[(store, term)] = (int(count), total, upto)
 
 
 @dataclass(frozen=True, slots=True)
