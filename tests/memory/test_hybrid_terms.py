@@ -9,7 +9,7 @@ import pytest
 from steward.embed.fusion import fuse
 from steward.memory import hybrid
 from steward.memory.hybrid import _keyword_plan, _selective_terms, fuse_lists, keyword_rows, query_terms
-from steward.memory.longterm import LongTermMemory, Scope
+from steward.memory.longterm import LongTermMemory, Scope, scope_where
 from steward.store.engine import make_engine
 from steward.store.schema import memory_items, migrate
 
@@ -102,5 +102,31 @@ async def test_a_words_count_is_reused_until_the_store_has_grown(tmp_path: Path)
             await memory.remember(scope, f"beta again {n}")
         async with engine.connect() as conn:
             assert await _keyword_plan(conn, ["alpha", "beta"]) == (["alpha", "beta"], False)
+    finally:
+        await engine.dispose()
+
+
+async def test_a_small_scope_is_found_under_a_large_one_that_outranks_it(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path}/m.db")
+    try:
+        await migrate(engine)
+        memory = LongTermMemory(engine)
+        big, small = Scope("alice", "", str(tmp_path)), Scope("bob", "", str(tmp_path))
+        for n in range(300):  # short texts: BM25 puts each above bob's long ones
+            await memory.remember(big, f"gamma ray {n}")
+        mine = [
+            (
+                await memory.remember(
+                    small, f"a long note {n} that mentions gamma once among " + "words " * 30
+                )
+            ).item.id
+            for n in range(3)
+        ]
+        async with engine.connect() as conn:
+            rows = await keyword_rows(conn, "gamma", scope_where(small), [memory_items.c.id], limit=50)
+        assert sorted(row["id"] for row in rows) == sorted(
+            mine
+        )  # every match ranked when the top falls short
+        assert {f.item.id for f in await memory.recall(small, "gamma", k=5)} == set(mine)
     finally:
         await engine.dispose()
