@@ -225,7 +225,7 @@ async def test_a_cancelled_call_kills_the_program(workspace: Path, sandbox: Bubb
     mark = marker()
     code = f"import subprocess, time\nsubprocess.Popen(['sleep', '{mark}'])\nprint('up', flush=True)\ntime.sleep(60)\n"
     task = asyncio.ensure_future(run_code(code, workspace, sandbox, timeout_s=60))
-    for _ in range(500):  # bounded wait for the program to start its child
+    for _ in range(3000):  # bounded wait (60 s) for the program to start its child
         if processes_with(mark):
             break
         await asyncio.sleep(0.02)
@@ -233,7 +233,7 @@ async def test_a_cancelled_call_kills_the_program(workspace: Path, sandbox: Bubb
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert none_left(mark, within_s=5)
+    assert none_left(mark, within_s=30)
 
 
 async def test_without_the_sandbox_the_program_still_runs_with_its_tools(workspace: Path) -> None:
