@@ -18,26 +18,15 @@ from typing import TYPE_CHECKING, Any, assert_never
 from steward import events as ev
 from steward import run_state as rs
 from steward import signals as sig
-from steward.clock import Clock, OutOfTime, RunClock, within
+from steward.clock import Clock, RunClock
 from steward.context import BuiltRequest, ContextBuilder
-from steward.errors import ApprovalRequired, ConfigError, ModelError
+from steward.errors import ApprovalRequired, ConfigError
 from steward.memory.compression import Compressor
 from steward.memory.working import Step, attempt_failed, record_phase
-from steward.models.base import (
-    NOTICE_SIGNAL,
-    Model,
-    ModelRequest,
-    ModelResponse,
-    Notice,
-    Retrying,
-    StreamItem,
-    TextDelta,
-    ThinkingDelta,
-    ToolCall,
-)
-from steward.models.retry import RetryingModel
+from steward.models.base import Model, ModelResponse, ToolCall
 from steward.phases import AGENT_STEP, AGENT_STEP_SPEC, AgentStep, EndStatus, StepInputError, parse_agent_step
 from steward.replies import reply_event, text_events, with_unique_ids
+from steward.reply_stream import stream_reply
 from steward.text import compact_json
 from steward.tools._code_calls import result_events
 from steward.tools.base import ToolContext, Toolset
@@ -153,7 +142,7 @@ class Loop:
             return
         response: ModelResponse | None = None
         request = replace(built.request, max_tokens=self.settings.max_output_tokens)
-        async for piece in self._call_model(request):
+        async for piece in stream_reply(self, request):
             if isinstance(piece, ModelResponse):
                 response = piece
             else:
@@ -193,49 +182,6 @@ class Loop:
         except Exception as exc:  # a broken toolset (e.g. a crashed server) ends the run cleanly
             return folded, rs.Fail("toolset_error", f"listing tools failed: {type(exc).__name__}: {exc}")
         return folded, built
-
-    async def _call_model(
-        self, request: ModelRequest
-    ) -> AsyncIterator[ev.Event | ModelResponse | rs.Fail | rs.Finish]:
-        """Stream one reply: deltas are partial events, retries ``error`` events, failures ``Fail``.
-
-        When the run's time is up the reply (or the wait before a retry) is cancelled and the
-        run ends. Each wait for a piece is bounded, never a yield: a deadline must not cancel
-        whoever consumes the events.
-        """
-        s = self.settings
-        retrying = RetryingModel(self.model, retries=s.model_retries, backoff_s=s.model_retry_backoff_s)
-        stream = retrying.stream(request)
-        try:
-            while (piece := await within(self.clock, lambda: anext(stream, None))) is not None:
-                yield self._shown(piece)
-        except OutOfTime:
-            for item in self._time_up():
-                yield item
-        except ModelError as exc:
-            yield rs.Fail("model_error", str(exc))
-        except Exception as exc:  # a provider bug must end this run cleanly, not the process
-            yield rs.Fail(
-                "model_error", f"{self.model.name} failed unexpectedly: {type(exc).__name__}: {exc}"
-            )
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]  # a reply cut midway: release its connection
-
-    def _shown(self, piece: StreamItem) -> ev.Event | ModelResponse:
-        """A piece of the reply as it is passed on: deltas as partial (live-only) events."""
-        match piece:
-            case TextDelta(text=text):
-                return self.emit(ev.TextEvent(text=text, partial=True))
-            case ThinkingDelta(text=text):
-                return self.emit(ev.ThinkingEvent(text=text, partial=True))
-            case Retrying(message=message):
-                return self.emit(ev.ErrorEvent(code="model_retry", message=message, recoverable=True))
-            case Notice(message=message):
-                return self.emit(ev.SignalEvent(code=NOTICE_SIGNAL, level="info", message=message))
-            case ModelResponse():
-                return piece
-            case _:
-                assert_never(piece)
 
     async def _route_reply(self, text: str, calls: tuple[ToolCall, ...]) -> Items:
         st = self.state
