@@ -27,7 +27,7 @@ from steward.memory.longterm import (
     fold_into,
     normalise_tags,
     row_item,
-    scope_where,
+    scope_unindexed,
     tags_column,
     visible_where,
 )
@@ -205,7 +205,7 @@ async def _visible_by_hash(
         chunk = list(hashes[start : start + _LOOKUP])
         query = (
             sa.select(*ITEM_COLUMNS)
-            .where(*scope_where(scope), *visible_where(now), memory_items.c.content_hash.in_(chunk))
+            .where(*scope_unindexed(scope), *visible_where(now), memory_items.c.content_hash.in_(chunk))
             .order_by(memory_items.c.id.desc())  # the oldest last: it wins below
         )
         for row in (await conn.execute(query)).mappings().all():

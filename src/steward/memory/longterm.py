@@ -312,7 +312,8 @@ class LongTermMemory:
             "hidden_at": None,
             "merged": 1,
         }
-        same_text = [*scope_where(scope), *visible_where(now), memory_items.c.content_hash == digest]
+        # The text's hash drives the lookup (one or two rows), not the scope (every item of it).
+        same_text = [*scope_unindexed(scope), *visible_where(now), memory_items.c.content_hash == digest]
         async with write_transaction(self._engine) as conn:
             # A new text (the usual case) is one statement: inserted unless already visible here.
             new_id = (await conn.execute(_insert_unless(values, same_text))).scalar_one_or_none()
@@ -655,7 +656,7 @@ class LongTermMemory:
                     await self._fold_near(row, near, now)
 
     async def _fold_near(self, row: _Pending, candidates: list[int], now: float) -> bool:
-        where = [*scope_where(row.scope), *visible_where(now)]
+        where = [*scope_unindexed(row.scope), *visible_where(now)]  # the ids drive it, not the scope
         async with write_transaction(self._engine) as conn:
             found = await conn.execute(
                 sa.select(*ITEM_COLUMNS).where(memory_items.c.id.in_([row.id, *candidates]), *where)
