@@ -66,6 +66,10 @@ class RunStart(Event):
     output_schema: dict[str, Any] | None = None
     #: The rules it started under (``steward.run_rules``); whoever continues it keeps them.
     policy: dict[str, Any] | None = None
+    #: The fixed part of its system prompt and the tools offered at its start (OpenAI's ``tools``
+    #: shape; None: not recorded), so its log reads back as training data (``steward.trajectories``).
+    system: str = ""
+    tools: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)

@@ -27,6 +27,7 @@ from steward.run_state import Pending, RunEnd, RunState
 if TYPE_CHECKING:
     from steward.safety.policy.rules import ModeSwitch
     from steward.store.events import EventStore, RunLog
+    from steward.telemetry._spans import RunTrace
 
 _E = TypeVar("_E", bound=Event)
 
@@ -123,6 +124,7 @@ class Run:
         self._modes = modes
         if modes is not None:
             loop.modes = modes
+        self.trace: RunTrace | None = None  # its spans, when [telemetry] is on (``steward.telemetry``)
 
     @property
     def id(self) -> str:
@@ -162,6 +164,7 @@ class Run:
         durable only at a barrier (before a tool runs, when the run waits or ends), so a crash
         can lose only events the run can make again, never the record of a side effect.
         """
+        events = self.trace.events(events) if self.trace is not None else events
         store = self._store
         if store is None:
             async for event in events:
@@ -265,6 +268,9 @@ class Run:
             self._started = True
             schema = self._loop.settings.output_schema
             modes = self._modes
+            from steward.trajectories._offered import offered
+
+            system, tools = await offered(self._loop)  # for its export as training data
             yield self._loop.emit(
                 RunStart(
                     goal=st.goal,
@@ -274,6 +280,8 @@ class Run:
                     persona=self._persona,
                     output_schema=dict(schema) if schema is not None else None,
                     policy=record(modes.policy) if modes is not None else None,
+                    system=system,
+                    tools=tools,
                 )
             )
         finished = False

@@ -33,3 +33,19 @@ async def test_a_run_with_tools_an_error_a_plan_and_an_answer_is_a_chat(
     assert assistant[-1]["content"] == WORK[-1]
     assert record["outcome"] == "answered" and record["reward"] == 1.0
     assert record["run"]["id"] == run_id and record["run"]["steps"] == len(WORK)
+
+
+async def test_the_system_prompt_and_the_tools_offered_are_recorded_with_the_run(
+    store: EventStore, tmp_path: Path
+) -> None:
+    run_id = await run(store, tmp_path, WORK, instructions="Answer in one line.")
+    record = await chat_record(store, run_id)
+    system = record["messages"][0]
+    assert system["role"] == "system" and "Answer in one line." in system["content"]
+    assert "agent_step" in system["content"]  # the phase guide
+    names = [t["function"]["name"] for t in record["tools"]]
+    assert {"read_file", "write_file", "bash", "agent_step"} <= set(names)
+    read = next(t["function"] for t in record["tools"] if t["function"]["name"] == "read_file")
+    assert read["parameters"]["properties"]["path"]["type"] == "string"
+    # The run ends in a plain answer: nothing follows the last assistant turn.
+    assert record["messages"][-1]["role"] == "assistant"

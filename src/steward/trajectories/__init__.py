@@ -78,15 +78,20 @@ def record_of(row: RunRow, events: Sequence[Event]) -> dict[str, Any]:
 
     start = next((e for e in events if isinstance(e, RunStart)), None)
     done = next((e for e in reversed(events) if isinstance(e, DoneEvent)), None)
-    system = str(getattr(start, "system", "") or "")
-    tools = list(getattr(start, "tools", None) or [])
-    chat = conversation(system, start.goal if start is not None else row.goal, events)
+    if start is None:
+        from steward.errors import StewardError
+
+        raise StewardError(f"run {row.id} has no recorded start (it stopped first): nothing to export")
+    goal = start.goal  # the event's, redacted as the whole log is
+    chat = conversation(start.system, goal, events)
+    if row.status == "done":
+        chat.without_closing_ack()
     outcome = row.end_status or row.status
     check = verified(events)
     usage = done.usage if done is not None else {}
     return {
         "messages": chat.messages,
-        "tools": tools,
+        "tools": list(start.tools or []),
         "phases": chat.phases,
         "reward": reward(outcome, check),
         "reward_source": "verifier" if check is not None else "outcome",
@@ -94,9 +99,9 @@ def record_of(row: RunRow, events: Sequence[Event]) -> dict[str, Any]:
         "run": {
             "id": row.id,
             "session_id": row.session_id,
-            "goal": row.goal,
-            "model": row.model or (start.model if start is not None else ""),
-            "persona": start.persona if start is not None else "",
+            "goal": goal,
+            "model": row.model or start.model,
+            "persona": start.persona,
             "status": row.status,
             "end_status": row.end_status,
             "steps": done.steps if done is not None else 0,
@@ -105,6 +110,6 @@ def record_of(row: RunRow, events: Sequence[Event]) -> dict[str, Any]:
             "output_tokens": int(usage.get("output_tokens", 0)),
             "started_at": row.created_at,
             "ended_at": done.ts if done is not None else row.updated_at,
-            "final_message": done.message if done is not None else row.output,
+            "final_message": done.message if done is not None else "",
         },
     }

@@ -49,6 +49,12 @@ class Conversation:
         self.messages.append(message)
         self.phases.append(phase)
 
+    def without_closing_ack(self) -> None:
+        """Drop what answers the final ``end`` step (its acknowledgement): nothing read it."""
+        last = max((n for n, phase in enumerate(self.phases) if phase is not None), default=-1)
+        if last >= 0 and self.phases[last] == "end" and self.messages[last].get("tool_calls"):
+            del self.messages[last + 1 :], self.phases[last + 1 :]
+
 
 def conversation(system: str, goal: str, events: Sequence[Event]) -> Conversation:
     """The run's chat: the system prompt (if recorded), the goal, then its turns in order."""
