@@ -421,6 +421,23 @@ class ServerSettings:
     )
 
 
+@dataclass(slots=True)
+class TelemetrySettings:
+    __pydantic_config__ = _FORBID_EXTRA
+
+    enabled: bool = _f(False, "Send OpenTelemetry traces of runs over OTLP/HTTP (needs steward[otel]).")
+    endpoint: str = _f(
+        "", "The collector, e.g. http://localhost:4318 (empty: OTEL_EXPORTER_OTLP_ENDPOINT, else that one)."
+    )
+    headers_env: str | None = _f(
+        None, "Environment variable holding the export's headers: key=value,key2=value2 (an API key)."
+    )
+    service_name: str = _f("steward", "The traces' service.name.")
+    record_content: bool = _f(
+        False, "Put prompts, replies, tool arguments and results in the spans (secrets redacted)."
+    )
+
+
 PROVIDERS = ("anthropic", "ollama", "openai")
 
 
@@ -467,6 +484,9 @@ class Config:
     server: ServerSettings = field(
         default_factory=ServerSettings, metadata={"doc": "steward serve: roots, limits, channels."}
     )
+    telemetry: TelemetrySettings = field(
+        default_factory=TelemetrySettings, metadata={"doc": "OpenTelemetry traces (off by default)."}
+    )
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -486,6 +506,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "checkpoints": CheckpointSettings,
     "notify": NotifySettings,
     "server": ServerSettings,
+    "telemetry": TelemetrySettings,
 }
 
 # Lists that are one value, not a set of rules: a later layer's replaces an earlier one's (a
@@ -654,6 +675,16 @@ def _check_notify(notify: NotifySettings, source: str) -> None:
             )
 
 
+def _check_telemetry(telemetry: TelemetrySettings, source: str) -> None:
+    if telemetry.endpoint and not _is_http_url(telemetry.endpoint):
+        raise ConfigError(
+            f"{source}: 'telemetry.endpoint' must be the collector's http:// or https:// URL, e.g. "
+            f'"http://localhost:4318" (got {telemetry.endpoint!r})'
+        )
+    if not telemetry.service_name.strip():
+        raise ConfigError(f"{source}: 'telemetry.service_name' is empty; name the service, e.g. \"steward\"")
+
+
 @functools.cache
 def _adapter() -> Any:
     """The validator of a whole configuration, built once per process (building it takes
@@ -689,6 +720,7 @@ def _validate(data: Mapping[str, Any], source: str) -> Config:
         raise ConfigError(f"{source}: " + "; ".join(problems)) from None
     _check_bounds(config, "", source)
     _check_notify(config.notify, source)
+    _check_telemetry(config.telemetry, source)
     return config
 
 

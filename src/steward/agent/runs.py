@@ -32,6 +32,7 @@ from steward.run_state import RunState
 from steward.safety.policy.rules import ModeSwitch
 from steward.settings import budget_settings, loop_settings, tool_settings
 from steward.signals import LoopCounters
+from steward.telemetry import trace_run
 from steward.tools.base import FunctionToolset, ToolContext, Toolset
 
 if TYPE_CHECKING:
@@ -257,11 +258,14 @@ class AgentRuns(AgentKit):
         loop.notes = notes
         if lim.verify or lim.max_continuations:
             loop.ending = Continuation(lim.verify, lim.max_continuations, lambda: rules.mode).checked
-        return Run(
+        run = Run(
             loop, model_name=model.name, max_steps=lim.max_steps, remember=self._remembering(rules),
             store=self.store, prepare=self.prepare, persona=self.persona.name if self.persona else "",
             fence=fence, modes=ModeSwitch(rules),
         )  # fmt: skip
+        watch = lambda: self._secret_watch(ws)  # noqa: E731 - recorded content is redacted as the log is
+        run.trace = trace_run(loop, self.config.telemetry, agent=ctx.persona, watch=watch)
+        return run
 
     def _checker(self) -> Toolset:
         """Where ``[limits] verify`` runs: ``bash``, its output's secret values redacted."""

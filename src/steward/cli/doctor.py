@@ -109,7 +109,11 @@ def check(
     if try_embedder:
         memory_ok = check_embedder(config) and memory_ok
     _context(workspace, config)
-    ok = status_ok and model_ok and store_ok and memory_ok
+    from steward.telemetry import describe
+
+    tracing = describe(config)
+    typer.echo(f"tracing: {tracing}")
+    ok = status_ok and model_ok and store_ok and memory_ok and not tracing.startswith("ON but")
     raise typer.Exit(EXIT_OK if ok else EXIT_NOT_SOLVED)
 
 

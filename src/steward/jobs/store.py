@@ -89,6 +89,8 @@ class Job:
     updated_at: float
     started_at: float | None
     finished_at: float | None
+    #: The W3C traceparent its run's spans continue, or None (``steward.telemetry``).
+    traceparent: str | None = None
 
     @property
     def ended(self) -> bool:
@@ -203,12 +205,17 @@ class JobStore:
         session_id: str | None = None,
         model: str | None = None,
         mode: str | None = None,
+        traceparent: str | None = None,
     ) -> tuple[Job, bool]:
         """Queue a job; return it and whether it is new.
 
         A second submit with the same ``idempotency_key`` returns the first job. A ``user_key``
         with an active job already (queued, running or waiting) is refused, naming that job.
+        ``traceparent``: the trace its run continues (default: the span current here, if any,
+        e.g. the parent's ``delegate`` call).
         """
+        from steward.telemetry import current_traceparent
+
         if not goal.strip():
             raise JobError('the goal is empty; say what the agent should do, e.g. "fix the tests"')
         if idempotency_key is not None and (found := await self.by_key(idempotency_key)) is not None:
@@ -222,6 +229,7 @@ class JobStore:
             "output_schema": json.dumps(output_schema) if output_schema is not None else None,
             "fence": 0, "cancel_requested": False, "created_at": now, "updated_at": now,
             "session_id": session_id, "model": model, "mode": mode,
+            "traceparent": traceparent or current_traceparent(),
         }  # fmt: skip
         try:
             async with write_transaction(self._engine) as conn:
@@ -333,6 +341,10 @@ class JobStore:
                 finished_at=now,
             )
         )
+
+    async def trace(self, claim: Claim, traceparent: str) -> Job:
+        """Keep the trace the job's run began (its first span), for whoever goes on with it."""
+        return await self._held(claim, traceparent=traceparent)
 
     async def heartbeat(self, claim: Claim, *, lease_s: float = 30.0) -> Job:
         """Renew the lease; ``LeaseLost`` when another worker holds the job now, or it was

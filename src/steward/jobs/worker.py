@@ -34,6 +34,7 @@ from steward.jobs import presence
 from steward.jobs.replies import Decision, replied, reply
 from steward.jobs.store import Claim, Job, JobError, JobStore, LeaseLost, Wakeups
 from steward.ownership import process_owner
+from steward.telemetry import joined
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -300,6 +301,7 @@ class Worker:
             run.switch_mode(job.mode)
         self._live[job.id] = run
         try:
+            await joined(self.jobs, claim, run)  # its spans continue the job's trace (``steward.telemetry``)
             return run if await self._drive(run, replied(run, job.reply)) else "release"
         finally:
             self._live.pop(job.id, None)

@@ -192,6 +192,9 @@ jobs = sa.Table(
     sa.Column("model", sa.Text, nullable=True),  # a model for its run other than the persona's
     # The policy mode asked for its run ("structured" | "autonomous"); None: as configured.
     sa.Column("mode", sa.Text, nullable=True),
+    # The W3C traceparent its run's spans continue (``steward.telemetry``): the span that
+    # submitted it (a parent's delegate call), else its run's first span; a takeover keeps the trace.
+    sa.Column("traceparent", sa.Text, nullable=True),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("updated_at", sa.Double, nullable=False),
     sa.Column("started_at", sa.Double, nullable=True),
@@ -385,6 +388,12 @@ def _v10_notes(conn: Connection) -> None:
     notes.create(conn, checkfirst=True)
 
 
+def _v11_job_trace(conn: Connection) -> None:
+    # A database made before version 11 lacks the column; one made later has it from _v3_jobs.
+    if "traceparent" not in {c["name"] for c in sa.inspect(conn).get_columns("jobs")}:
+        conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN traceparent TEXT"))
+
+
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_runs_and_events,
     _v2_resume_sessions_memory,
@@ -396,6 +405,7 @@ MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v8_workers,
     _v9_long_term_memory,
     _v10_notes,
+    _v11_job_trace,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

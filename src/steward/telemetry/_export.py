@@ -1,0 +1,147 @@
+"""Where spans go: the OTLP/HTTP exporter ``[telemetry]`` describes, made once per process.
+
+The collector is ``[telemetry] endpoint`` when set, else OpenTelemetry's own variables
+(``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, the whole URL; ``OTEL_EXPORTER_OTLP_ENDPOINT``, the
+base), else ``http://localhost:4318``: as in OpenTelemetry's SDKs, what the configuration says
+comes before the variables. Spans are batched and sent in the background; the provider flushes
+them when the process exits.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from steward.errors import ConfigError
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
+
+    from steward.config import TelemetrySettings
+
+DEFAULT_BASE = "http://localhost:4318"
+_TRACES_PATH = "/v1/traces"
+_EXPORT_TIMEOUT_S = 10.0
+_lock = threading.Lock()
+_providers: dict[tuple[str, tuple[tuple[str, str], ...], str], Any] = {}
+_override: list[Any] = []  # the application's own provider (``use_provider``), when it set one
+
+
+def use_provider(provider: Any) -> None:
+    with _lock:
+        _override[:] = [provider] if provider is not None else []
+
+
+def traces_url(settings: TelemetrySettings, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The URL spans are POSTed to, and what said so."""
+    env = os.environ if environ is None else environ
+    if settings.endpoint:
+        return _with_path(settings.endpoint), "[telemetry] endpoint"
+    if whole := env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip():
+        return whole, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    if base := env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
+        return _with_path(base), "OTEL_EXPORTER_OTLP_ENDPOINT"
+    return _with_path(DEFAULT_BASE), "the default"
+
+
+def _with_path(base: str) -> str:
+    base = base.rstrip("/")
+    return base if base.endswith(_TRACES_PATH) else base + _TRACES_PATH
+
+
+def headers(settings: TelemetrySettings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The export's headers from the variable ``headers_env`` names (OpenTelemetry's
+    ``key=value,key2=value2`` form, values percent-encoded); a ``ConfigError`` naming the fix."""
+    name = settings.headers_env
+    if not name:
+        return {}
+    env = os.environ if environ is None else environ
+    text = env.get(name)
+    if text is None:
+        raise ConfigError(
+            f"[telemetry] headers_env names {name}, which is not set. Export {name}='key=value' "
+            "(e.g. authorization=Bearer%20TOKEN), or remove headers_env."
+        )
+    found: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(
+                f"{name} must hold key=value pairs separated by commas (got {part!r}); "
+                "percent-encode commas and spaces inside a value"
+            )
+        found[key.strip().lower()] = unquote(value.strip())
+    return found
+
+
+def where(settings: TelemetrySettings, environ: Mapping[str, str] | None = None) -> str:
+    """What ``steward doctor`` says: on, to which URL (from where), or why it cannot be."""
+    if not installed():
+        return f"ON but cannot send: {missing_extra()}"
+    if _override:
+        return "on: spans go to the TracerProvider the application set"
+    url, source = traces_url(settings, environ)
+    try:
+        sent = headers(settings, environ)
+    except ConfigError as exc:
+        return f"ON but cannot send: {exc}"
+    extra = f", headers from {settings.headers_env} ({len(sent)})" if sent else ""
+    content = ", content recorded (secrets redacted)" if settings.record_content else ""
+    return f"on: OTLP/HTTP to {url} (from {source}{extra}), service {settings.service_name!r}{content}"
+
+
+def installed() -> bool:
+    """Whether the ``otel`` extra is there (without importing it)."""
+    from importlib.util import find_spec
+
+    try:
+        return all(
+            find_spec(m) is not None for m in ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
+        )
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def missing_extra() -> str:
+    return "[telemetry] enabled needs OpenTelemetry: pip install 'steward[otel]' (or set enabled = false)"
+
+
+def tracer(settings: TelemetrySettings) -> Tracer:
+    """Steward's tracer for ``settings``: the application's provider, or one exporting over
+    OTLP/HTTP (made once per collector, headers and service name)."""
+    from steward import __version__
+
+    with _lock:
+        if _override:
+            return _override[0].get_tracer("steward", __version__)  # type: ignore[no-any-return]
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        raise ConfigError(missing_extra()) from None
+    url, _ = traces_url(settings)
+    sent = headers(settings)
+    key = (url, tuple(sorted(sent.items())), settings.service_name)
+    with _lock:
+        provider = _providers.get(key)
+        if provider is None:
+            provider = TracerProvider(resource=Resource.create({"service.name": settings.service_name}))
+            exporter = OTLPSpanExporter(endpoint=url, headers=sent, timeout=_EXPORT_TIMEOUT_S)
+            provider.add_span_processor(BatchSpanProcessor(exporter))
+            _providers[key] = provider
+    return provider.get_tracer("steward", __version__)
+
+
+def flush(timeout_s: float = _EXPORT_TIMEOUT_S) -> None:
+    """Send what is batched now (a short-lived process that is about to end)."""
+    with _lock:
+        providers = [*_providers.values(), *_override]
+    for provider in providers:
+        force = getattr(provider, "force_flush", None)
+        if force is not None:
+            force(int(timeout_s * 1000))

@@ -1,0 +1,101 @@
+"""The spans of a real scripted run with tools: names, GenAI attributes and their parents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from tests.telemetry.conftest import attrs, named, parent_of, traced
+
+from steward import Agent
+from steward.events import ToolUse
+from steward.models.scripted import ScriptedModel
+
+
+def lookup(key: str) -> str:
+    """Look a key up.
+
+    Args:
+        key: The key.
+    """
+    if key == "missing":
+        raise FileNotFoundError(f"key {key} not found")
+    return f"value of {key} is hunter2-secret"
+
+
+def act(tool: str, **args: Any) -> dict[str, Any]:
+    return {"tool": tool, "args": args}
+
+
+END = {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "All done."}}
+
+
+def agent(replies: list[dict[str, Any]], **config: Any) -> Agent:
+    model = ScriptedModel.from_data(replies)
+    model.name = "openai:gpt-test"
+    return Agent(model, tools=[lookup], builtin_tools=False, config=traced(**config), sandbox=False)
+
+
+async def test_a_run_is_one_invoke_agent_span_with_a_step_span_per_step_and_chat_and_tool_spans_under_them(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    run = agent([act("lookup", key="a"), act("lookup", key="missing"), END]).start(
+        "look it up", workspace=tmp_path
+    )
+    call_ids = [e.call_id async for e in run.stream() if isinstance(e, ToolUse)]
+    assert run.snapshot().solved
+    got = spans.get_finished_spans()
+    (root,) = named(got, "invoke_agent")
+    assert root.name == "invoke_agent steward" and root.parent is None
+    a = attrs(root)
+    assert a["gen_ai.operation.name"] == "invoke_agent"
+    assert a["gen_ai.provider.name"] == "openai" and a["gen_ai.request.model"] == "gpt-test"
+    assert a["gen_ai.agent.id"] == run.id and a["gen_ai.conversation.id"] == run.id
+    assert a["steward.run.status"] == "done" and a["steward.run.end_status"] == "solved"
+    steps = named(got, "step")
+    assert [attrs(s)["steward.step"] for s in steps] == [1, 2, 3]
+    assert all(parent_of(s, got) is root for s in steps)
+    chats = named(got, "chat ")
+    assert [c.name for c in chats] == ["chat gpt-test"] * 3
+    assert [parent_of(c, got) for c in chats] == steps  # each model call under its own step
+    for chat in chats:
+        c = attrs(chat)
+        assert c["gen_ai.operation.name"] == "chat" and c["gen_ai.provider.name"] == "openai"
+        assert c["gen_ai.response.model"] and c["gen_ai.usage.input_tokens"] > 0
+        assert "gen_ai.input.messages" not in c  # content only when asked for
+    tools = named(got, "execute_tool")
+    assert [t.name for t in tools] == ["execute_tool lookup"] * 2
+    assert [parent_of(t, got) for t in tools] == steps[:2]
+    assert [attrs(t)["gen_ai.tool.call.id"] for t in tools] == call_ids
+    ok, failed = tools
+    assert ok.status.status_code is StatusCode.UNSET
+    assert failed.status.status_code is StatusCode.ERROR and attrs(failed)["error.type"]
+    assert attrs(root)["gen_ai.usage.input_tokens"] == sum(
+        attrs(c)["gen_ai.usage.input_tokens"] for c in chats
+    )
+    assert len({s.context.trace_id for s in got if s.context is not None}) == 1
+
+
+async def test_content_is_recorded_only_when_asked_and_secret_values_are_redacted(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    (tmp_path / ".env").write_text("API_TOKEN=hunter2-secret\n")
+    run = agent([act("lookup", key="a"), END], record_content=True).start("look it up", workspace=tmp_path)
+    assert (await run.result()).solved
+    got = spans.get_finished_spans()
+    (tool,) = named(got, "execute_tool")
+    result = attrs(tool)["gen_ai.tool.call.result"]
+    assert "value of a" in str(result) and "hunter2-secret" not in str(result)
+    assert attrs(tool)["gen_ai.tool.call.arguments"] == '{"key": "a"}'
+    second = named(got, "chat ")[1]
+    messages = str(attrs(second)["gen_ai.input.messages"])
+    assert "look it up" in messages and "hunter2-secret" not in messages
+
+
+async def test_with_tracing_off_no_span_is_made(spans: InMemorySpanExporter, tmp_path: Path) -> None:
+    model = ScriptedModel.from_data([act("lookup", key="a"), END])
+    run = Agent(model, tools=[lookup], builtin_tools=False, sandbox=False).start("x", workspace=tmp_path)
+    assert (await run.result()).solved and run.trace is None
+    assert spans.get_finished_spans() == ()
