@@ -3,6 +3,9 @@ SQLite's does: each word's share read from the planner's statistics of the tsv c
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -61,3 +64,41 @@ async def test_a_query_of_operators_and_quotes_is_only_words(engine: AsyncEngine
     await _analyze(engine)
     found = await memory.recall(HOME, "weekly' OR 1=1); -- brien's key:*", k=3)
     assert found[0].item.text == "O'Brien's key is under the mat"
+
+
+def _scans_of(node: dict[str, Any], relation: str) -> int:
+    """How many times the plan under ``node`` read ``relation`` (its executed loops)."""
+    own = int(node.get("Actual Loops", 0)) if node.get("Relation Name") == relation else 0
+    return own + sum(_scans_of(child, relation) for child in node.get("Plans", []))
+
+
+async def test_the_statistics_are_read_once_a_recall_however_many_words(
+    engine: AsyncEngine, clock: Clock
+) -> None:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's keyword ranking")
+    memory = LongTermMemory(engine, clock=clock)
+    await memory.remember_many(HOME, [NewItem(f"note {n} about the weekly report") for n in range(300)])
+    target = await memory.remember(HOME, "the weekly report goes to Grace on Fridays")
+    await _analyze(engine)
+    seen: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        seen.append((statement, parameters))
+
+    sa.event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        found = await memory.recall(
+            HOME, "weekly report notes: does Grace get it on Fridays or Mondays?", k=1
+        )
+    finally:
+        sa.event.remove(engine.sync_engine, "before_cursor_execute", record)
+    assert found[0].item.id == target.item.id
+    [(statement, parameters)] = [(s, p) for s, p in seen if "tsv @@" in s]
+    async with engine.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        assert raw is not None
+        value = await raw.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", *parameters)
+    [plan] = value if isinstance(value, list) else json.loads(value)  # the driver may decode it
+    # Before: once per word, and again for the ranking (16 reads for these 8 words).
+    assert _scans_of(plan["Plan"], "pg_statistic") == 1
