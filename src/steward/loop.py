@@ -28,7 +28,7 @@ from steward.phases import AGENT_STEP, AGENT_STEP_SPEC, AgentStep, EndStatus, St
 from steward.replies import reply_event, text_events, with_unique_ids
 from steward.reply_stream import stream_reply
 from steward.text import compact_json
-from steward.tools._code_calls import result_events
+from steward.tools._code_calls import denied_events, paused_events, result_events, resumed_call
 from steward.tools.base import ToolContext, Toolset
 from steward.tools.deadline import DeadlineToolset
 
@@ -309,6 +309,8 @@ class Loop:
         try:
             result = await toolset.call_tool(tool, arguments, replace(self.ctx, step=n, approved=approved))
         except ApprovalRequired as request:
+            for event in paused_events(n, call.id, request):  # a stopped program's calls so far
+                yield self.emit(event)
             yield rs.Pause(rs.pending_approval(request, call, thinking, summary, s, self.state.seq))
             return
         for event in result_events(n, call.id, result):  # its notes, then a program's own calls
@@ -342,8 +344,9 @@ class Loop:
         assert resume is not None
         a = resume.approval
         outcome: rs.Outcome = rs.CONTINUE
+        tool, arguments = resumed_call(self.ctx, a, resume.approved)  # a program's gated call: the program
         if resume.approved:
-            act = self._act(a.call, a.tool, a.arguments, a.thinking, a.summary, approved=a.call_hash)
+            act = self._act(a.call, tool, arguments, a.thinking, a.summary, approved=a.call_hash)
             async for item in act:
                 if isinstance(item, ev.Event):
                     yield item
@@ -351,6 +354,8 @@ class Loop:
                     outcome = item
         else:
             denied = resume.refusal()
-            yield self.emit(st.record_call(a.call, a.tool, a.arguments, a.thinking, a.summary, denied, 0.0))
+            for event in denied_events(st.counters.step, a.call.id, a, denied):
+                yield self.emit(event)
+            yield self.emit(st.record_call(a.call, tool, arguments, a.thinking, a.summary, denied, 0.0))
         async for item in self._after_step(outcome):
             yield item

@@ -51,7 +51,7 @@ from steward.models.base import (
     Usage,
 )
 from steward.replies import response_from
-from steward.tools._code_calls import nested_calls
+from steward.tools._code_calls import asked_again, nested_calls
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
@@ -406,12 +406,7 @@ class RecordedToolset(WrapperToolset):
                 self.wrapped.replayed(name, arguments, result, ctx)
                 return result
             case ApprovalGateEvent():  # asked (again, if it was approved and interrupted before)
-                raise ApprovalRequired(
-                    tool=recorded.tool, arguments=recorded.input, call_hash=recorded.call_hash,
-                    reason=recorded.reason, suggestion=recorded.suggestion,
-                    description=recorded.description, deadline=recorded.deadline,
-                    waits_for=recorded.waits_for,
-                )  # fmt: skip
+                raise asked_again(recorded, name, arguments, nested)  # after a stopped program's calls
             case _:
                 assert recorded is not None
                 raise replay.diverged(f"a call of {name}", recorded)

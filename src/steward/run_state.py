@@ -33,7 +33,8 @@ from steward.memory.working import ErrorEntry, Step, WorkingMemory
 from steward.models.base import ToolCall, ToolResultMessage, Usage
 from steward.phases import AGENT_STEP, EndStatus
 from steward.text import compact_json
-from steward.tools.base import ToolResult
+from steward.tools._code_calls import ProgramPaused
+from steward.tools.base import NestedCall, ToolResult
 
 # --- outcomes -------------------------------------------------------------------------------
 
@@ -85,6 +86,9 @@ class Approval:
     summary: str
     description: str = ""
     waits_for: str = ""  # a job the call waits for (a delegation), not a person
+    #: For a program's call (``execute_code``): the program's arguments, and its calls before this one.
+    program: dict[str, Any] | None = None
+    earlier: tuple[NestedCall, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -336,6 +340,8 @@ def pending_approval(
         thinking=thinking,
         summary=summary,
         waits_for=request.waits_for,
+        program=request.program if isinstance(request, ProgramPaused) else None,
+        earlier=request.earlier if isinstance(request, ProgramPaused) else (),
     )
     if request.waits_for:
         return Pending(f"j-{request.waits_for}-{seq}", "job", request.reason, call.id, approval)

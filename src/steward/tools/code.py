@@ -10,12 +10,14 @@ wrappers as the model's own calls (guard, policy, approvals, checkpoints, redact
 recorded as a call of the run with the id ``<parent id>.<n>`` (``steward.tools._code_calls``).
 
 A call that needs approval stops the program: the run waits for a human on that exact call
-(``Allow read_file {...}? (execute_code calls it: ...)``). Approved, the program runs again
-from the start with that one call approved (the approval is good once); denied, the model is
-told. What the first run did is recorded before the second's calls. (Pausing the program
-itself while a human decides is not possible: a waiting run may be resumed by another process.)
-If the process stops while the run waits, the program is not known any more: once approved,
-the approved call runs on its own and its output is the reply.
+(``Allow read_file {...}? (execute_code calls it: ...)``), the calls the program made before it
+recorded ahead of the question. Approved, the program runs again from the start with that one
+call approved (good once), and the calls it made before get their recorded answers instead of
+running twice, as long as it makes them again in the same order (``ProgramCalls``); the result
+is ``execute_code``'s. Denied, the gated call is recorded as refused and the model is told.
+(Pausing the program itself while a human decides is not possible: a waiting run may be resumed
+by another process; the approval carries the program and its recorded calls, so it runs again
+there the same way.)
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from steward.errors import ApprovalRequired, ToolError
 from steward.models.base import ToolSpec
+from steward.tools._code_calls import NAME, WAITING, ProgramPaused, Waiting
 from steward.tools._paths import workspace_root
 from steward.tools.base import (
     NestedCall,
@@ -48,7 +51,6 @@ from steward.tools.base import (
 )
 from steward.tools.shell import MAX_TIMEOUT_S, CommandOutcome, run_command
 
-NAME = "execute_code"
 RUNNER_SCRIPT = Path(__file__).with_name("_code_runner.py")
 MOUNT = "/run/steward/code"
 """Where the call's private directory (program, tool list, socket) is seen inside the sandbox."""
@@ -277,15 +279,22 @@ def code_tools() -> list[Tool]:
 
 
 class ProgramCalls:
-    """The calls of one program: each through ``toolset`` (the guarded stack), recorded."""
+    """The calls of one program: each through ``toolset`` (the guarded stack), recorded.
+
+    A program run again after an approval is given the answers of the calls it made before
+    (``earlier``, recorded then) while it makes the same calls in the same order: they do not
+    run twice. From its first other call on, every call runs (and is numbered after them)."""
 
     def __init__(
-        self, toolset: Toolset, ctx: ToolContext, limit: int, *, granted: str | None, first: int
-    ) -> None:
+        self, toolset: Toolset, ctx: ToolContext, limit: int, *, granted: str | None,
+        earlier: tuple[NestedCall, ...] = (),
+    ) -> None:  # fmt: skip
         self.toolset, self.ctx, self.limit = toolset, ctx, limit
         self.granted = granted  # the hash of the one call a human approved for this program
-        self.first = first  # calls recorded before (an earlier attempt of the same program)
-        self.records: list[NestedCall] = []
+        self.earlier = earlier
+        self.replaying = bool(earlier)
+        self.made = 0  # calls answered so far, from the record or run
+        self.records: list[NestedCall] = []  # the calls that ran (the stopped one is not among them)
         self.notes: list[tuple[str, str]] = []
         self.stop: ApprovalRequired | None = None
 
@@ -297,15 +306,23 @@ class ProgramCalls:
         return [s for s in await self.toolset.get_tools(self.ctx) if s.name != NAME]
 
     async def call(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+        if self.stop is not None:  # never ran: not recorded
+            return ToolResult("Not run: the program is stopped for an approval.", is_error=True)
+        self.made += 1
+        if self.replaying and self.made <= len(self.earlier):
+            recorded = self.earlier[self.made - 1]
+            if recorded.tool == name and dict(recorded.arguments) == dict(arguments):
+                return ToolResult(recorded.output, is_error=recorded.is_error, category=recorded.category)
+        self.replaying = False  # the program took another path: everything from here runs
         started = time.perf_counter()
         if name == NAME:
             result = ToolResult(f"{NAME} cannot be called from a program.", is_error=True)
-        elif self.stop is not None:
-            result = ToolResult("Not run: the program is stopped for an approval.", is_error=True)
         else:
             result = await self._guarded(name, arguments)
+        if self.halted:  # the gate stands for this call in the record
+            return result
         took = (time.perf_counter() - started) * 1000
-        n = self.first + len(self.records) + 1
+        n = len(self.earlier) + len(self.records) + 1
         self.records.append(
             NestedCall(n, name, dict(arguments), result.content, result.is_error, took, result.category)
         )
@@ -327,15 +344,6 @@ class ProgramCalls:
         raise AssertionError("unreachable: the second pass returns")
 
 
-@dataclass(slots=True, frozen=True)
-class _Waiting:
-    """A program stopped for an approval: what runs again once it is given."""
-
-    arguments: Mapping[str, Any]
-    records: tuple[NestedCall, ...]
-    approved: str | None  # the approval the program itself ran with, if it needed one
-
-
 class CodeToolset(WrapperToolset):
     """Outermost: gives ``execute_code`` its calls, records them, and stops a program for an
     approval (then runs it again once the human approved that call)."""
@@ -345,39 +353,37 @@ class CodeToolset(WrapperToolset):
         self.max_tool_calls = max_tool_calls
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
-        waiting = ctx.scope(self, dict[str, _Waiting])
-        if name == NAME:
-            return await self._program(arguments, ctx, granted=None, earlier=(), approved=ctx.approved)
-        again = waiting.pop(ctx.approved, None) if ctx.approved is not None else None
-        if again is None or name == NAME:
+        if name != NAME:
             return await self.wrapped.call_tool(name, arguments, ctx)
+        waiting = ctx.scope(WAITING, dict[str, Waiting])
+        again = waiting.pop(ctx.approved, None) if ctx.approved is not None else None
+        if again is None:  # a new program (or the program itself approved)
+            return await self._program(arguments, ctx, granted=None, earlier=(), approved=ctx.approved)
         result = await self._program(
             again.arguments, replace(ctx, approved=None), granted=ctx.approved, earlier=again.records,
             approved=again.approved,
         )  # fmt: skip
-        shown = f"[{name} was approved; the program ran again from the start]\n{result.content}"
-        return replace(result, content=shown)
+        shown = "[the call was approved; the program ran again, its earlier calls answered from the record]"
+        return replace(result, content=f"{shown}\n{result.content}")
 
     async def _program(
         self, arguments: Mapping[str, Any], ctx: ToolContext, *, granted: str | None,
         earlier: tuple[NestedCall, ...], approved: str | None,
     ) -> ToolResult:  # fmt: skip
-        calls = ProgramCalls(self.wrapped, ctx, self.max_tool_calls, granted=granted, first=len(earlier))
+        calls = ProgramCalls(self.wrapped, ctx, self.max_tool_calls, granted=granted, earlier=earlier)
         inner = replace(ctx, program_tools=calls, approved=approved)
         result = await self.wrapped.call_tool(NAME, arguments, inner)
         records = (*earlier, *calls.records)
         stop = calls.stop
         if stop is not None:
-            waiting = ctx.scope(self, dict[str, _Waiting])
+            waiting = ctx.scope(WAITING, dict[str, Waiting])
             if len(waiting) >= _MAX_WAITING:
                 waiting.pop(next(iter(waiting)))
-            waiting[stop.call_hash] = _Waiting(dict(arguments), records, approved)
-            raise ApprovalRequired(
-                tool=stop.tool, arguments=stop.arguments, call_hash=stop.call_hash,
-                reason=f"{NAME} calls it: {stop.reason}", suggestion=stop.suggestion,
-                description=stop.description, deadline=stop.deadline, waits_for=stop.waits_for,
-            )  # fmt: skip
-        return replace(result, nested=records, notes=(*result.notes, *calls.notes))
+            waiting[stop.call_hash] = Waiting(dict(arguments), records, approved)
+            raise ProgramPaused(
+                stop, program=arguments, earlier=records, reason=f"{NAME} calls it: {stop.reason}"
+            )
+        return replace(result, nested=tuple(calls.records), notes=(*result.notes, *calls.notes))
 
 
 _MAX_WAITING = 16
