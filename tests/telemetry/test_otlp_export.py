@@ -1,0 +1,100 @@
+"""Spans sent over OTLP/HTTP by real ``steward`` processes to a receiver on loopback: a job that
+delegates to another persona, both run by a real worker, in one trace with the right parents."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.telemetry.receiver import Received, Receiver, receiver
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "jobs" / "kit"))
+
+from fleet_kit import Fleet
+
+
+def end(message: str) -> dict[str, object]:
+    return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
+
+
+LEAD = [{"tool": "delegate", "args": {"role": "helper", "goal": "read the notes"}}, end("lead done")]
+HELPER = [{"tool": "read_file", "args": {"path": "notes.txt"}}, end("the notes say hello")]
+
+
+@pytest.fixture
+def collector() -> Iterator[Receiver]:
+    with receiver() as made:
+        yield made
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, db_url: str, collector: Receiver) -> Iterator[Fleet]:
+    made = Fleet(tmp_path, db_url)
+    (made.workspace / "notes.txt").write_text("hello\n")
+    (made.workspace / "steward.toml").write_text(
+        f'[telemetry]\nenabled = true\nendpoint = "{collector.url}"\nservice_name = "steward-test"\n'
+        'headers_env = "TRACE_HEADERS"\n'
+    )
+    made.env |= {
+        "TRACE_HEADERS": "x-team=agents,authorization=Bearer%20t0ken",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+    made.persona("lead", LEAD, tools='["delegate"]')
+    made.persona("helper", HELPER, tools='["read_file"]')
+    try:
+        yield made
+    finally:
+        made.stop()
+
+
+def _one(spans: list[Received], name: str, **attributes: object) -> Received:
+    found = [
+        s for s in spans if s.name == name and all(s.attributes.get(k) == v for k, v in attributes.items())
+    ]
+    assert len(found) == 1, (name, attributes, [(s.name, s.attributes) for s in spans])
+    return found[0]
+
+
+def test_a_delegated_child_s_run_hangs_under_the_parent_s_delegate_call_in_one_trace(
+    fleet: Fleet, collector: Receiver
+) -> None:
+    lead = fleet.submit("lead", "get the notes read")
+    fleet.worker("--lease", "10")
+    jobs = fleet.wait_until(lambda jobs: any(j.id == lead and j.ended for j in jobs), what="the lead to end")
+    assert next(j for j in jobs if j.id == lead).status == "done", [
+        (j.role, j.status, j.error, j.result) for j in jobs
+    ]
+    child = next(j for j in jobs if j.parent_id == lead)
+    # The lead runs twice (until it waits for its child, then with the child's answer); the child once.
+    spans = collector.wait_for(
+        lambda got: (
+            sum(s.name.startswith("invoke_agent") for s in got) >= 3
+            and sum(s.name.startswith("chat ") for s in got) >= 4
+        )  # batched: whatever order they come in
+    )
+    first, again = sorted(
+        (s for s in spans if s.name == "invoke_agent lead"),
+        key=lambda s: bool(s.attributes["steward.run.resumed"]),
+    )
+    helper = _one(spans, "invoke_agent helper")
+    delegate = _one(spans, "execute_tool delegate", **{"steward.tool.waits": child.id})
+    answered = next(s for s in spans if s.name == "execute_tool delegate" and s is not delegate)
+    read = _one(spans, "execute_tool read_file")
+    assert len({s.trace_id for s in spans}) == 1  # one trace, across two jobs and three stretches
+    assert first.parent_id == "" and first.attributes["gen_ai.agent.id"] == lead
+    by_id = {s.span_id: s for s in spans}
+    assert by_id[by_id[delegate.parent_id].parent_id] is first  # delegate: under a step of the lead
+    assert helper.parent_id == delegate.span_id  # the child's run: under the call that made it
+    assert by_id[by_id[read.parent_id].parent_id] is helper
+    assert again.parent_id == first.span_id  # the lead going on: in its first stretch's trace
+    assert answered.parent_id == again.span_id  # the approved call (the child's answer) runs there
+    assert answered.attributes["gen_ai.tool.call.id"] == delegate.attributes["gen_ai.tool.call.id"]
+    assert {s.service for s in spans} == {"steward-test"}
+    assert all(
+        h.get("x-team") == "agents" and h.get("authorization") == "Bearer t0ken" for h in collector.headers
+    )
+    # The jobs keep where their runs' traces are: the lead its first span, the child the delegate call.
+    assert (fleet.job(lead).traceparent or "").split("-")[1:3] == [first.trace_id, first.span_id]
+    assert (child.traceparent or "").split("-")[1:3] == [delegate.trace_id, delegate.span_id]
