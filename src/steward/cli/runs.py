@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from functools import partial
@@ -16,9 +17,11 @@ from steward.cli.graph import graph_command
 if TYPE_CHECKING:
     from steward.events import Event
     from steward.store.events import EventStore, RunRow
+    from steward.trajectories._export import Format, Selection
 
 runs_app = typer.Typer(
-    help="Recorded runs: list them, show a timeline, export the event log.", no_args_is_help=True
+    help="Recorded runs: list them, show a timeline, export them (event logs, training data).",
+    no_args_is_help=True,
 )
 
 Workspace = Annotated[Path, typer.Option("--workspace", "-w", help="Workspace whose runs to read.")]
@@ -211,21 +214,73 @@ def _short(value: object, limit: int = 100) -> str:
 
 
 @runs_app.command("export")
-def export(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Workspace = Path()) -> None:
-    """Print one run's event log as JSONL (the audit trail), one event per line."""
-    from steward.events import encode_event
+def export(
+    run_ids: Annotated[
+        list[str] | None, typer.Argument(metavar="[RUN]...", help="Runs to export (ids or unique prefixes).")
+    ] = None,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="events: the event log (audit trail), one event a line. chat: one OpenAI-format "
+            "training record a run (messages, tools, phases, reward). tasks: one row a task (prompt, "
+            "verifier) for GRPO.",
+        ),
+    ] = "events",
+    every: Annotated[bool, typer.Option("--all", help="Every run that has ended, oldest first.")] = False,
+    since: Annotated[
+        str | None, typer.Option(help="Only runs started since: an age (12h, 7d) or a date (2026-11-01).")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file, not stdout.")
+    ] = None,
+    workspace: Workspace = Path(),
+) -> None:
+    """Export runs as JSONL: their event logs, or as training data (chat trajectories, task sets)."""
+    from steward.errors import StewardError
+    from steward.trajectories._export import FORMATS, Selection, parse_since
+
+    if fmt not in FORMATS:
+        typer.echo(f"steward: --format {fmt!r}: use one of {', '.join(FORMATS)}", err=True)
+        raise typer.Exit(2)
+    if bool(run_ids) == (every or since is not None):
+        typer.echo("steward: give runs to export (RUN ...), or --all or --since WHEN (ended runs)", err=True)
+        raise typer.Exit(2)
+    try:
+        selection = Selection(tuple(run_ids or ()), every, parse_since(since) if since is not None else None)
+    except StewardError as exc:
+        typer.echo(f"steward: {exc}", err=True)
+        raise typer.Exit(2) from None
+    url = reading_url(workspace, wanted=f"run {run_ids[0]!r}" if run_ids else "runs")
+    raise typer.Exit(asyncio.run(_export(url, selection, fmt, output)))
+
+
+async def _export(url: str, selection: Selection, fmt: Format, output: Path | None) -> int:
+    """Write the selected runs; to ``output`` whole or not at all (through a ``.part`` file)."""
+    from steward.errors import StewardError
     from steward.store.events import open_store
+    from steward.trajectories._export import lines, selected
 
-    async def main() -> int:
-        async with await open_store(reading_url(workspace, wanted=f"run {run_id!r}")) as store:
-            row = await _find(store, run_id)
-            if row is None:
-                return 2
-            for event in await store.events(row.id):
-                sys.stdout.write(encode_event(event) + "\n")
-        return 0
-
-    raise typer.Exit(asyncio.run(main()))
+    part = output.with_name(output.name + ".part") if output is not None else None
+    async with await open_store(url) as store:
+        try:
+            rows, unfinished = await selected(store, selection)
+            if unfinished:
+                typer.echo(f"steward: left out {unfinished} run(s) that have not ended", err=True)
+            target = contextlib.nullcontext(sys.stdout) if part is None else part.open("w", encoding="utf-8")
+            with target as out:
+                async for line in lines(store, rows, fmt):
+                    out.write(line + "\n")
+        except StewardError as exc:
+            typer.echo(f"steward: {exc}", err=True)
+            if part is not None:
+                part.unlink(missing_ok=True)
+            return 2
+    if output is not None and part is not None:
+        part.replace(output)
+        typer.echo(f"wrote {len(rows)} run(s) as {fmt} to {output}", err=True)
+    return 0
 
 
 runs_app.command("graph")(graph_command)  # `steward runs graph RUN` (steward.cli.graph)

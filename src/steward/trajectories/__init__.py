@@ -28,7 +28,16 @@ if TYPE_CHECKING:
     from steward.events import Event
     from steward.store.events import EventStore, RunRow
 
-__all__ = ["Conversation", "arguments_json", "chat_record", "conversation", "reward", "verified"]
+__all__ = [
+    "Conversation",
+    "arguments_json",
+    "chat_record",
+    "conversation",
+    "record_of",
+    "reward",
+    "verified",
+    "verifier_command",
+]
 
 #: The reward of each way a run ends, when no verifier ran (``answered``: a plain-text reply
 #: that nothing said was unfinished, the way a chat ends).
@@ -63,6 +72,17 @@ def verified(events: Sequence[Event]) -> bool | None:
         if isinstance(event, ToolResultEvent) and event.tool == VERIFY_TOOL:
             return event.status == "completed"
     return None
+
+
+def verifier_command(events: Sequence[Event]) -> str:
+    """The command the run's verifier ran ("": none ran)."""
+    from steward.continuation import VERIFY_TOOL
+    from steward.events import ToolUse
+
+    for event in reversed(events):
+        if isinstance(event, ToolUse) and event.tool == VERIFY_TOOL:
+            return str(event.input.get("command", ""))
+    return ""
 
 
 async def chat_record(store: EventStore, run_id: str) -> dict[str, Any]:
@@ -102,6 +122,8 @@ def record_of(row: RunRow, events: Sequence[Event]) -> dict[str, Any]:
             "goal": goal,
             "model": row.model or start.model,
             "persona": start.persona,
+            "workspace": start.workspace,
+            "verify": verifier_command(events),
             "status": row.status,
             "end_status": row.end_status,
             "steps": done.steps if done is not None else 0,
