@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from tests.telemetry.conftest import attrs, named, parent_of, traced
@@ -12,6 +14,7 @@ from tests.telemetry.conftest import attrs, named, parent_of, traced
 from steward import Agent
 from steward.events import ToolUse
 from steward.models.scripted import ScriptedModel
+from steward.store.events import open_store
 
 
 def lookup(key: str) -> str:
@@ -99,3 +102,42 @@ async def test_with_tracing_off_no_span_is_made(spans: InMemorySpanExporter, tmp
     run = Agent(model, tools=[lookup], builtin_tools=False, sandbox=False).start("x", workspace=tmp_path)
     assert (await run.result()).solved and run.trace is None
     assert spans.get_finished_spans() == ()
+
+
+async def test_remember_recall_and_forget_are_memory_operations_under_their_tool_spans(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    script = [
+        act("remember", text="Deploys use blue-green switching."),
+        act("recall", query="deploys"),
+        act("forget", id="m1"),
+        END,
+    ]
+    store = await open_store(f"sqlite:///{tmp_path / 'steward.db'}")
+    try:
+        model = ScriptedModel.from_data(script)
+        built = Agent(
+            model, builtin_tools=False, config=traced(record_content=True), store=store, sandbox=False
+        )
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        assert (await built.start("keep it", workspace=ws).result()).solved
+        await built.aclose()
+    finally:
+        await store.close()
+    got = spans.get_finished_spans()
+    upsert, search, delete = (_one(got, name) for name in ("upsert_memory", "search_memory", "delete_memory"))
+    assert parent_of(upsert, got).name == "execute_tool remember"
+    assert parent_of(search, got).name == "execute_tool recall"
+    assert parent_of(delete, got).name == "execute_tool forget"
+    assert (
+        attrs(upsert)["gen_ai.memory.record.id"] == "m1" and attrs(delete)["gen_ai.memory.record.id"] == "m1"
+    )
+    assert attrs(search)["gen_ai.memory.record.count"] == 1
+    assert attrs(search)["gen_ai.memory.query.text"] == "deploys"  # content recording is on here
+    assert all(attrs(s)["gen_ai.memory.store.id"] == "steward.long_term" for s in (upsert, search, delete))
+
+
+def _one(spans: Sequence[ReadableSpan], operation: str) -> ReadableSpan:
+    (found,) = [s for s in spans if attrs(s).get("gen_ai.operation.name") == operation]
+    return found
