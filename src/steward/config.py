@@ -103,6 +103,40 @@ class Limits:
 
 
 @dataclass(slots=True)
+class BudgetSettings:
+    """What a run may spend (0: no limit). ``tree_*``: a job and all the jobs it delegated to,
+    together; ``session_*``: all the runs of one session."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    tokens: int = _f(0, "Tokens (input + output) one run may use, its delegated jobs included.", ge=0)
+    cost_usd: float = _f(0.0, "US dollars one run may spend on model calls (needs the model's price).", ge=0)
+    time_s: float = _f(0.0, "Seconds one run may spend running.", ge=0)
+    tool_calls: int = _f(0, "Tool calls one run may make.", ge=0)
+    tree_tokens: int = _f(0, "Tokens a job tree may use together.", ge=0)
+    tree_cost_usd: float = _f(0.0, "US dollars a job tree may spend together.", ge=0)
+    tree_time_s: float = _f(0.0, "Seconds of running a job tree may spend together.", ge=0)
+    tree_tool_calls: int = _f(0, "Tool calls a job tree may make together.", ge=0)
+    session_tokens: int = _f(0, "Tokens the runs of one session may use together.", ge=0)
+    session_cost_usd: float = _f(0.0, "US dollars the runs of one session may spend together.", ge=0)
+    session_time_s: float = _f(0.0, "Seconds of running the runs of one session may spend together.", ge=0)
+    session_tool_calls: int = _f(0, "Tool calls the runs of one session may make together.", ge=0)
+    warn_at: float = _f(0.8, "Share of a budget used at which the agent is told to wrap up.", gt=0, le=1)
+
+
+@dataclass(slots=True)
+class PriceSettings:
+    """A model's price, in US dollars per million tokens (overrides the built-in table)."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    input_per_mtok: float = field(metadata={"doc": "Input (prompt) tokens.", "ge": 0})
+    output_per_mtok: float = field(metadata={"doc": "Output (completion) tokens.", "ge": 0})
+    cached_input_per_mtok: float | None = _f(None, "Cached input tokens (default: input's).", ge=0)
+    cache_write_per_mtok: float | None = _f(None, "Input written to the cache (default: input's).", ge=0)
+
+
+@dataclass(slots=True)
 class MemorySettings:
     __pydantic_config__ = _FORBID_EXTRA
 
@@ -457,6 +491,12 @@ class Config:
         metadata={"doc": "Per-provider settings: [models.openai], [models.anthropic]..."},
     )
     limits: Limits = field(default_factory=Limits, metadata={"doc": "Limits of a run."})
+    budget: BudgetSettings = field(
+        default_factory=BudgetSettings, metadata={"doc": "Budgets: tokens, money, time, tool calls."}
+    )
+    prices: dict[str, PriceSettings] = field(
+        default_factory=dict, metadata={"doc": 'Model prices: [prices."provider:model"] input_per_mtok = ...'}
+    )
     policy: PolicySettings = field(default_factory=PolicySettings, metadata={"doc": "Rules and modes."})
     git: GitSettings = field(
         default_factory=GitSettings, metadata={"doc": "Git tools, push and pull requests."}
@@ -492,6 +532,8 @@ class Config:
 _SECTIONS: dict[str, type[Any]] = {
     "": Config,
     "limits": Limits,
+    "budget": BudgetSettings,
+    "prices": PriceSettings,
     "models": ProviderSettings,
     "policy": PolicySettings,
     "git": GitSettings,
@@ -589,7 +631,7 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any], where: str = "") -> di
 
 
 def _allowed(loc: list[str]) -> str:
-    if loc and loc[0] in ("models", "mcp_servers"):
+    if loc and loc[0] in ("models", "mcp_servers", "prices"):
         return ", ".join(f.name for f in fields(_SECTIONS[loc[0]]))
     section = _SECTIONS[loc[0] if len(loc) > 1 else ""]
     return ", ".join(f.name for f in fields(section))

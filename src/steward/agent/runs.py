@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from steward.agent.kit import AgentKit
 from steward.answers import check_schema, schema_prompt
+from steward.budget import attach_budget
 from steward.config import Limits
 from steward.context import ContextBuilder
 from steward.continuation import Continuation, VerifierToolset
@@ -258,6 +259,7 @@ class AgentRuns(AgentKit):
         loop.notes = notes
         if lim.verify or lim.max_continuations:
             loop.ending = Continuation(lim.verify, lim.max_continuations, lambda: rules.mode).checked
+        attach_budget(loop, self.config, self.store)  # [budget]: tokens, money, time, tool calls
         run = Run(
             loop, model_name=model.name, max_steps=lim.max_steps, remember=self._remembering(rules),
             store=self.store, prepare=self.prepare, persona=self.persona.name if self.persona else "",

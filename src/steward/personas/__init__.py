@@ -14,6 +14,8 @@ A persona file ``personas/NAME.toml`` (in the workspace, else in the user's conf
     deny = ["bash(git push*)"]
     [limits]                          # optional: like steward.toml's [limits]
     max_steps = 80
+    [budget]                          # optional: like steward.toml's [budget]
+    tokens = 200000
     [output_schema]                   # optional: the JSON Schema its answers must match
     type = "object"                   # (or output_schema = "answer.schema.json", next to the file)
 
@@ -45,7 +47,7 @@ ALWAYS_ALLOWED = frozenset({"recall_output"})
 """Tools every persona keeps: the way back to an output elided from its own context."""
 
 _TEXT_KEYS = ("role", "goal", "backstory", "instructions")
-_KEYS = ("name", *_TEXT_KEYS, "tools", "model", "prompt", "policy", "limits", "output_schema")
+_KEYS = ("name", *_TEXT_KEYS, "tools", "model", "prompt", "policy", "limits", "budget", "output_schema")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -64,6 +66,7 @@ class Persona:
     #: ``[policy]`` and ``[limits]`` as written (checked against the configuration's sections).
     policy: Mapping[str, Any] = field(default_factory=dict)
     limits: Mapping[str, Any] = field(default_factory=dict)
+    budget: Mapping[str, Any] = field(default_factory=dict)  # ``[budget]`` as written
     #: Where it was read from (None: made in Python).
     source: Path | None = None
     #: The JSON Schema its runs' answers must match by default (``steward.answers``); None: any text.
@@ -102,6 +105,8 @@ class Persona:
             layer["policy"] = dict(self.policy)
         if self.limits:
             layer["limits"] = dict(self.limits)
+        if self.budget:
+            layer["budget"] = dict(self.budget)
         return layer
 
 
@@ -172,7 +177,7 @@ def persona_from_data(data: Mapping[str, Any], *, name: str, source: Path | None
             f'{where}: \'tools\' must be a list of tool names or globs, e.g. ["read_file", "github__*"] '
             f"(got {tools!r})"
         )
-    sections = {key: data.get(key) or {} for key in ("policy", "limits")}
+    sections = {key: data.get(key) or {} for key in ("policy", "limits", "budget")}
     for key, value in sections.items():
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: '{key}' must be a table, e.g. [{key}] (got {value!r})")
@@ -192,6 +197,7 @@ def persona_from_data(data: Mapping[str, Any], *, name: str, source: Path | None
         prompt_style=text.get("prompt"),
         policy=dict(sections["policy"]),
         limits=dict(sections["limits"]),
+        budget=dict(sections["budget"]),
         source=source,
         output_schema=_output_schema(data.get("output_schema"), where, source),
     )

@@ -279,6 +279,48 @@ notes = sa.Table(
 )
 
 
+# --- budgets (migration 12, issue 24): what runs spent, and the limits of the scopes they share ---
+budget_scopes = sa.Table(
+    "budget_scopes",
+    metadata,
+    # "run:<id>" (a run and the jobs it delegated), "tree:<root job>", "session:<id>".
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("limit_tokens", sa.BigInteger, nullable=False, server_default="0"),  # 0: no limit
+    sa.Column("limit_cost", sa.Double, nullable=False, server_default="0"),
+    sa.Column("limit_time", sa.Double, nullable=False, server_default="0"),
+    sa.Column("limit_calls", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("spent_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("spent_cost", sa.Double, nullable=False, server_default="0"),
+    sa.Column("spent_time", sa.Double, nullable=False, server_default="0"),
+    sa.Column("spent_calls", sa.Integer, nullable=False, server_default="0"),
+    # Taken by model calls in flight (``steward.budget.ledger``): a call starts only if it fits.
+    sa.Column("held_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("held_cost", sa.Double, nullable=False, server_default="0"),
+    sa.Column("updated_at", sa.Double, nullable=False),
+)
+
+budget_runs = sa.Table(
+    "budget_runs",
+    metadata,
+    # One row per run: what it spent itself (its children have their own rows).
+    sa.Column("run_id", sa.Text, primary_key=True),
+    sa.Column("model", sa.Text, nullable=False, server_default=""),
+    sa.Column("scopes", sa.Text, nullable=False, server_default="[]"),  # JSON list of scope ids it charges
+    sa.Column("input_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("output_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("cache_read_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("cache_write_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("requests", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("cost_usd", sa.Double, nullable=False, server_default="0"),
+    sa.Column("unpriced", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("tool_calls", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("time_s", sa.Double, nullable=False, server_default="0"),
+    sa.Column("held_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("held_cost", sa.Double, nullable=False, server_default="0"),
+    sa.Column("updated_at", sa.Double, nullable=False),
+)
+
+
 def _v1_runs_and_events(conn: Connection) -> None:
     # The tables as version 1 made them (later columns come from later migrations).
     sa.Table(
@@ -388,6 +430,11 @@ def _v10_notes(conn: Connection) -> None:
     notes.create(conn, checkfirst=True)
 
 
+def _v12_budgets(conn: Connection) -> None:
+    budget_scopes.create(conn, checkfirst=True)
+    budget_runs.create(conn, checkfirst=True)
+
+
 def _v11_job_trace(conn: Connection) -> None:
     # A database made before version 11 lacks the column; one made later has it from _v3_jobs.
     if "traceparent" not in {c["name"] for c in sa.inspect(conn).get_columns("jobs")}:
@@ -406,6 +453,7 @@ MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v9_long_term_memory,
     _v10_notes,
     _v11_job_trace,
+    _v12_budgets,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

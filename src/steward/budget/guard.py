@@ -1,0 +1,361 @@
+"""One run's budgets, kept by wrappers around its model, its toolset and its steps.
+
+``BudgetedModel`` counts every reply's usage (and, when the run shares a budget in the store,
+holds what a call may cost before making it); ``BudgetedToolset`` counts tool calls; the step
+wrapper (``Budget.checked``, in the loop's ``ending`` slot) records each step, tells the agent
+once when a budget is 80 % used, and ends the run ``partial`` with its progress when one is
+used up. The loop itself knows nothing of budgets.
+
+While a run is rebuilt from its log the wrappers are not called (the recorded replies and
+results stand in for the model and the tools), so nothing is counted twice; the step wrapper
+then only repeats the budget signals the log has where it has them. Live again, the run goes
+on from what its row in the store says it spent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from steward import events as ev
+from steward import run_state as rs
+from steward.budget.limits import BudgetLimits, Spent
+from steward.budget.prices import Rates
+from steward.errors import ApprovalRequired, ModelError, StoreError
+from steward.models.base import Model, ModelRequest, ModelResponse, StreamItem, Usage
+from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
+
+if TYPE_CHECKING:
+    from steward.budget.ledger import Ledger, ScopeState
+    from steward.loop import Loop
+    from steward.recovery import Replay
+
+Items = AsyncIterator[ev.Event | rs.Outcome]
+Ending = Callable[["Loop", Items], Items]
+
+BUDGET_WARNING = "budget_warning"
+"""The code of the signal a run gets when one of its budgets is ``warn_at`` (80 %) used."""
+BUDGET_EXHAUSTED = "budget_exhausted"
+"""The code of the signal a run gets when a budget ends it."""
+_OUTPUT_GUESS = 1_024  # tokens a reply is expected to hold before the run has shown longer ones
+
+
+class BudgetExceededError(ModelError):
+    """A model call was not made: a shared budget has no room for it (the run ends partial)."""
+
+
+@dataclass(slots=True)
+class Budget:
+    """The budgets of one run and what it has spent (see the module's docstring)."""
+
+    run_id: str
+    model: str
+    rates: Rates | None
+    limits: BudgetLimits  # this run's own
+    shared: dict[str, BudgetLimits]  # the store's scopes this run makes if missing: own, tree, session
+    warn_at: float = 0.8
+    ledger: Ledger | None = None
+    session_id: str | None = None
+    spent: Spent = field(default_factory=Spent)
+    scopes: list[str] = field(default_factory=list)  # the store's scopes it charges (once opened)
+    states: dict[str, ScopeState] = field(default_factory=dict)
+    raised: set[str] = field(default_factory=set)
+    refused: str | None = None  # why a model call was not made
+    longest_output: int = 0  # the longest reply so far, in tokens
+    last_input: int = 0  # the last prompt's tokens, as the provider counted them
+    opened: bool = False
+    inner: Ending | None = None  # the ending check it wraps (continuation)
+    _usage: Usage = field(default_factory=Usage)  # since the last settle
+    _cost: float | None = 0.0
+    _calls: int = 0
+
+    # --- counting (the wrappers) -------------------------------------------------------
+
+    def cost_of(self, usage: Usage) -> float | None:
+        return self.rates.cost(usage) if self.rates is not None else None
+
+    def used(self, usage: Usage) -> None:
+        self.longest_output = max(self.longest_output, usage.output_tokens)
+        self.last_input = usage.input_tokens
+        cost = self.cost_of(usage)
+        self.spent.add_usage(usage, cost)
+        self._usage.add(usage)
+        self._cost = None if cost is None or self._cost is None else self._cost + cost
+
+    async def before_call(self, request: ModelRequest) -> None:
+        """Hold what the call may cost; ``BudgetExceededError`` if a budget has no room for it."""
+        from steward.models.tokens import request_tokens
+
+        # What the call may take: its prompt (no less than the last one's, as the provider
+        # counted it) and a reply at most the request's cap, expected near the longest so far.
+        expected = min(request.max_tokens or _OUTPUT_GUESS, max(_OUTPUT_GUESS, 2 * self.longest_output))
+        tokens = max(request_tokens(request), self.last_input) + expected
+        cost = self.cost_of(Usage(input_tokens=tokens)) or 0.0
+        if self.ledger is None or not self.scopes:
+            refused = self._no_room(tokens, cost)
+        else:
+            refused = await self.ledger.hold(self.run_id, self.scopes, tokens, cost)
+        if refused is not None:
+            label = _label(refused, self.run_id)
+            self.refused = f"{label} budget has no room for another model call (of about {tokens} tokens)"
+            raise BudgetExceededError(self.refused)
+
+    def _no_room(self, tokens: int, cost: float) -> str | None:
+        """The local budget (no store to share one in) that ``tokens`` and ``cost`` would overrun."""
+        for key, limits in [(f"run:{self.run_id}", self.limits), *self.shared.items()]:
+            over_tokens = limits.tokens and self.spent.tokens + tokens > limits.tokens
+            if over_tokens or (limits.cost_usd and self.spent.cost_usd + cost > limits.cost_usd):
+                return key
+        return None
+
+    async def take_call(self) -> str | None:
+        """Count a tool call; why it may not run, or None."""
+        limit = self.limits.tool_calls
+        if limit and self.spent.tool_calls >= limit:
+            return f"this run's budget of {limit} tool calls is used up"
+        if self.ledger is not None and self.scopes and (scope := await self.ledger.take_call(self.scopes)):
+            return f"{_label(scope, self.run_id)} budget of tool calls is used up"
+        self.spent.tool_calls += 1
+        self._calls += 1
+        return None
+
+    async def give_back_call(self) -> None:
+        self.spent.tool_calls -= 1
+        self._calls -= 1
+        if self.ledger is not None and self.scopes:
+            await self.ledger.give_back_call(self.scopes)
+
+    # --- the steps ----------------------------------------------------------------------
+
+    def wrap(self, inner: Ending | None) -> Ending:
+        self.inner = inner
+        return self.checked
+
+    async def checked(self, loop: Loop, steps: Items) -> Items:
+        """One step, within the budgets: not started when one is used up; recorded after."""
+        replay = _replaying(loop)
+        if replay is None:
+            failed = await self._open()
+            why = failed or self._exhausted()
+            if why is not None:
+                await steps.aclose()  # type: ignore[attr-defined]  # never started: nothing runs
+                for item in await self._stop(loop, why, failed is not None):
+                    yield item
+                return
+        started = time.monotonic()
+        outcome: rs.Outcome = rs.CONTINUE
+        async for item in steps if self.inner is None else self.inner(loop, steps):
+            if isinstance(item, ev.Event):
+                yield item
+            else:
+                outcome = item
+        after = self._recorded_warnings(loop, replay) if replay is not None else None
+        for item in (
+            after if after is not None else await self._after(loop, outcome, time.monotonic() - started)
+        ):
+            yield item
+        if after is not None:
+            yield outcome
+
+    async def _after(self, loop: Loop, outcome: rs.Outcome, seconds: float) -> list[ev.Event | rs.Outcome]:
+        """A live step's spending recorded; its warnings, then its outcome (or the budget's end)."""
+        why = failed = await self._settle(seconds)
+        if failed is None and isinstance(outcome, rs.Fail) and self.refused is not None:
+            why = self.refused  # the model call was not made: the budget ends the run, not a failure
+        warnings: list[ev.Event | rs.Outcome] = [*self._warnings(loop)]
+        if why is None and isinstance(outcome, rs.Continue):
+            why = self._exhausted()
+        if why is not None and not isinstance(outcome, rs.Finish | rs.Pause):
+            return warnings + await self._stop(loop, why, failed is not None)
+        return [*warnings, outcome]
+
+    def _exhausted(self) -> str | None:
+        for label, limits, spent in self._standing():
+            if (used := limits.used(spent)) is not None and used[1] >= 1.0:
+                return f"{label} budget of {limits.describe(used[0])} is used up ({spent.describe()})"
+        return None
+
+    def _standing(self) -> list[tuple[str, BudgetLimits, Spent]]:
+        """Each budget that applies, with what is spent against it."""
+        own = [("this run's", self.limits, self.spent)]
+        if self.ledger is None:  # no store: the run is its own tree and session
+            return own + [
+                (_label(key, self.run_id), limits, self.spent) for key, limits in self.shared.items()
+            ]
+        return own + [(_label(s.id, self.run_id), s.limits, s.spent) for s in self.states.values()]
+
+    def _warnings(self, loop: Loop) -> list[ev.Event]:
+        out: list[ev.Event] = []
+        for label, limits, spent in self._standing():
+            used = limits.used(spent)
+            if used is None or used[1] < self.warn_at or used[1] >= 1.0 or label in self.raised:
+                continue
+            self.raised.add(label)
+            message = (
+                f"{label.capitalize()} budget is {used[1]:.0%} used ({spent.describe()} of "
+                f"{limits.describe(used[0])}). Finish the most important part now and end the run with "
+                "what you have; it stops when the budget is used up."
+            )
+            loop.state.transcript.add_user(message)
+            out.append(loop.emit(ev.SignalEvent(code=BUDGET_WARNING, level="warning", message=message)))
+        return out
+
+    def _recorded_warnings(self, loop: Loop, replay: Replay) -> list[ev.Event]:
+        """While rebuilding: the budget signals the log has here, as they were."""
+        out: list[ev.Event] = []
+        for _ in range(8):  # a step raises at most one per budget
+            recorded = replay.peek()
+            if not isinstance(recorded, ev.SignalEvent) or recorded.code != BUDGET_WARNING:
+                break
+            loop.state.transcript.add_user(recorded.message)
+            signal = ev.SignalEvent(code=BUDGET_WARNING, level="warning", message=recorded.message)
+            out.append(loop.emit(signal))
+        return out
+
+    async def _stop(self, loop: Loop, why: str, failed: bool) -> list[ev.Event | rs.Outcome]:
+        st = loop.state
+        if failed:
+            return [rs.Fail("store_error", why)]
+        await self._cancel_children()
+        message = f"Stopped: {why}. " + rs.progress_report(st)
+        signal = loop.emit(ev.SignalEvent(code=BUDGET_EXHAUSTED, level="warning", message=why))
+        return [signal, rs.Finish("partial", message)]
+
+    # --- the store ----------------------------------------------------------------------
+
+    async def _open(self) -> str | None:
+        """Once live: the run's row and scopes, and what it spent before (a resumed run)."""
+        if self.opened or self.ledger is None:
+            return None
+        self.opened = True
+        ledger = self.ledger
+        try:
+            above, tree = await ledger.scopes_of(self.run_id, self.session_id)
+            wanted = dict(self.shared)
+            if "tree" in wanted:
+                wanted[tree] = wanted.pop("tree")
+            totals = await ledger.open(self.run_id, self.model, wanted)
+            self.scopes = sorted({*wanted, *await ledger.existing(above)})
+            self.states = {s.id: s for s in await ledger.states(self.scopes)}
+        except (StoreError, OSError, _DatabaseError) as exc:
+            return f"the budget could not be read from the store ({exc})"
+        # What it spent in earlier processes (a resumed run); this process counts from here.
+        earlier = Spent(totals.tokens, totals.cost_usd, totals.time_s, totals.tool_calls, totals.unpriced)
+        self.spent.add(earlier)
+        return None
+
+    async def _settle(self, seconds: float) -> str | None:
+        self.spent.time_s += seconds
+        if self.ledger is None:
+            return None
+        usage, cost, calls = self._usage, self._cost, self._calls
+        self._usage, self._cost, self._calls = Usage(), 0.0, 0
+        try:
+            states = await self.ledger.settle(self.run_id, self.scopes, usage, cost, seconds, calls)
+        except (StoreError, OSError, _DatabaseError) as exc:
+            # Only a run that shares a budget must stop: the others merely record what they spent.
+            return f"the budget could not be recorded in the store ({exc})" if self.scopes else None
+        self.states = {s.id: s for s in states}
+        return None
+
+    async def _cancel_children(self) -> None:
+        """Jobs this run delegated that still run stop with it."""
+        if self.ledger is None:
+            return
+        from steward.jobs.store import ACTIVE, JobStore
+
+        jobs = JobStore(self.ledger.engine)
+        with contextlib.suppress(StoreError):
+            for child in await jobs.list(parent_id=self.run_id, status=ACTIVE, limit=100):
+                await jobs.cancel(child.id, f"its parent job {self.run_id} ran out of budget")
+
+    # --- wrapping ----------------------------------------------------------------------
+
+    def attach(self, loop: Loop) -> None:
+        """Put the budget around ``loop``'s model, toolset and steps."""
+        from steward.clock import RunClock
+
+        loop.model = BudgetedModel(loop.model, self)
+        loop.toolset = BudgetedToolset(loop.toolset, self)
+        loop.ending = self.wrap(loop.ending)
+        if (limit := self.limits.time_s) and isinstance(loop.clock, RunClock):
+            # The clock cuts a model call or a tool (and its processes) short at the limit.
+            current = loop.settings.run_timeout_s
+            loop.settings.run_timeout_s = min(current, limit) if current else limit
+            loop.clock.limit_s = loop.settings.run_timeout_s
+
+
+try:  # the store's own errors, where SQLAlchemy is installed (it always is with a store)
+    from sqlalchemy.exc import SQLAlchemyError as _DatabaseError
+except ImportError:  # pragma: no cover
+    _DatabaseError = StoreError  # type: ignore[misc,assignment]
+
+
+def _label(scope: str, run_id: str) -> str:
+    kind, _, ident = scope.partition(":")
+    match kind:
+        case "run" if ident == run_id:
+            return "this run's"
+        case "run":
+            return f"the delegating job {ident}'s"
+        case "tree":
+            return "the job tree's"
+        case "session":
+            return "the session's"
+        case _:
+            return f"the {scope} scope's"
+
+
+def _replaying(loop: Loop) -> Replay | None:
+    """The log ``loop`` is being rebuilt from, while it is (None: the run is live)."""
+    replay = getattr(loop.stamp, "__self__", None)
+    from steward.recovery import Replay
+
+    return replay if isinstance(replay, Replay) and not replay.ended() else None
+
+
+class BudgetedModel(Model):
+    """``model`` whose calls are counted against the run's budgets."""
+
+    def __init__(self, model: Model, budget: Budget) -> None:
+        self.model, self.budget, self.name = model, budget, model.name
+
+    def replayed(self) -> None:
+        self.model.replayed()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        await self.budget.before_call(request)
+        stream = self.model.stream(request)
+        try:
+            async for item in stream:
+                if isinstance(item, ModelResponse):
+                    self.budget.used(item.usage)
+                yield item
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
+
+
+class BudgetedToolset(WrapperToolset):
+    """Tool calls counted against the run's budgets; past a limit a call is refused, not run."""
+
+    def __init__(self, wrapped: Toolset, budget: Budget) -> None:
+        super().__init__(wrapped)
+        self.budget = budget
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        refused = await self.budget.take_call()
+        if refused is not None:
+            return ToolResult(
+                f"Not run: {refused}. End the run now with what you have (agent_step end).",
+                is_error=True, category="permission",
+            )  # fmt: skip
+        try:
+            return await self.wrapped.call_tool(name, arguments, ctx)
+        except ApprovalRequired:
+            await self.budget.give_back_call()  # not run yet: it counts when it runs, once approved
+            raise

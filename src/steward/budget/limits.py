@@ -1,0 +1,67 @@
+"""What a budget bounds, what has been spent against it, and how near its end it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from steward.models.base import Usage
+
+Dimension = Literal["tokens", "cost_usd", "time_s", "tool_calls"]
+DIMENSIONS: tuple[Dimension, ...] = ("tokens", "cost_usd", "time_s", "tool_calls")
+_UNITS = {"tokens": "tokens", "cost_usd": "USD", "time_s": "s of running", "tool_calls": "tool calls"}
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetLimits:
+    """Limits of one scope (a run, a job tree, a session); 0 means no limit on that dimension."""
+
+    tokens: int = 0
+    cost_usd: float = 0.0
+    time_s: float = 0.0
+    tool_calls: int = 0
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, d) > 0 for d in DIMENSIONS)
+
+    @classmethod
+    def of(cls, settings: Any, prefix: str = "") -> BudgetLimits:
+        """The limits ``[budget]`` gives one scope: ``tokens``… for a run, ``tree_tokens``… for a tree."""
+        return cls(*(getattr(settings, prefix + d) for d in DIMENSIONS))
+
+    def used(self, spent: Spent) -> tuple[Dimension, float] | None:
+        """The dimension nearest its limit and the share of it used (1.0: all); None: no limit."""
+        shares = [(d, getattr(spent, d) / limit) for d in DIMENSIONS if (limit := getattr(self, d)) > 0]
+        return max(shares, key=lambda pair: pair[1]) if shares else None
+
+    def describe(self, dimension: Dimension) -> str:
+        return f"{getattr(self, dimension):g} {_UNITS[dimension]}"
+
+
+@dataclass(slots=True)
+class Spent:
+    """What a scope has used. ``cost_usd`` counts only priced calls; ``unpriced`` says some were not."""
+
+    tokens: int = 0
+    cost_usd: float = 0.0
+    time_s: float = 0.0
+    tool_calls: int = 0
+    unpriced: bool = False
+
+    def add_usage(self, usage: Usage, cost: float | None) -> None:
+        self.tokens += usage.input_tokens + usage.output_tokens
+        if cost is None:
+            self.unpriced = True
+        else:
+            self.cost_usd += cost
+
+    def add(self, other: Spent) -> None:
+        self.tokens += other.tokens
+        self.cost_usd += other.cost_usd
+        self.time_s += other.time_s
+        self.tool_calls += other.tool_calls
+        self.unpriced = self.unpriced or other.unpriced
+
+    def describe(self) -> str:
+        cost = "unknown" if self.unpriced and not self.cost_usd else f"${self.cost_usd:.4f}"
+        return f"{self.tokens} tokens, {cost}, {self.time_s:.1f} s, {self.tool_calls} tool calls"

@@ -1,0 +1,132 @@
+"""A run's own budget (``[budget]`` tokens, cost_usd, tool_calls): the agent is told at 80 %,
+and at 100 % the run ends partial with what it did; what it spent is in the store, counted once
+even when the run is rebuilt from its log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.budget.models import USAGE, LookupModel, lookup
+
+from steward import Agent
+from steward.budget.guard import BUDGET_EXHAUSTED, BUDGET_WARNING
+from steward.budget.ledger import Ledger
+from steward.config import BudgetSettings, Config
+from steward.events import DoneEvent, Event, SignalEvent
+from steward.models.base import UserMessage
+from steward.safety.policy.rules import Policy
+from steward.store.events import EventStore
+
+# gpt-4o-mini's price in the table: $0.15 per million input tokens, $0.075 cached, $0.60 output.
+STEP_COST = (6_000 * 0.15 + 4_000 * 0.075 + 100 * 0.60) / 1_000_000
+
+
+def agent(model: LookupModel, store: EventStore | None = None, **budget: float) -> Agent:
+    config = Config(budget=BudgetSettings(**budget))  # type: ignore[arg-type]
+    return Agent(model, tools=[lookup], builtin_tools=False, config=config, store=store, sandbox=False)
+
+
+async def events_of(a: Agent, tmp_path: Path) -> list[Event]:
+    run = a.start("look the keys up", workspace=tmp_path)
+    return [e async for e in run.stream()]
+
+
+def signals(events: list[Event], code: str) -> list[SignalEvent]:
+    return [e for e in events if isinstance(e, SignalEvent) and e.code == code]
+
+
+async def test_tool_calls_warn_at_80_percent_then_end_the_run_partial(
+    store: EventStore, tmp_path: Path
+) -> None:
+    model = LookupModel(calls=20)
+    events = await events_of(agent(model, store, tool_calls=5), tmp_path)
+
+    (warning,) = signals(events, BUDGET_WARNING)
+    assert "80%" in warning.message and "5 tool calls" in warning.message
+    # The agent reads it: the request after the warning carries it.
+    told = [r for r in model.requests if any(isinstance(m, UserMessage) and m.content == warning.message
+                                            for m in r.messages)]  # fmt: skip
+    assert told, "the warning never reached the model"
+    (stop,) = signals(events, BUDGET_EXHAUSTED)
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.end_status == "partial" and done.tool_calls == 5
+    assert done.message.startswith("Stopped: this run's budget of 5 tool calls is used up")
+    assert "Made 5 tool calls" in done.message  # what it did, for whoever reads the ending
+    assert events.index(warning) < events.index(stop)
+
+    totals = await Ledger(store.engine).run(events[0].run_id)
+    assert totals is not None and totals.tool_calls == 5 and totals.usage.requests == 5
+    assert totals.tokens == 5 * (USAGE.input_tokens + USAGE.output_tokens)
+    assert totals.cost_usd == pytest.approx(5 * STEP_COST)
+
+
+async def test_a_token_budget_stops_before_a_call_that_would_not_fit(tmp_path: Path) -> None:
+    """Without a store: the run's own budget, checked before each model call."""
+    limit = 45_000
+    events = await events_of(agent(LookupModel(calls=20), tokens=limit), tmp_path)
+    replies = [e for e in events if e.type == "model_reply"]
+    spent = len(replies) * (USAGE.input_tokens + USAGE.output_tokens)
+    assert 0 < spent <= limit
+    (warning,) = signals(events, BUDGET_WARNING)
+    assert "tokens" in warning.message
+    (stop,) = signals(events, BUDGET_EXHAUSTED)
+    assert "no room for another model call" in stop.message
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.end_status == "partial"
+
+
+async def test_a_money_budget_ends_the_run_when_spent(store: EventStore, tmp_path: Path) -> None:
+    events = await events_of(agent(LookupModel(calls=20), store, cost_usd=3.5 * STEP_COST), tmp_path)
+    replies = [e for e in events if e.type == "model_reply"]
+    assert 1 <= len(replies) <= 3  # never past $ (3.5 steps)
+    (stop,) = signals(events, BUDGET_EXHAUSTED)
+    assert "USD" in stop.message or "no room for another model call" in stop.message
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.end_status == "partial"
+    totals = await Ledger(store.engine).run(events[0].run_id)
+    assert totals is not None and totals.cost_usd <= 3.5 * STEP_COST
+
+
+async def test_a_run_within_its_budget_is_not_touched(store: EventStore, tmp_path: Path) -> None:
+    events = await events_of(agent(LookupModel(calls=2), store, tool_calls=10, tokens=1_000_000), tmp_path)
+    assert not signals(events, BUDGET_WARNING) and not signals(events, BUDGET_EXHAUSTED)
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.end_status == "solved"
+
+
+async def test_a_run_without_a_budget_still_records_what_it_spent(store: EventStore, tmp_path: Path) -> None:
+    events = await events_of(agent(LookupModel(calls=3), store), tmp_path)
+    totals = await Ledger(store.engine).run(events[0].run_id)
+    assert totals is not None and totals.model == "openai:gpt-4o-mini"
+    assert totals.usage.requests == 4 and totals.tool_calls == 3 and totals.time_s > 0
+    assert totals.cost_usd == pytest.approx(4 * STEP_COST)
+
+
+async def test_a_resumed_run_keeps_what_it_spent_and_counts_nothing_twice(
+    store: EventStore, tmp_path: Path
+) -> None:
+    """Paused for an approval, then rebuilt by another agent (another process, in effect)."""
+
+    def asking(model: LookupModel) -> Agent:
+        a = agent(model, store, tool_calls=5)
+        a._policy = Policy.from_lists(ask=["lookup"])  # every call waits for a person
+        return a
+
+    run = asking(LookupModel(calls=10)).start("look the keys up", workspace=tmp_path)
+    result = await run.result()
+    assert result.waiting
+    for _ in range(4):  # approve four calls across four "restarts"
+        again = await asking(LookupModel(calls=10)).resume(run.id)
+        result = await again.approve()
+        assert result.waiting
+    last = await asking(LookupModel(calls=10)).resume(run.id)
+    result = await last.approve()
+    assert not result.waiting and result.end_status == "partial"  # the 5th call used the budget up
+    totals = await Ledger(store.engine).run(run.id)
+    assert totals is not None and totals.tool_calls == 5
+    assert totals.usage.requests == 5  # each reply asked once: none asked again while rebuilding
+    assert totals.tokens == 5 * (USAGE.input_tokens + USAGE.output_tokens)
+    events = await store.events(run.id)
+    # Told once, at the 4th call, and that signal was rebuilt (not raised again) after it.
+    assert len(signals(events, BUDGET_WARNING)) == 1
