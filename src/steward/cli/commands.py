@@ -442,6 +442,12 @@ def _queue_commands() -> None:
     app.command("worker")(worker)
 
 
+def _batch_command() -> None:
+    from steward.cli.batch import batch  # task sets run K times, pass@k (issue 24)
+
+    app.command("batch")(batch)
+
+
 def _serve_command() -> None:
     from steward.cli.serve import serve
 
@@ -450,6 +456,7 @@ def _serve_command() -> None:
 
 _queue_commands()
 _serve_command()
+_batch_command()
 
 
 @app.command()

@@ -1,0 +1,183 @@
+"""A batch's report: per task, pass@1 and pass@k, mean steps, tokens, cost and time, written to
+``report.json`` and ``report.md`` in the batch's directory, and each attempt's trajectory in
+``trajectories/<task>.jsonl`` (the attempts of one task together: a group, as GRPO-style
+training takes them), its reward set from the attempt's verdict."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass
+from statistics import fmean
+from typing import TYPE_CHECKING, Any, cast
+
+from steward.atomic import write_atomic
+from steward.batch.passk import pass_at_k
+from steward.batch.plan import Manifest
+
+if TYPE_CHECKING:
+    from steward.batch.follow import Outcome
+    from steward.store.events import EventStore
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFigures:
+    task: str
+    attempts: int  # settled so far
+    passed: int
+    pass_at: dict[int, float]  # k -> pass@k, for k from 1 to the attempts settled
+    mean_steps: float | None
+    mean_tokens: float | None
+    cost_usd: float | None  # all its attempts together; None when no cost was recorded
+    mean_seconds: float | None
+
+
+def task_figures(task: str, outcomes: Sequence[Outcome]) -> TaskFigures:
+    n, c = len(outcomes), sum(o.passed for o in outcomes)
+    costs = [o.cost_usd for o in outcomes if o.cost_usd is not None]
+    seconds = [o.seconds for o in outcomes if o.seconds is not None]
+    return TaskFigures(
+        task=task, attempts=n, passed=c, pass_at={k: pass_at_k(n, c, k) for k in range(1, n + 1)},
+        mean_steps=fmean(o.steps for o in outcomes) if n else None,
+        mean_tokens=fmean(o.tokens for o in outcomes) if n else None,
+        cost_usd=sum(costs) if costs else None, mean_seconds=fmean(seconds) if seconds else None,
+    )  # fmt: skip
+
+
+def figures(manifest: Manifest, outcomes: dict[str, Outcome]) -> list[TaskFigures]:
+    """Each task's figures, in the task file's order, from the attempts settled so far."""
+    by_task: dict[str, list[Outcome]] = {t.id: [] for t in manifest.tasks}
+    for attempt in manifest.runs:
+        if (found := outcomes.get(attempt.key)) is not None:
+            by_task[attempt.task].append(found)
+    return [task_figures(task, found) for task, found in by_task.items()]
+
+
+def summary(manifest: Manifest, rows: Sequence[TaskFigures]) -> dict[str, Any]:
+    """The batch as a whole: pass@1 and pass@K averaged over the tasks that have enough attempts."""
+    k = manifest.attempts
+
+    def mean_pass(at: int) -> float | None:
+        values = [r.pass_at[at] for r in rows if at in r.pass_at]
+        return fmean(values) if values else None
+
+    costs = [r.cost_usd for r in rows if r.cost_usd is not None]
+    settled = sum(r.attempts for r in rows)
+    return {
+        "tasks": len(rows), "attempts": len(manifest.runs), "settled": settled,
+        "complete": settled == len(manifest.runs), "passed": sum(r.passed for r in rows),
+        "pass@1": mean_pass(1), f"pass@{k}": mean_pass(k), "cost_usd": sum(costs) if costs else None,
+    }  # fmt: skip
+
+
+def write_report(
+    manifest: Manifest, outcomes: dict[str, Outcome]
+) -> tuple[list[TaskFigures], dict[str, Any]]:
+    """``report.json`` and ``report.md``; the figures and the summary they hold."""
+    rows = figures(manifest, outcomes)
+    total = summary(manifest, rows)
+    body = {
+        "batch": manifest.id, "tasks_file": manifest.tasks_file, "persona": manifest.persona,
+        "model": manifest.model, "mode": manifest.mode, "attempts_per_task": manifest.attempts,
+        "store": manifest.store, "summary": total, "tasks": [asdict(r) for r in rows],
+        "attempts": [asdict(outcomes[a.key]) for a in manifest.runs if a.key in outcomes],
+    }  # fmt: skip
+    write_atomic(manifest.directory / "report.json", json.dumps(body, indent=1) + "\n")
+    write_atomic(manifest.directory / "report.md", markdown(manifest, rows, total))
+    return rows, total
+
+
+def table_rows(manifest: Manifest, rows: Sequence[TaskFigures]) -> list[list[str]]:
+    """The summary table's cells: task, passed, pass@1, pass@K, steps, tokens, cost, time."""
+    k = manifest.attempts
+    return [
+        [
+            r.task,
+            f"{r.passed}/{r.attempts}",
+            ratio(r.pass_at.get(1)),
+            ratio(r.pass_at.get(k)),
+            _number(r.mean_steps, "{:.1f}"),
+            _number(r.mean_tokens, "{:,.0f}"),
+            _number(r.cost_usd, "${:.4f}"),
+            _number(r.mean_seconds, "{:.1f} s"),
+        ]
+        for r in rows
+    ]
+
+
+def headers(manifest: Manifest) -> list[str]:
+    k = manifest.attempts
+    return ["task", "passed", "pass@1", f"pass@{k}", "mean steps", "mean tokens", "cost", "mean time"]
+
+
+def markdown(manifest: Manifest, rows: Sequence[TaskFigures], total: dict[str, Any]) -> str:
+    k = manifest.attempts
+    lines = [
+        f"# Batch {manifest.id}",
+        "",
+        f"{manifest.tasks_file}: {total['tasks']} tasks x {k} attempts, persona {manifest.persona}, "
+        f"model {manifest.model or '(as configured)'}; "
+        f"{total['settled']} of {total['attempts']} attempts settled.",
+        "",
+        "| " + " | ".join(headers(manifest)) + " |",
+        "|" + "---|" * len(headers(manifest)),
+    ]
+    lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(manifest, rows)]
+    lines += [
+        "",
+        f"pass@1 {ratio(total['pass@1'])}, pass@{k} {ratio(total[f'pass@{k}'])} (mean over tasks)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _number(value: float | None, form: str) -> str:
+    return "-" if value is None else form.format(value)
+
+
+Exporter = Callable[["EventStore", str], Awaitable[dict[str, Any]]]
+
+
+def _chat_record() -> Exporter | None:
+    """``steward.trajectories.chat_record`` (a run in OpenAI chat format, with its reward)."""
+    try:
+        module = importlib.import_module("steward.trajectories")
+    except ImportError:
+        return None
+    return cast("Exporter | None", getattr(module, "chat_record", None))
+
+
+async def write_trajectories(manifest: Manifest, outcomes: dict[str, Outcome], store: EventStore) -> int:
+    """Each settled attempt's trajectory, one JSON line, grouped in one file per task; how many."""
+    folder = manifest.directory / "trajectories"
+    folder.mkdir(parents=True, exist_ok=True)
+    export = _chat_record()
+    written = 0
+    for task in manifest.tasks:
+        lines = []
+        for attempt in (a for a in manifest.runs if a.task == task.id and a.key in outcomes):
+            outcome = outcomes[attempt.key]
+            record = (
+                await export(store, outcome.job) if export is not None else await _events(store, outcome.job)
+            )
+            # The verifier's verdict is the reward; without one, the run's own (solved 1, partial 0.5).
+            own = record.get("reward")
+            kept = own if task.verify is None and isinstance(own, int | float) else float(outcome.passed)
+            record |= {
+                "task": task.id, "attempt": attempt.number, "job": outcome.job, "passed": outcome.passed,
+                "reward": kept, "verify": outcome.verify, "goal": task.goal,
+            }  # fmt: skip
+            lines.append(json.dumps(record, ensure_ascii=False))
+        write_atomic(folder / f"{task.id}.jsonl", "".join(line + "\n" for line in lines))
+        written += len(lines)
+    return written
+
+
+async def _events(store: EventStore, run_id: str) -> dict[str, Any]:
+    """The run's audit trail, while the chat format is not there to export."""
+    return {"run_id": run_id, "format": "events", "events": [e.to_dict() for e in await store.events(run_id)]}

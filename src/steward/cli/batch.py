@@ -1,0 +1,274 @@
+"""``steward batch``: run a task set K times through the job queue and report pass@k.
+
+The command checks the whole task file first (nothing is queued while a line is wrong), writes
+the batch's manifest to its report directory, queues each attempt in a fresh copy of its
+template, runs the jobs with a worker of its own (``--workers N`` slots in this process; with
+``--workers 0`` the fleet's workers take them) and follows them with one progress bar. Ctrl-C
+stops following: the running jobs reach their next step and go back to the queue, the report
+holds what finished, and ``steward batch --resume DIR`` goes on (nothing runs twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from steward.cli.options import EXIT_INTERRUPTED, EXIT_OK, fail
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from rich.console import Console
+
+    from steward.batch.follow import Counts, Follower
+    from steward.batch.plan import Manifest
+    from steward.batch.report import TaskFigures
+    from steward.batch.tasks import Task
+    from steward.jobs.api import Queue
+
+TasksFile = Annotated[
+    Path | None, typer.Argument(help="The task set: one JSON object per line.", metavar="TASKS.jsonl")
+]
+
+
+def batch(
+    tasks_file: TasksFile = None,
+    persona: Annotated[
+        str,
+        typer.Option("--persona", "-p", help="The persona every attempt runs as (steward personas list)."),
+    ] = "coder",
+    attempts: Annotated[
+        int, typer.Option("--attempts", "-k", help="Runs per task (pass@k for k up to this).")
+    ] = 1,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", "-m", help="The model, e.g. openai:gpt-4o-mini; 'scripted' plays each task's script."
+        ),
+    ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers", "-j", help="Jobs run at once by this command; 0: workers elsewhere take them."
+        ),
+    ] = 2,
+    store: Annotated[
+        str | None,
+        typer.Option("--store", help="The store (and queue) URL; default: configured, else DIR/steward.db."),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="The report directory (default: ./batch-DATE-TIME).")
+    ] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option("--mode", help="structured or autonomous for every run; default: as configured."),
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Go on with the batch whose report directory this is.")
+    ] = None,
+) -> None:
+    """Run each task of TASKS.jsonl --attempts times and report pass@1, pass@k, steps, tokens, cost, time."""
+    from steward.batch.plan import Manifest
+
+    if workers < 0:
+        raise fail("--workers is how many jobs this command runs at once: 0 or more")
+    if resume is not None:
+        if tasks_file is not None:
+            raise fail("give either TASKS.jsonl or --resume DIR: a resumed batch keeps its own tasks")
+        manifest = Manifest.load(resume)
+    elif tasks_file is None:
+        raise fail("give a task file, e.g. steward batch examples/tasks.jsonl --model scripted")
+    else:
+        manifest = _plan(tasks_file, persona, attempts, model, mode, store, output)
+    raise typer.Exit(asyncio.run(_run(manifest, workers)))
+
+
+def _plan(
+    tasks_file: Path, persona: str, attempts: int, model: str | None, mode: str | None, store: str | None,
+    output: Path | None,
+) -> Manifest:  # fmt: skip
+    """The new batch's manifest, written once every input is checked."""
+    from steward.batch.plan import new_manifest
+    from steward.batch.tasks import load_tasks
+
+    if attempts < 1:
+        raise fail(
+            f"--attempts {attempts}: each task needs at least one attempt (pass@k needs k <= attempts)"
+        )
+    if mode is not None and mode not in ("structured", "autonomous"):
+        raise fail(f"--mode {mode!r} is not a mode; use structured or autonomous")
+    tasks = load_tasks(tasks_file)
+    _check_persona_and_model(tasks, persona, model, tasks_file)
+    directory = (output or Path(f"batch-{time.strftime('%Y%m%d-%H%M%S')}")).resolve()
+    url = store or _configured_store() or f"sqlite:///{directory / 'steward.db'}"
+    manifest = new_manifest(
+        directory, tasks, tasks_file=tasks_file, persona=persona, model=model, mode=mode, attempts=attempts,
+        store=url,
+    )  # fmt: skip
+    directory.mkdir(parents=True, exist_ok=True)
+    manifest.save()
+    return manifest
+
+
+def _check_persona_and_model(tasks: list[Task], persona: str, model: str | None, tasks_file: Path) -> None:
+    """The persona is there for every template, and some model is named for it."""
+    from steward.config import load_config
+    from steward.errors import ConfigError
+    from steward.personas import find_persona
+
+    for task in {t.workspace: t for t in tasks}.values():  # once per template
+        try:
+            found = find_persona(persona, task.workspace)
+            configured = load_config(task.workspace, persona=found.layer()).model
+        except ConfigError as exc:
+            raise fail(f"{tasks_file}:{task.line}: {exc}") from None
+        if model is None and not configured:
+            raise fail(
+                f"no model for task {task.id!r}: pass --model (e.g. --model openai:gpt-4o-mini, or "
+                "--model scripted to play each task's script), or set STEWARD_MODEL"
+            )
+
+
+def _configured_store() -> str | None:
+    """The store the configuration here names (``[store] url`` or ``STEWARD_DB``), if any."""
+    from steward.config import load_config
+
+    return load_config(Path.cwd()).store.url or None
+
+
+async def _run(manifest: Manifest, workers: int) -> int:
+    from rich.console import Console
+
+    from steward.batch.follow import Follower
+    from steward.batch.plan import queue_all
+    from steward.batch.report import write_report, write_trajectories
+    from steward.jobs.api import Queue
+
+    console = Console(stderr=True)
+    stop = asyncio.Event()
+    async with await Queue.open(manifest.store) as queue, _stopping_on_signals(stop, console):
+        typer.echo(
+            f"steward: batch {manifest.id} in {manifest.directory} (store {queue.store.where})", err=True
+        )
+        await queue_all(manifest, queue, lambda _a: None, stop.is_set)
+        follower = Follower(manifest, queue.store)
+        async with _workers(queue, manifest, workers):
+            finished = await _follow(follower, stop, console)
+        rows, total = write_report(manifest, follower.outcomes)
+        written = await write_trajectories(manifest, follower.outcomes, queue.store)
+    _print_table(manifest, rows, total)
+    where = manifest.directory
+    typer.echo(
+        f"steward: report in {where / 'report.md'} and report.json; "
+        f"{written} trajectories in {where / 'trajectories'}",
+        err=True,
+    )
+    if finished:
+        return EXIT_OK
+    typer.echo(
+        f"steward: stopped with {total['settled']} of {total['attempts']} attempts settled; "
+        f"`steward batch --resume {where}` goes on with the rest (nothing runs twice)",
+        err=True,
+    )
+    return EXIT_INTERRUPTED
+
+
+@contextlib.asynccontextmanager
+async def _stopping_on_signals(stop: asyncio.Event, console: Console) -> AsyncIterator[None]:
+    loop = asyncio.get_running_loop()
+
+    def stopping() -> None:
+        if not stop.is_set():
+            console.print(
+                "steward: stopping: running jobs finish their step and go back to the queue",
+                markup=False,
+                soft_wrap=True,
+            )
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+@contextlib.asynccontextmanager
+async def _workers(queue: Queue, manifest: Manifest, slots: int) -> AsyncIterator[None]:
+    """A worker of this process taking the batch's persona's jobs, ``slots`` at once (none for 0).
+    On the way out it stops claiming; runs still going reach their next step and go back."""
+    if slots == 0:
+        yield
+        return
+    from steward.jobs.worker import Worker, WorkerSettings
+
+    done, now = asyncio.Event(), asyncio.Event()
+    worker = Worker(queue.store, WorkerSettings(roles=(manifest.persona,), concurrency=slots))
+    running = asyncio.create_task(worker.run(done, now))
+    try:
+        yield
+    finally:
+        done.set()
+        await running
+
+
+async def _follow(follower: Follower, stop: asyncio.Event, console: Console) -> bool:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    told_waiting = False
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    bar = progress.add_task("batch", total=len(follower.manifest.runs))
+
+    def show(counts: Counts) -> None:
+        nonlocal told_waiting
+        parts = [f"passed {counts.passed}", f"failed {counts.failed}", f"running {counts.running}"]
+        parts += [f"queued {counts.queued}"] + ([f"waiting {counts.waiting}"] if counts.waiting else [])
+        progress.update(bar, completed=counts.settled, description=" · ".join(parts))
+        if counts.waiting and not told_waiting:
+            told_waiting = True
+            progress.console.print(
+                f"steward: {counts.waiting} attempt(s) wait for a person: "
+                "`steward jobs list --status waiting` shows them; `steward approve|answer JOB` lets them "
+                "go on (or run the batch with --mode autonomous)",
+                markup=False,
+                soft_wrap=True,
+            )
+
+    with progress:
+        return await follower.follow(stop, show)
+
+
+def _print_table(manifest: Manifest, rows: list[TaskFigures], total: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from steward.batch.report import headers, ratio, table_rows
+
+    table = Table(
+        title=f"batch {manifest.id}: {manifest.persona} on {manifest.model or 'the configured model'}"
+    )
+    for name in headers(manifest):
+        first = name == "task"  # the task's id whole; the figures may wrap
+        table.add_column(name, justify="left" if first else "right", no_wrap=first)
+    for cells in table_rows(manifest, rows):
+        table.add_row(*cells)
+    k = manifest.attempts
+    at_k = f" · pass@{k} {ratio(total[f'pass@{k}'])}" if k > 1 else ""
+    table.caption = (
+        f"pass@1 {ratio(total['pass@1'])}{at_k} · {total['settled']}/{total['attempts']} attempts settled"
+    )
+    Console().print(table)
