@@ -98,7 +98,7 @@ def test_a_batch_reports_pass_at_k_from_each_attempts_verifier(
     assert len(notes) == 4
     assert all(n["reward"] < 1 for n in notes)
     assert "| add | 2/4 | 0.500 | 1.000 |" in (report_dir / "report.md").read_text()
-    assert "pass@1 0.500" in done.stdout
+    assert "pass@1 0.500 · pass@4 0.667" in done.stdout
     # One job per attempt, each ended: nothing ran twice.
     jobs = _jobs(db_url)
     assert len(jobs) == 12

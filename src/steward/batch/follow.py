@@ -158,23 +158,27 @@ class Follower:
                     await run_verifier(Path(attempt.workspace), task.verify, task.verify_timeout_s)
                 ).as_dict()
         passed = bool(verdict["passed"]) if verdict is not None else (ran and end_status == "solved")
-        usage = dict(done.usage) if done is not None else {}
+        usage, tokens, cost = await self._spent(job_id, done)
         started, finished = row["started_at"], row["finished_at"]
         outcome = Outcome(
             task=attempt.task, attempt=attempt.number, job=job_id, job_status=row["status"],
             end_status=end_status, passed=passed, verify=verdict, steps=done.steps if done else 0,
-            tool_calls=done.tool_calls if done else 0,
-            tokens=int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0)), usage=usage,
-            cost_usd=_cost(usage), seconds=finished - started if started and finished else None,
-            workspace=attempt.workspace, error=row["error"],
+            tool_calls=done.tool_calls if done else 0, tokens=tokens, usage=usage, cost_usd=cost,
+            seconds=finished - started if started and finished else None, workspace=attempt.workspace,
+            error=row["error"],
         )  # fmt: skip
         path = outcome_path(self.manifest.directory, attempt)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(asdict(outcome), indent=1) + "\n")
         self.outcomes[attempt.key] = outcome
 
+    async def _spent(self, run_id: str, done: DoneEvent | None) -> tuple[dict[str, Any], int, float | None]:
+        """The run's usage, tokens and cost as the budget ledger recorded them (the cost None when
+        its model has no price), else the tokens its end recorded."""
+        from steward.budget.ledger import Ledger
 
-def _cost(usage: dict[str, Any]) -> float | None:
-    """The run's cost as its usage records it, when it does."""
-    value = usage.get("cost_usd")
-    return float(value) if isinstance(value, int | float) else None
+        totals = await Ledger(self.store.engine).run(run_id)
+        if totals is not None:
+            return dict(totals.usage.as_dict()), totals.tokens, None if totals.unpriced else totals.cost_usd
+        usage = dict(done.usage) if done is not None else {}
+        return usage, int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0)), None

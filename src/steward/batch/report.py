@@ -5,12 +5,11 @@ training takes them), its reward set from the attempt's verdict."""
 
 from __future__ import annotations
 
-import importlib
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from statistics import fmean
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from steward.atomic import write_atomic
 from steward.batch.passk import pass_at_k
@@ -18,6 +17,7 @@ from steward.batch.plan import Manifest
 
 if TYPE_CHECKING:
     from steward.batch.follow import Outcome
+    from steward.batch.tasks import Task
     from steward.store.events import EventStore
 
 
@@ -106,9 +106,12 @@ def table_rows(manifest: Manifest, rows: Sequence[TaskFigures]) -> list[list[str
     ]
 
 
+MEANS = "steps, tokens and time: the mean of an attempt; cost: all the task's attempts together."
+
+
 def headers(manifest: Manifest) -> list[str]:
     k = manifest.attempts
-    return ["task", "passed", "pass@1", f"pass@{k}", "mean steps", "mean tokens", "cost", "mean time"]
+    return ["task", "passed", "pass@1", f"pass@{k}", "steps", "tokens", "cost", "time"]
 
 
 def markdown(manifest: Manifest, rows: Sequence[TaskFigures], total: dict[str, Any]) -> str:
@@ -124,6 +127,7 @@ def markdown(manifest: Manifest, rows: Sequence[TaskFigures], total: dict[str, A
         "|" + "---|" * len(headers(manifest)),
     ]
     lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(manifest, rows)]
+    lines += ["", MEANS]
     lines += [
         "",
         f"pass@1 {ratio(total['pass@1'])}, pass@{k} {ratio(total[f'pass@{k}'])} (mean over tasks)",
@@ -140,44 +144,47 @@ def _number(value: float | None, form: str) -> str:
     return "-" if value is None else form.format(value)
 
 
-Exporter = Callable[["EventStore", str], Awaitable[dict[str, Any]]]
-
-
-def _chat_record() -> Exporter | None:
-    """``steward.trajectories.chat_record`` (a run in OpenAI chat format, with its reward)."""
-    try:
-        module = importlib.import_module("steward.trajectories")
-    except ImportError:
-        return None
-    return cast("Exporter | None", getattr(module, "chat_record", None))
-
-
 async def write_trajectories(manifest: Manifest, outcomes: dict[str, Outcome], store: EventStore) -> int:
-    """Each settled attempt's trajectory, one JSON line, grouped in one file per task; how many."""
+    """Each settled attempt's trajectory (``steward.trajectories.chat_record``: OpenAI chat format),
+    one JSON line, grouped in one file per task, the verifier's verdict as its reward; and
+    ``tasks.jsonl``, one row per task as GRPO trainers take it (prompt, verifier, the template, the
+    attempts' rewards). How many trajectories were written."""
+    from steward.errors import StewardError
+    from steward.trajectories import chat_record
+
     folder = manifest.directory / "trajectories"
     folder.mkdir(parents=True, exist_ok=True)
-    export = _chat_record()
-    written = 0
+    rows, written = [], 0
     for task in manifest.tasks:
-        lines = []
+        lines, runs, rewards = [], [], []
         for attempt in (a for a in manifest.runs if a.task == task.id and a.key in outcomes):
             outcome = outcomes[attempt.key]
-            record = (
-                await export(store, outcome.job) if export is not None else await _events(store, outcome.job)
-            )
-            # The verifier's verdict is the reward; without one, the run's own (solved 1, partial 0.5).
-            own = record.get("reward")
-            kept = own if task.verify is None and isinstance(own, int | float) else float(outcome.passed)
+            try:
+                record = await chat_record(store, outcome.job)
+            except StewardError:  # its run never started (cancelled first): no trajectory to give
+                continue
+            if task.verify is not None:  # the batch's verifier decides, as it decided "passed"
+                record |= {"reward": float(outcome.passed), "reward_source": "verifier"}
             record |= {
-                "task": task.id, "attempt": attempt.number, "job": outcome.job, "passed": outcome.passed,
-                "reward": kept, "verify": outcome.verify, "goal": task.goal,
-            }  # fmt: skip
+                "task": task.id,
+                "attempt": attempt.number,
+                "passed": outcome.passed,
+                "verdict": outcome.verify,
+            }
             lines.append(json.dumps(record, ensure_ascii=False))
+            runs.append(outcome.job)
+            rewards.append(record["reward"])
         write_atomic(folder / f"{task.id}.jsonl", "".join(line + "\n" for line in lines))
         written += len(lines)
+        rows.append(_task_row(task, runs, rewards))
+    write_atomic(manifest.directory / "tasks.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     return written
 
 
-async def _events(store: EventStore, run_id: str) -> dict[str, Any]:
-    """The run's audit trail, while the chat format is not there to export."""
-    return {"run_id": run_id, "format": "events", "events": [e.to_dict() for e in await store.events(run_id)]}
+def _task_row(task: Task, runs: list[str], rewards: list[float]) -> dict[str, Any]:
+    """A task as ``steward runs export --format tasks`` gives one (``steward.trajectories.tasks``)."""
+    return {
+        "prompt": [{"role": "user", "content": task.goal}], "task": task.id, "goal": task.goal,
+        "verify": task.verify or "", "workspace": str(task.workspace), "runs": runs, "rewards": rewards,
+        "mean_reward": round(fmean(rewards), 6) if rewards else None,
+    }  # fmt: skip

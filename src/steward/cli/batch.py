@@ -256,19 +256,17 @@ def _print_table(manifest: Manifest, rows: list[TaskFigures], total: dict[str, A
     from rich.console import Console
     from rich.table import Table
 
-    from steward.batch.report import headers, ratio, table_rows
+    from steward.batch.report import MEANS, headers, ratio, table_rows
 
     table = Table(
         title=f"batch {manifest.id}: {manifest.persona} on {manifest.model or 'the configured model'}"
     )
     for name in headers(manifest):
-        first = name == "task"  # the task's id whole; the figures may wrap
-        table.add_column(name, justify="left" if first else "right", no_wrap=first)
+        table.add_column(name, justify="left" if name == "task" else "right", no_wrap=True)
     for cells in table_rows(manifest, rows):
         table.add_row(*cells)
     k = manifest.attempts
     at_k = f" · pass@{k} {ratio(total[f'pass@{k}'])}" if k > 1 else ""
-    table.caption = (
-        f"pass@1 {ratio(total['pass@1'])}{at_k} · {total['settled']}/{total['attempts']} attempts settled"
-    )
+    settled = f"{total['settled']}/{total['attempts']} attempts settled"
+    table.caption = f"pass@1 {ratio(total['pass@1'])}{at_k} · {settled}\n{MEANS}"
     Console().print(table)

@@ -1,0 +1,107 @@
+"""Bad input stops a batch before anything is queued, with one line naming the line and the fix."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from steward.batch.plan import Manifest, new_manifest
+from steward.batch.tasks import BatchError, load_tasks
+
+Steward = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _tasks(tmp_path: Path, *lines: str) -> Path:
+    (tmp_path / "tpl").mkdir(exist_ok=True)
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+GOOD = '{"id": "a", "goal": "do it", "workspace": "tpl"}'
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("{not json", "tasks.jsonl:2: not JSON"),
+        ("[1, 2]", "tasks.jsonl:2: a task is a JSON object"),
+        ('{"id": "b", "goal": "x"}', "tasks.jsonl:2: 'workspace' is missing"),
+        ('{"id": "b", "goal": "x", "workspace": "nowhere"}', "template 'nowhere' is not a directory"),
+        (
+            '{"id": "b", "goal": "x", "workspace": "tpl", "verfy": "true"}',
+            "unknown key(s) verfy; a task has:",
+        ),
+        ('{"id": "a", "goal": "x", "workspace": "tpl"}', "task id 'a' is used on line 1 already"),
+        ('{"id": "a b", "goal": "x", "workspace": "tpl"}', "must be letters, digits"),
+        (
+            '{"id": "b", "goal": "x", "workspace": "tpl", "script": "none.yaml"}',
+            "the script 'none.yaml' is not a file",
+        ),
+        ('{"id": "b", "goal": "x", "workspace": "tpl", "verify_timeout_s": 0}', "verify_timeout_s"),
+    ],
+)
+def test_a_bad_line_is_named_with_its_fix(tmp_path: Path, line: str, says: str) -> None:
+    with pytest.raises(BatchError) as raised:
+        load_tasks(_tasks(tmp_path, GOOD, line))
+    assert says in str(raised.value)
+
+
+def test_comments_and_blank_lines_are_skipped(tmp_path: Path) -> None:
+    tasks = load_tasks(_tasks(tmp_path, "# the set", "", GOOD))
+    assert [(t.id, t.line) for t in tasks] == [("a", 3)]
+
+
+def test_an_empty_or_missing_task_file_says_what_a_task_looks_like(tmp_path: Path) -> None:
+    with pytest.raises(BatchError, match="has no task; write one JSON object per line"):
+        load_tasks(_tasks(tmp_path, "# nothing yet"))
+    with pytest.raises(BatchError, match="no task file at"):
+        load_tasks(tmp_path / "missing.jsonl")
+
+
+def test_the_scripted_model_needs_a_script_for_every_task(tmp_path: Path) -> None:
+    tasks = load_tasks(_tasks(tmp_path, GOOD))
+    with pytest.raises(BatchError, match=r"tasks.jsonl:1: task 'a' has no \"script\" for --model scripted"):
+        new_manifest(
+            tmp_path / "out", tasks, tasks_file=tmp_path / "tasks.jsonl", persona="coder", model="scripted",
+            mode=None, attempts=2, store="sqlite:///x.db",
+        )  # fmt: skip
+
+
+def test_resuming_a_directory_without_a_batch_names_what_is_missing(tmp_path: Path) -> None:
+    with pytest.raises(BatchError, match=r"holds no batch \(batch.json is not there\)"):
+        Manifest.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--persona", "nobody"), "tasks.jsonl:1: "),
+        (("--attempts", "0"), "--attempts 0: each task needs at least one attempt"),
+        (("--mode", "wild"), "--mode 'wild' is not a mode"),
+        ((), "no model for task 'a': pass --model"),
+    ],
+)
+def test_the_command_refuses_bad_flags_before_queueing_anything(
+    tmp_path: Path, steward: Steward, args: tuple[str, ...], says: str
+) -> None:
+    tasks = _tasks(tmp_path, GOOD)
+    model = () if not args else ("--model", "openai:gpt-4o-mini")
+    done = steward("batch", str(tasks), *model, *args, "-o", str(tmp_path / "report"))
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "report").exists()  # no manifest, no store, no job
+
+
+def test_a_second_batch_into_the_same_directory_points_at_resume(tmp_path: Path, steward: Steward) -> None:
+    tasks = _tasks(tmp_path, GOOD)
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "batch.json").write_text(json.dumps({"version": 1}))
+    done = steward("batch", str(tasks), "--model", "openai:gpt-4o-mini", "-o", str(tmp_path / "report"))
+    assert done.returncode == 2
+    assert f"`steward batch --resume {tmp_path / 'report'}` goes on with it" in done.stderr

@@ -1,0 +1,44 @@
+"""The shipped task set: at least ten real tasks whose verifiers fail as shipped and pass once
+the scripted solution has run (``steward batch examples/tasks.jsonl --model scripted``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from steward.batch.tasks import load_tasks
+from steward.batch.verify import run_verifier
+
+Steward = Callable[..., subprocess.CompletedProcess[str]]
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks.jsonl"
+
+
+def test_every_shipped_verifier_fails_on_its_template(tmp_path: Path) -> None:
+    tasks = load_tasks(EXAMPLES)
+    assert len(tasks) >= 10
+    assert all(t.verify and t.scripts for t in tasks)
+
+    async def verdicts() -> dict[str, bool]:
+        found = {}
+        for task in tasks:
+            copy = tmp_path / task.id
+            shutil.copytree(task.workspace, copy)
+            assert task.verify is not None
+            found[task.id] = (await run_verifier(copy, task.verify, task.verify_timeout_s)).passed
+        return found
+
+    assert asyncio.run(verdicts()) == {t.id: False for t in tasks}
+
+
+def test_the_scripted_solutions_pass_every_verifier(tmp_path: Path, steward: Steward) -> None:
+    done = steward("batch", str(EXAMPLES), "--model", "scripted", "-j", "2", "-o", str(tmp_path / "report"))
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    failed = [(a["task"], a["verify"]) for a in report["attempts"] if not a["passed"]]
+    assert failed == []
+    assert report["summary"]["settled"] == len(load_tasks(EXAMPLES))
+    assert report["summary"]["pass@1"] == 1.0
