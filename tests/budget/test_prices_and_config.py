@@ -1,0 +1,102 @@
+"""Money from the price table and from ``[prices]``, and what a wrong ``[budget]`` or
+``[prices]`` says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.budget.models import LookupModel, lookup
+
+from steward import Agent
+from steward.budget.ledger import Ledger
+from steward.budget.prices import FREE, rates_for
+from steward.config import load_config
+from steward.errors import ConfigError
+from steward.models.base import Usage
+from steward.store.events import EventStore
+
+
+def config_in(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "steward.toml").write_text(text)
+    return tmp_path
+
+
+def test_a_known_models_price_comes_from_the_table_with_cached_tokens_priced_as_such() -> None:
+    rates = rates_for("openai:gpt-4o-mini", {})
+    assert rates is not None
+    assert (rates.input_per_mtok, rates.cached_input_per_mtok, rates.output_per_mtok) == (0.15, 0.075, 0.6)
+    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000, cache_read_tokens=400_000)
+    assert rates.cost(usage) == pytest.approx(600_000 * 0.15e-6 + 400_000 * 0.075e-6 + 0.6)
+    anthropic = rates_for("anthropic:claude-sonnet-4-5", {})
+    assert anthropic is not None and anthropic.output_per_mtok == 15.0
+    assert anthropic.cache_write_per_mtok > anthropic.input_per_mtok  # writing the cache costs more
+
+
+def test_local_and_scripted_models_are_free_and_an_unknown_one_has_no_price() -> None:
+    assert rates_for("scripted:demo.yaml", {}) == FREE and rates_for("ollama:llama3", {}) == FREE
+    assert rates_for("openai:my-own-model", {}) is None
+    assert rates_for("function", {}) is None
+
+
+async def test_a_config_price_overrides_the_table_and_prices_the_run(
+    store: EventStore, tmp_path: Path
+) -> None:
+    ws = config_in(
+        tmp_path,
+        '[prices."openai:my-model"]\ninput_per_mtok = 2.0\noutput_per_mtok = 8.0\ncached_input_per_mtok = 0.5\n',
+    )
+    config = load_config(ws, user_file=tmp_path / "none.toml")
+    model = LookupModel(calls=1, name="openai:my-model")
+    agent = Agent(model, tools=[lookup], builtin_tools=False, config=config, store=store, sandbox=False)
+    run = agent.start("look it up", workspace=ws)
+    assert (await run.result()).end_status == "solved"
+    totals = await Ledger(store.engine).run(run.id)
+    per_reply = (6_000 * 2.0 + 4_000 * 0.5 + 100 * 8.0) / 1_000_000
+    assert totals is not None and totals.cost_usd == pytest.approx(2 * per_reply) and not totals.unpriced
+
+
+async def test_a_money_budget_for_a_model_without_a_price_refuses_to_start(tmp_path: Path) -> None:
+    config = load_config(config_in(tmp_path, "[budget]\ncost_usd = 0.5\n"), user_file=tmp_path / "none.toml")
+    agent = Agent(LookupModel(calls=1, name="openai:my-model"), tools=[lookup], builtin_tools=False,
+                  config=config, sandbox=False)  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        agent.start("look it up", workspace=tmp_path)
+    assert '[prices."openai:my-model"]' in str(refused.value) and "cost_usd" in str(refused.value)
+
+
+async def test_an_unpriced_model_without_a_money_budget_runs_and_its_cost_is_marked_unknown(
+    store: EventStore, tmp_path: Path
+) -> None:
+    agent = Agent(LookupModel(calls=1, name="openai:my-model"), tools=[lookup], builtin_tools=False,
+                  store=store, sandbox=False)  # fmt: skip
+    run = agent.start("look it up", workspace=tmp_path)
+    assert (await run.result()).end_status == "solved"
+    totals = await Ledger(store.engine).run(run.id)
+    assert totals is not None and totals.unpriced and totals.cost_usd == 0 and totals.tokens > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[budget]\ntokens = -5\n", "'budget.tokens': Input should be greater than or equal to 0 (got -5)"),
+        ("[budget]\nwarn_at = 1.5\n", "'budget.warn_at': Input should be less than or equal to 1 (got 1.5)"),
+        ("[budget]\ntoken = 5\n", "unknown key 'budget.token' (allowed here: tokens, cost_usd"),
+        ('[budget]\ncost_usd = "a lot"\n', "budget.cost_usd"),
+        ('[prices."openai:x"]\ninput_per_mtok = 1.0\n', "prices.openai:x.output_per_mtok"),
+        (
+            '[prices."openai:x"]\ninput_per_mtok = 1.0\noutput_per_mtok = -2\n',
+            "output_per_mtok': Input should be greater than or equal to 0",
+        ),
+        (
+            '[prices."openai:x"]\ninput = 1.0\n',
+            "unknown key 'prices.openai:x.input' (allowed here: input_per_mtok",
+        ),
+    ],
+)
+def test_a_wrong_budget_or_price_names_the_key_and_what_is_allowed(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as wrong:
+        load_config(config_in(tmp_path, text), user_file=tmp_path / "none.toml")
+    assert expected in str(wrong.value) and "steward.toml" in str(wrong.value)
