@@ -55,6 +55,29 @@ async def test_writing_calls_no_embedder_and_recall_embeds_what_is_new(
     assert embedder.texts == 5 + 2  # nothing embedded again
 
 
+async def test_a_recall_of_an_unchanged_scope_reads_its_generation_once_and_counts_nothing(
+    engine: AsyncEngine, clock: Clock
+) -> None:
+    memory = _memory(engine, clock)
+    for n in range(5):
+        await memory.remember(HOME, f"fact number {n} about the build")
+    await memory.recall(HOME, "build facts")  # embeds the five (which changes the scope)
+    await memory.recall(HOME, "build facts")  # finds nothing new to embed: clean from now on
+    seen: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *rest: object) -> None:
+        seen.append(statement)
+
+    sa.event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        found = await memory.recall(HOME, "build facts")
+    finally:
+        sa.event.remove(engine.sync_engine, "before_cursor_execute", record)
+    assert len(found) == 5 and all(f.vector_rank is not None for f in found)
+    assert sum("FROM memory_scopes" in s for s in seen) == 1, seen  # it was read twice
+    assert not [s for s in seen if s.startswith("SELECT count(") and "memory_items" in s], seen
+
+
 async def test_items_are_embedded_in_batches_of_embed_batch(engine: AsyncEngine, clock: Clock) -> None:
     embedder = HashEmbedder()
     memory = _memory(engine, clock, embedder, embed_batch=4)

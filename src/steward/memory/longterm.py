@@ -489,38 +489,60 @@ class LongTermMemory:
         if k <= 0:
             return []
         now = self._clock()
-        conditions = [*visible_where(now), *_filters(tags, kinds)]
-        where = [*scope_where(scope), *conditions]
-        vector = await self._query_vector(scope, query)
+        vector = await self._query_vector(query)
         async with self._engine.connect() as conn:  # one connection: one snapshot, fewer round trips
-            vector_hits: list[tuple[int, float]] = []
-            if vector is not None and self._embedder is not None:
-                search = VectorQuery(
-                    key=scope,
-                    scope_where=scope_where(scope),
-                    where=where,
-                    filtered=bool(tags) or kinds is not None,
-                    model=self._embedder.name,
-                    vector=vector,
-                    limit=CANDIDATES,
-                    now=now,
-                    generation=await scope_generation(conn, scope),
-                )
-                vector_hits = await (await self._vector_index()).search(conn, search)
-            # The keyword list comes with its rows; the vector list's others are read under the
-            # same WHERE, so a candidate hidden, purged or expired meanwhile (or, were a backend
-            # ever wrong, of another scope) is dropped here.
-            by_words = [*scope_unindexed(scope), *conditions]
-            rows = {row["id"]: row for row in await keyword_rows(conn, query, by_words, ITEM_COLUMNS)}
-            settings = self._settings
-            ranked = fuse_lists(
-                list(rows), vector_hits, k=settings.rrf_k, keyword_weight=settings.keyword_weight
-            )[: k * 4 + CANDIDATES]
-            missing = [r.id for r in ranked if r.id not in rows]
-            if missing:
-                by_id = memory_items.c.id.in_(missing)
-                select = sa.select(*ITEM_COLUMNS).where(by_id, *scope_unindexed(scope), *conditions)
-                rows.update((row["id"], row) for row in (await conn.execute(select)).mappings().all())
+            generation = 0 if vector is None else await scope_generation(conn, scope)
+            if vector is None or self._clean.get(scope) == generation:
+                return await self._recall_in(conn, scope, query, vector, generation, k, tags, kinds, now)
+        # The scope changed since its items last all had vectors: its new ones are embedded first
+        # (a scope that did not change costs no more than the generation read above).
+        vector = await self._catch_up(scope, generation, vector)
+        async with self._engine.connect() as conn:
+            generation = 0 if vector is None else await scope_generation(conn, scope)
+            return await self._recall_in(conn, scope, query, vector, generation, k, tags, kinds, now)
+
+    async def _recall_in(
+        self,
+        conn: AsyncConnection,
+        scope: Scope,
+        query: str,
+        vector: Vector | None,
+        generation: int,
+        k: int,
+        tags: Sequence[str],
+        kinds: Sequence[str] | None,
+        now: float,
+    ) -> list[Found]:
+        """``recall`` in one connection, ``generation`` the scope's as ``conn`` reads it."""
+        conditions = [*visible_where(now), *_filters(tags, kinds)]
+        vector_hits: list[tuple[int, float]] = []
+        if vector is not None and self._embedder is not None:
+            search = VectorQuery(
+                key=scope,
+                scope_where=scope_where(scope),
+                where=[*scope_where(scope), *conditions],
+                filtered=bool(tags) or kinds is not None,
+                model=self._embedder.name,
+                vector=vector,
+                limit=CANDIDATES,
+                now=now,
+                generation=generation,
+            )
+            vector_hits = await (await self._vector_index()).search(conn, search)
+        # The keyword list comes with its rows; the vector list's others are read under the
+        # same WHERE, so a candidate hidden, purged or expired meanwhile (or, were a backend
+        # ever wrong, of another scope) is dropped here.
+        by_words = [*scope_unindexed(scope), *conditions]
+        rows = {row["id"]: row for row in await keyword_rows(conn, query, by_words, ITEM_COLUMNS)}
+        settings = self._settings
+        ranked = fuse_lists(
+            list(rows), vector_hits, k=settings.rrf_k, keyword_weight=settings.keyword_weight
+        )[: k * 4 + CANDIDATES]
+        missing = [r.id for r in ranked if r.id not in rows]
+        if missing:
+            by_id = memory_items.c.id.in_(missing)
+            select = sa.select(*ITEM_COLUMNS).where(by_id, *scope_unindexed(scope), *conditions)
+            rows.update((row["id"], row) for row in (await conn.execute(select)).mappings().all())
         items = {item_id: row_item(row) for item_id, row in rows.items()}
         ordered = sorted(
             (r for r in ranked if r.id in items), key=lambda r: (-r.score, -items[r.id].updated_at, -r.id)
@@ -675,25 +697,34 @@ class LongTermMemory:
         self._note(row.scope, change)
         return True
 
-    async def _query_vector(self, scope: Scope, query: str) -> Vector | None:
-        """The query's vector, once the scope's items all have theirs (checked when the scope
-        changed since); None without an embedder, for an empty query, or when embedding fails."""
+    async def _query_vector(self, query: str) -> Vector | None:
+        """The query's vector; None without an embedder, for an empty query, or when embedding fails."""
         embedder = self._embedder
         if embedder is None or not query.strip():
             return None
         try:
-            async with self._engine.connect() as conn:
-                generation = await scope_generation(conn, scope)
-            if self._clean.get(scope) != generation:
-                after = self._watermark.get(embedder.name, 0)
-                _, complete = await self._index(limit=RECALL_INDEX_LIMIT, after_id=after)
-                if complete:
-                    self._clean[scope] = generation
             vectors = normalise(await embedder.embed([query], query=True))
         except StewardError as exc:  # the words still find what they match
             _log.warning("recall by meaning is off for this query: %s", exc)
             return None
         vector: Vector = vectors[0]
+        return vector
+
+    async def _catch_up(self, scope: Scope, generation: int, vector: Vector) -> Vector | None:
+        """Embed the items written since the last catch-up, so that a recall never misses a
+        fresh one; ``scope`` is clean at ``generation`` once every pending item had its turn.
+        ``vector`` back, or None when embedding fails (the words still find what they match)."""
+        embedder = self._embedder
+        if embedder is None:
+            return None
+        try:
+            after = self._watermark.get(embedder.name, 0)
+            _, complete = await self._index(limit=RECALL_INDEX_LIMIT, after_id=after)
+        except StewardError as exc:
+            _log.warning("recall by meaning is off for this query: %s", exc)
+            return None
+        if complete:
+            self._clean[scope] = generation
         return vector
 
     def _note(self, scope: Scope, change: CacheChange) -> None:

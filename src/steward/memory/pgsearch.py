@@ -109,6 +109,8 @@ EF_FACTOR = 2
 _EF_RANGE = (40, 1_000)
 #: How long a process trusts what it read of the catalogue (the store's size, a missing index).
 _CATALOGUE_S = 60.0
+#: Scopes whose size ``_small`` remembers (a dict cleared when full).
+_MAX_SCOPES_SEEN = 10_000
 #: pgvector's first version with iterative index scans (a filtered search that does not starve).
 _ITERATIVE = (0, 8, 0)
 
@@ -146,6 +148,8 @@ class PgVectorIndex:
         self._ann = ann  # HNSW indexes made and used (pgvector >= 0.8, literals safe to write)
         self._has_index: dict[tuple[str, int], tuple[bool, float]] = {}  # (model, dim): (found, when)
         self._size: tuple[int, float] = (0, -math.inf)  # the store's items (estimate), when read
+        # scope: ((its generation, the bound), whether it was small then)
+        self._small_seen: dict[Hashable, tuple[tuple[int, int], bool]] = {}
 
     async def search(self, conn: AsyncConnection, query: VectorQuery) -> list[tuple[int, float]]:
         dim = int(query.vector.shape[-1])
@@ -200,11 +204,21 @@ class PgVectorIndex:
 
     async def _small(self, conn: AsyncConnection, query: VectorQuery) -> bool:
         """Whether the items ``query.where`` selects are few enough for the exact scan: counted
-        only up to that bound, so the count costs what the exact scan would at most."""
+        only up to that bound, so the count costs what the exact scan would at most. Without
+        filters the answer is kept until the scope changes (its generation moves): a round trip
+        and a walk over up to ``EXACT_MAX_ITEMS`` rows less per recall of an unchanged scope."""
         bound = max(EXACT_MAX_ITEMS, int(await self._store_size(conn) * EXACT_SHARE))
+        seen = (query.generation, bound)
+        if not query.filtered and (known := self._small_seen.get(query.key)) is not None and known[0] == seen:
+            return known[1]
         some = sa.select(memory_items.c.id).where(*query.where).limit(bound + 1).subquery()
         counted = (await conn.execute(sa.select(sa.func.count()).select_from(some))).scalar_one()
-        return int(counted) <= bound
+        small = int(counted) <= bound
+        if not query.filtered:
+            if len(self._small_seen) >= _MAX_SCOPES_SEEN:
+                self._small_seen.clear()  # bounded; each scope is counted again once
+            self._small_seen[query.key] = (seen, small)
+        return small
 
     async def _store_size(self, conn: AsyncConnection) -> int:
         """The planner's estimate of the items stored (0 before the first ANALYZE), re-read each minute."""
