@@ -1,0 +1,135 @@
+"""Exported trajectories are training data: Hugging Face ``datasets`` loads the JSONL and TRL's
+``SFTTrainer`` trains on it (``messages`` plus ``tools``), with a tiny randomly initialised model
+and a tokenizer made here: nothing is fetched from a model hub."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.trajectories.conftest import Cli
+from tests.trajectories.scenarios import WORK, Reply, run, step
+
+from steward.store.events import open_store
+from steward.trajectories._export import Selection, lines, selected
+
+REASON = "installed with `pip install torch==2.13.0 '.[train]'` (scripts/test does it)"
+datasets = pytest.importorskip("datasets", reason=f"the training tests need datasets, {REASON}")
+trl = pytest.importorskip("trl", reason=f"the training tests need trl, {REASON}")
+transformers = pytest.importorskip("transformers", reason=f"the training tests need transformers, {REASON}")
+tokenizers = pytest.importorskip("tokenizers", reason=f"the training tests need tokenizers, {REASON}")
+
+# Renders the tools, every turn, an assistant's tool calls (arguments as the JSON strings they
+# are) and a tool result's call id. The assistant's part is marked as what the loss is taken on.
+TEMPLATE = (
+    "{%- if tools %}<|tools|>{% for t in tools %}{{ t.function.name }}: {{ t.function.description }} "
+    "{{ t.function.parameters | tojson }}\n{% endfor %}<|end|>\n{% endif -%}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'assistant' -%}<|assistant|>{% generation %}{{ m.content or '' }}"
+    "{%- for c in m.tool_calls or [] %}<|call|>{{ c.id }} {{ c.function.name }} {{ c.function.arguments }}"
+    "{%- endfor %}<|end|>{% endgeneration %}\n"
+    "{%- else -%}<|{{ m.role }}|>{% if m.tool_call_id %}[{{ m.tool_call_id }}] {% endif %}{{ m.content }}<|end|>\n"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt %}<|assistant|>{% endif -%}"
+)
+SPECIAL = [
+    "<|pad|>",
+    "<|end|>",
+    "<|tools|>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|tool|>",
+    "<|call|>",
+]
+
+
+async def _export(tmp_path: Path) -> Path:
+    """Three real runs (an answer, a stuck end, a failing verifier), exported as chat JSONL."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    stuck: list[Reply] = [
+        [("read_file", {"path": "nope.txt"})],
+        [step("end", end_status="stuck", end_message="no")],
+    ]
+    async with await open_store(url) as store:
+        for n, replies in enumerate([WORK, stuck, WORK]):
+            workspace = tmp_path / f"ws{n}"
+            workspace.mkdir()
+            await run(store, workspace, replies, verify="exit 1" if n == 2 else "")
+        rows, _ = await selected(store, Selection(every=True))
+        path = tmp_path / "train.jsonl"
+        with path.open("w", encoding="utf-8") as out:
+            async for line in lines(store, rows, "chat"):
+                out.write(line + "\n")
+    return path
+
+
+def _tokenizer(texts: list[str]) -> Any:
+    """A byte-level BPE tokenizer trained on the data itself, with the chat template above."""
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
+    bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=600,
+        special_tokens=SPECIAL,
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+    )
+    bpe.train_from_iterator(texts, trainer=trainer)
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=bpe, pad_token="<|pad|>", eos_token="<|end|>", chat_template=TEMPLATE
+    )
+
+
+async def test_datasets_loads_the_export_and_trl_trains_on_it(tmp_path: Path) -> None:
+    path = await _export(tmp_path)
+    data = datasets.load_dataset("json", data_files=str(path), split="train")
+    assert data.num_rows == 3
+    assert {"messages", "tools", "phases", "reward", "run"} <= set(data.column_names)
+    assert data["reward"] == [1.0, 0.0, 0.0]
+    first = data[0]
+    calls = [c for m in first["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert calls and all(isinstance(json.loads(c["function"]["arguments"]), dict) for c in calls)
+    assert first["tools"] == json.loads(path.read_text().splitlines()[0])["tools"]
+
+    tokenizer = _tokenizer([path.read_text(encoding="utf-8")])
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16384,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    args = trl.SFTConfig(
+        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=1, learning_rate=1e-3,
+        max_length=None, assistant_only_loss=True, report_to=[], save_strategy="no", logging_steps=1,
+        use_cpu=True, bf16=False, activation_checkpointing=False, dataloader_num_workers=0,
+    )  # fmt: skip
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+    tokenized = trainer.train_dataset[0]
+    rendered = tokenizer.decode(tokenized["input_ids"])
+    assert "<|tools|>read_file:" in rendered and '"phase":"plan"' in rendered  # tools and a call's arguments
+    trained_on = [label for label in tokenized["labels"] if label != -100]
+    assert 0 < len(trained_on) < len(tokenized["input_ids"])  # the loss is on the agent's turns only
+    result = trainer.train()
+    assert trainer.state.global_step == 2
+    assert math.isfinite(result.training_loss) and result.training_loss > 0
+
+
+def test_the_cli_export_loads_in_datasets(cli: Cli, tmp_path: Path) -> None:
+    import yaml
+
+    script = tmp_path / "s.yaml"
+    write = {"tool": "write_file", "args": {"path": "a.txt", "content": "a\n"}}
+    script.write_text(yaml.safe_dump([write, {"text": "wrote a.txt"}]))
+    assert cli("run", "write a.txt", "--model", f"scripted:{script}").returncode in (0, 3)
+    assert cli("runs", "export", "--all", "-f", "chat", "-o", "train.jsonl").returncode == 0
+    assert cli("runs", "export", "--all", "-f", "tasks", "-o", "tasks.jsonl").returncode == 0
+    chat = datasets.load_dataset("json", data_files=str(tmp_path / "train.jsonl"), split="train")
+    last = chat[0]["messages"][-1]
+    assert (last["role"], last["content"], chat[0]["phases"][-1]) == ("assistant", "wrote a.txt", "end")
+    tasks = datasets.load_dataset("json", data_files=str(tmp_path / "tasks.jsonl"), split="train")
+    assert tasks[0]["prompt"] == [{"role": "user", "content": "write a.txt"}]
