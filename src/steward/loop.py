@@ -28,8 +28,8 @@ from steward.phases import AGENT_STEP, AGENT_STEP_SPEC, AgentStep, EndStatus, St
 from steward.replies import reply_event, text_events, with_unique_ids
 from steward.reply_stream import stream_reply
 from steward.text import compact_json
-from steward.tools._code_calls import denied_events, paused_events, result_events, resumed_call
-from steward.tools.base import ToolContext, Toolset
+from steward.tools._code_calls import denied_events, result_events, resumed_call, while_calling
+from steward.tools.base import ToolContext, ToolResult, Toolset
 from steward.tools.deadline import DeadlineToolset
 
 if TYPE_CHECKING:
@@ -306,14 +306,20 @@ class Loop:
         s = self.settings
         toolset = DeadlineToolset(self.toolset, timeout_s=s.tool_timeout_s, clock=self.clock,
                                   run_limit_s=s.run_timeout_s)  # fmt: skip
+        result: ToolResult | None = None  # a program's own calls are recorded as it makes them
         try:
-            result = await toolset.call_tool(tool, arguments, replace(self.ctx, step=n, approved=approved))
+            async for got in while_calling(
+                toolset, tool, arguments, replace(self.ctx, step=n, approved=approved), call.id
+            ):
+                if isinstance(got, ToolResult):
+                    result = got
+                else:
+                    yield self.emit(got)
         except ApprovalRequired as request:
-            for event in paused_events(n, call.id, request):  # a stopped program's calls so far
-                yield self.emit(event)
             yield rs.Pause(rs.pending_approval(request, call, thinking, summary, s, self.state.seq))
             return
-        for event in result_events(n, call.id, result):  # its notes, then a program's own calls
+        assert result is not None
+        for event in result_events(result):  # its notes
             yield self.emit(event)
         took = result.duration_ms
         duration = took if took is not None else (time.perf_counter() - started) * 1000

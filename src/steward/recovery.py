@@ -51,7 +51,7 @@ from steward.models.base import (
     Usage,
 )
 from steward.replies import response_from
-from steward.tools._code_calls import asked_again, nested_calls
+from steward.tools._code_calls import asked_again, recorded_calls
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
@@ -372,31 +372,15 @@ class RecordedToolset(WrapperToolset):
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         replay = self.replay
         if replay.ended():
-            stopped, replay.ended_on = replay.ended_on, None
-            cut_short = isinstance(stopped, ToolUse) or (
-                isinstance(stopped, ApprovalResultEvent) and stopped.decision == "approved" and replay.gate
-            )
-            if cut_short and await self._idempotent(name, ctx):
-                return await self.wrapped.call_tool(name, arguments, ctx)  # running it again changes nothing
-            match stopped:
-                case ToolUse():  # it began, then the process stopped: never run it again silently
-                    return ToolResult(INTERRUPTED, is_error=True, category="interrupted", duration_ms=0.0)
-                case ApprovalResultEvent(decision="approved") if replay.gate is not None:
-                    raise ApprovalRequired(
-                        tool=name, arguments=dict(arguments), call_hash=replay.gate.call_hash,
-                        reason="it was approved, but the process stopped while it ran, so its outcome is "
-                        "unknown; approve to run it again", suggestion=None,
-                    )  # fmt: skip
-                case _:
-                    return await self.wrapped.call_tool(name, arguments, ctx)
+            return await self._live(name, arguments, ctx)
+        # The calls a program made from inside this one (execute_code) come first: they are
+        # handed to the loop as the live program hands them (``steward.tools._code_calls``).
+        taken, nested, ended = recorded_calls(replay.peek_at, ctx.on_call, INTERRUPTED)
         # The notes the tool and the wrappers returned (blocked, egress, ...) come before the result.
         notes: list[tuple[str, str]] = []
-        while isinstance(note := replay.peek_at(len(notes)), SignalEvent):
+        while isinstance(note := replay.peek_at(taken + len(notes)), SignalEvent):
             notes.append((note.code, note.message))
-        # The calls a program made from inside this one (execute_code) come next: the loop
-        # emits them again from the result (``steward.tools._code_calls``).
-        taken, nested = nested_calls(lambda at: replay.peek_at(len(notes) + at))
-        recorded = replay.peek_at(len(notes) + taken)
+        recorded = replay.peek_at(taken + len(notes))
         match recorded:
             case ToolResultEvent(output=output, status=status):
                 result = ToolResult(
@@ -407,9 +391,32 @@ class RecordedToolset(WrapperToolset):
                 return result
             case ApprovalGateEvent():  # asked (again, if it was approved and interrupted before)
                 raise asked_again(recorded, name, arguments, nested)  # after a stopped program's calls
+            case _ if ended:  # the process stopped while the program ran: after the calls it made
+                return ToolResult(INTERRUPTED, is_error=True, category="interrupted", duration_ms=0.0)
             case _:
                 assert recorded is not None
                 raise replay.diverged(f"a call of {name}", recorded)
+
+    async def _live(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        """A call past the log's end: run, unless the log ends with it begun (or approved)."""
+        replay = self.replay
+        stopped, replay.ended_on = replay.ended_on, None
+        cut_short = isinstance(stopped, ToolUse) or (
+            isinstance(stopped, ApprovalResultEvent) and stopped.decision == "approved" and replay.gate
+        )
+        if cut_short and await self._idempotent(name, ctx):
+            return await self.wrapped.call_tool(name, arguments, ctx)  # running it again changes nothing
+        match stopped:
+            case ToolUse():  # it began, then the process stopped: never run it again silently
+                return ToolResult(INTERRUPTED, is_error=True, category="interrupted", duration_ms=0.0)
+            case ApprovalResultEvent(decision="approved") if replay.gate is not None:
+                raise ApprovalRequired(
+                    tool=name, arguments=dict(arguments), call_hash=replay.gate.call_hash,
+                    reason="it was approved, but the process stopped while it ran, so its outcome is "
+                    "unknown; approve to run it again", suggestion=None,
+                )  # fmt: skip
+            case _:
+                return await self.wrapped.call_tool(name, arguments, ctx)
 
     async def _idempotent(self, name: str, ctx: ToolContext) -> bool:
         spec = await self.wrapped.spec_of(name, ctx)

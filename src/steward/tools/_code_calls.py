@@ -1,25 +1,28 @@
-"""The events a tool's result brings with it, shared by the live loop and a rebuild.
+"""The events a tool's call brings with it, shared by the live loop and a rebuild.
 
-Before a call's ``tool_result`` come its notes (signal events), then the calls a program made
-from inside it (``execute_code``), each recorded as its own call of the run: a ``tool_use``
-and a ``tool_result`` with the id ``<parent id>.<n>``. A rebuild reads them back from the log
-(``nested_calls``), so the loop emits the same events whether it is live or replaying.
+The calls a program makes from inside its ``execute_code`` call are each recorded as a call of
+the run as soon as each is made (``while_calling``): a ``tool_use`` and a ``tool_result`` with
+the id ``<parent id>.<n>``, so a program that crashes, is killed or is cut short by a stopped
+process leaves them on the record. After them come the call's notes (signal events), then its
+own ``tool_result``. A rebuild reads them back from the log (``nested_calls``) and hands them to
+the loop the same way, so the loop emits the same events whether it is live or replaying.
 
-A program stopped for an approval (``ProgramPaused``) has its calls so far recorded before the
-approval gate, which stands for the gated call. Approved, the program runs again with those
+A program stopped for an approval (``ProgramPaused``) has its calls so far on the record before
+the approval gate, which stands for the gated call. Approved, the program runs again with those
 calls answered from the record (never run twice) and the gated one approved; denied, the gated
 call is recorded as refused and the ``execute_code`` call as not run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from steward.errors import ApprovalRequired
 from steward.events import ApprovalGateEvent, Event, SignalEvent, ToolResultEvent, ToolUse
-from steward.tools.base import NestedCall, ToolContext, ToolResult
+from steward.tools.base import NestedCall, ToolContext, ToolResult, Toolset
 
 NAME = "execute_code"
 
@@ -71,22 +74,44 @@ def _pair(step: int, call_id: str, nested: NestedCall) -> list[Event]:
     ]
 
 
-def result_events(step: int, call_id: str, result: ToolResult) -> list[Event]:
-    """The events to record before ``result``: its notes, then its nested calls."""
-    events: list[Event] = []
-    for kind, message in result.notes:
-        level = "warning" if kind == "blocked" else "info"
-        events.append(SignalEvent(code=kind, level=level, message=message))
-    for nested in result.nested:
-        events.extend(_pair(step, call_id, nested))
-    return events
+def result_events(result: ToolResult) -> list[Event]:
+    """The events to record before ``result``: its notes (its nested calls are on the record)."""
+    return [
+        SignalEvent(code=kind, level="warning" if kind == "blocked" else "info", message=message)
+        for kind, message in result.notes
+    ]
 
 
-def paused_events(step: int, call_id: str, request: ApprovalRequired) -> list[Event]:
-    """The events to record before an approval gate: a stopped program's calls so far."""
-    if not isinstance(request, ProgramPaused):
-        return []
-    return [event for nested in request.earlier for event in _pair(step, call_id, nested)]
+async def while_calling(
+    toolset: Toolset, name: str, arguments: Mapping[str, Any], ctx: ToolContext, call_id: str
+) -> AsyncIterator[Event | ToolResult]:
+    """Call the tool: the events of each call a program makes inside it, as it is made, then the
+    result last (or the call's exception, once the calls before it are out)."""
+    if name != NAME:  # only a program makes calls inside its own
+        yield await toolset.call_tool(name, arguments, ctx)
+        return
+    step = ctx.step
+    made: asyncio.Queue[NestedCall] = asyncio.Queue()
+    task = asyncio.ensure_future(toolset.call_tool(name, arguments, replace(ctx, on_call=made.put_nowait)))
+    taking: asyncio.Future[NestedCall] | None = None
+    try:
+        while not task.done():  # bounded by the call: each pass takes one nested call, or it ended
+            taking = asyncio.ensure_future(made.get())
+            await asyncio.wait({task, taking}, return_when=asyncio.FIRST_COMPLETED)
+            if not taking.done():
+                break
+            for event in _pair(step, call_id, taking.result()):
+                yield event
+        while not made.empty():  # the calls made just before it ended
+            for event in _pair(step, call_id, made.get_nowait()):
+                yield event
+        yield task.result()
+    finally:
+        if taking is not None:
+            taking.cancel()
+        if not task.done():  # the run was stopped meanwhile: so is the program
+            task.cancel()
+            await asyncio.wait({task})
 
 
 class Asked(Protocol):
@@ -165,3 +190,28 @@ def nested_calls(peek: Callable[[int], Event | None]) -> tuple[int, tuple[Nested
         )
         at += 2
     return at, tuple(calls)
+
+
+def recorded_calls(
+    peek: Callable[[int], Event | None], report: Callable[[NestedCall], None] | None, interrupted: str
+) -> tuple[int, tuple[NestedCall, ...], bool]:
+    """A rebuild's nested calls: those recorded from ``peek(0)`` on, each handed to ``report`` as
+    the live program hands them; how many events they take; and whether the log ends with them
+    (the process stopped while the program ran). A call begun where the log ends is handed over
+    as ``interrupted``: its outcome is unknown."""
+    taken, calls = nested_calls(peek)
+    cut = _begun(peek(taken), peek(taken + 1), interrupted)
+    for made in (*calls, cut) if cut is not None else calls:
+        if report is not None:
+            report(made)
+    ended = cut is not None or (bool(calls) and peek(taken) is None)
+    return taken, calls, ended
+
+
+def _begun(recorded: Event | None, after: Event | None, output: str) -> NestedCall | None:
+    if not isinstance(recorded, ToolUse) or after is not None:
+        return None
+    parent, dot, n = recorded.call_id.rpartition(".")
+    if not (parent and dot and n.isdigit()):
+        return None
+    return NestedCall(int(n), recorded.tool, recorded.input, output, True, 0.0, "interrupted")

@@ -143,6 +143,9 @@ class ToolContext:
     #: The run's tools for a program (``execute_code``), each call through the whole guarded
     #: toolset; set by ``steward.tools.code.CodeToolset`` for that call only.
     program_tools: ProgramTools | None = field(default=None, repr=False, compare=False)
+    #: Told of each call a program makes from inside this call, as it is made (the loop records
+    #: it at once, so a program cut short leaves its calls on the record); set by the loop.
+    on_call: Callable[[NestedCall], None] | None = field(default=None, repr=False, compare=False)
 
     def scope(self, owner: object, make: Callable[[], _State]) -> _State:
         """``owner``'s own state for this run, made by ``make`` on first use."""

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import shutil
+import signal
 import struct
 import sys
 import tempfile
@@ -218,6 +219,10 @@ async def _until_stopped(running: Awaitable[CommandOutcome], stopped: asyncio.Ev
     return None if run.cancelled() else run.result()
 
 
+_LIMIT_SIGNALS = frozenset({signal.SIGKILL, signal.SIGXCPU})
+"""Signals the sandbox's limits end a program with (memory, CPU time), as ``128 + n`` codes."""
+
+
 def _result(outcome: CommandOutcome, timeout_s: float, channel: _Channel) -> ToolResult:
     lines = [outcome.output.removesuffix("\n")] if outcome.output.strip() else []
     code = outcome.returncode
@@ -226,9 +231,11 @@ def _result(outcome: CommandOutcome, timeout_s: float, channel: _Channel) -> Too
             f"[stopped after {timeout_s:g} s, its tool calls included; pass a larger timeout_s "
             f"(at most {MAX_TIMEOUT_S:g}) if it needs longer]"
         )
-    elif code is not None and code < 0:
+    elif code is not None and (code < 0 or code - 128 in _LIMIT_SIGNALS):
+        # Killed directly, a negative code; inside the sandbox, its init reports 128 + the signal.
         lines.append(
-            f"[killed by signal {-code}: a limit of the sandbox (memory, CPU, processes) was reached]"
+            f"[killed by signal {-code if code < 0 else code - 128}: a limit of the sandbox (memory, CPU, "
+            "processes) was reached]"
         )
     elif code not in (0, 1):
         lines.append(f"[exit code {code}]")
@@ -323,15 +330,16 @@ class ProgramCalls:
             return result
         took = (time.perf_counter() - started) * 1000
         n = len(self.earlier) + len(self.records) + 1
-        self.records.append(
-            NestedCall(n, name, dict(arguments), result.content, result.is_error, took, result.category)
-        )
+        record = NestedCall(n, name, dict(arguments), result.content, result.is_error, took, result.category)
+        self.records.append(record)
         self.notes.extend(result.notes)
+        if self.ctx.on_call is not None:  # on the record now, whatever becomes of the program
+            self.ctx.on_call(record)
         return result
 
     async def _guarded(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
         # What the program sends never carries an approval: only a human's, kept on the host.
-        inner = replace(self.ctx, approved=None, program_tools=None)
+        inner = replace(self.ctx, approved=None, program_tools=None, on_call=None)
         approved: str | None = None
         for _ in range(2):  # asked, then (once) with the approval a human gave for this call
             try:
