@@ -111,6 +111,8 @@ class RunTrace:
         self.call: tuple[str, str] | None = None  # (tool, call id) the loop announced last
         self.usage = [0, 0]
         self.failed = False  # the run span has its error.type already
+        self._run_context: otel_context.Context | None = None  # the spans as contexts, made once
+        self._step_context: otel_context.Context | None = None
 
     @classmethod
     def around(
@@ -151,6 +153,7 @@ class RunTrace:
         self.span = self.tracer.start_span(
             f"invoke_agent {self.agent}", context=parent, kind=SpanKind.INTERNAL, attributes=attributes
         )
+        self._run_context = trace.set_span_in_context(self.span)
         self.usage, self.failed = [0, 0], False
         if self.first is None:
             self.first = _traceparent_of(self.span)
@@ -165,7 +168,7 @@ class RunTrace:
 
     def end(self) -> None:
         self._end_step()
-        span, self.span = self.span, None
+        span, self.span, self._run_context = self.span, None, None
         if span is None:
             return
         st = self.state
@@ -185,13 +188,12 @@ class RunTrace:
         span.end()
 
     def _end_step(self) -> None:
-        step, self.step = self.step, None
+        step, self.step, self._step_context = self.step, None, None
         if step is not None:
             step.end()
 
     def _current(self) -> otel_context.Context | None:
-        span = self.step or self.span
-        return trace.set_span_in_context(span) if span is not None else None
+        return self._step_context or self._run_context
 
     def seen(self, event: ev.Event) -> None:
         """What the run's events say about its spans."""
@@ -201,6 +203,7 @@ class RunTrace:
                 self.step = self.tracer.start_span(
                     "step", context=self._current(), attributes={"steward.step": n}
                 )
+                self._step_context = trace.set_span_in_context(self.step)  # made once, attached per event
             case ev.PhaseEvent(phase=phase) if self.step is not None:
                 self.step.set_attribute("steward.phase", phase)
             case ev.ToolUse(tool=tool, call_id=call_id):
@@ -319,15 +322,18 @@ class TracingModel(Model):
 
     def _replied(self, span: Span, response: ModelResponse, model: str) -> None:
         usage = response.usage
-        span.set_attribute("gen_ai.response.model", response.model or model)
-        span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
-        span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+        replied: dict[str, Any] = {
+            "gen_ai.response.model": response.model or model,
+            "gen_ai.usage.input_tokens": usage.input_tokens,
+            "gen_ai.usage.output_tokens": usage.output_tokens,
+        }
         if usage.cache_read_tokens:
-            span.set_attribute("gen_ai.usage.cache_read.input_tokens", usage.cache_read_tokens)
+            replied["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
         if usage.cache_write_tokens:
-            span.set_attribute("gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens)
+            replied["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
         if response.stop_reason:
-            span.set_attribute("gen_ai.response.finish_reasons", [response.stop_reason])
+            replied["gen_ai.response.finish_reasons"] = [response.stop_reason]
+        span.set_attributes(replied)
         self.trace.usage[0] += usage.input_tokens
         self.trace.usage[1] += usage.output_tokens
         content = self.trace.content

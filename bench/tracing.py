@@ -1,0 +1,105 @@
+"""The cost of OpenTelemetry tracing per loop step (issue 24).
+
+    .venv/bin/python bench/tracing.py [--steps 50,1000] [--repeats 7]
+
+Each run calls a tiny tool at every step (the model is a function: no I/O), then ends. Four
+ways, interleaved so the machine's load falls on each alike: tracing off (the default: nothing
+wrapped, nothing imported); on with OpenTelemetry's no-op provider (Steward's own wrapping, no
+span made); on with SDK spans made and dropped (a provider with no exporter); and on with every
+span kept by the SDK's in-memory exporter (a span per run, step, model call and tool call). Printed per N: the median CPU ms per step of each (CPU time, not wall time: on a loaded
+machine the other processes' share would drown the difference), and what tracing adds per step (µs, and as a
+share of the loop's own time off). Target: on costs <= 5 % of the loop's step; off costs nothing
+(no per-step code runs: the run's stream is wrapped only when tracing is on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from steward import Agent, FunctionModel, Limits, tool
+from steward.config import Config, TelemetrySettings
+from steward.models.base import AssistantMessage, ModelRequest, ToolCall
+
+
+def make_agent(steps: int, traced: bool) -> Agent:
+    calls = [0]
+
+    def reply(request: ModelRequest) -> AssistantMessage:
+        calls[0] += 1
+        if calls[0] <= steps:
+            return AssistantMessage(tool_calls=(ToolCall(f"c{calls[0]}", "ping", {"i": calls[0]}),))
+        end = {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "ok"}
+        return AssistantMessage(tool_calls=(ToolCall("end", "agent_step", end),))
+
+    @tool
+    async def ping(i: int) -> str:
+        """Return i."""
+        return str(i)
+
+    config = Config(telemetry=TelemetrySettings(enabled=traced))
+    # repeat_stop above the step count: the same tool each step is this bench's point, not stuck.
+    limits = Limits(max_steps=steps + 5, repeat_stop=steps + 5, repeat_warning=steps + 4)
+    return Agent(FunctionModel(reply), tools=[ping], builtin_tools=False, config=config, limits=limits,
+                 sandbox=False)  # fmt: skip
+
+
+async def ms_per_step(steps: int, mode: str, workspace: str) -> float:
+    from steward.telemetry import use_tracer_provider
+
+    if mode == "noop":
+        from opentelemetry.trace import NoOpTracerProvider
+
+        use_tracer_provider(NoOpTracerProvider())
+    elif mode != "off":
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        provider = TracerProvider()
+        if mode == "memory":
+            provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+        use_tracer_provider(provider)
+    agent = make_agent(steps, traced=mode != "off")
+    run = agent.start("ping", workspace=workspace)
+    started = time.process_time()  # CPU time: the machine's load (other processes) stays out of it
+    result = await run.result()
+    took = time.process_time() - started
+    use_tracer_provider(None)
+    assert result.solved, result.output
+    return took * 1000 / (steps + 1)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", default="50,1000")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    modes = ("off", "noop", "dropped", "memory")
+    with tempfile.TemporaryDirectory() as tmp:
+        workspace = str(Path(tmp))
+        await ms_per_step(20, "memory", workspace)  # warm: imports, the first provider
+        print(f"python {sys.version.split()[0]}; median of {args.repeats} runs each, interleaved")
+        print(f"{'steps':>6} {'off ms':>8} " + " ".join(f"{'+µs ' + m:>12} {'% ' + m:>9}" for m in modes[1:]))
+        for steps in (int(s) for s in args.steps.split(",")):
+            got: dict[str, list[float]] = {m: [] for m in modes}
+            for _ in range(args.repeats):
+                for mode in modes:
+                    got[mode].append(await ms_per_step(steps, mode, workspace))
+            off = statistics.median(got["off"])
+            added = [statistics.median(got[m]) - off for m in modes[1:]]
+            print(
+                f"{steps:>6} {off:>8.3f} "
+                + " ".join(f"{a * 1000:>12.1f} {a / off * 100:>8.1f}%" for a in added)
+            )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
