@@ -3,11 +3,14 @@ delegates to another persona, both run by a real worker, in one trace with the r
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from tests.telemetry.receiver import Received, Receiver, receiver
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "jobs" / "kit"))
@@ -98,3 +101,26 @@ def test_a_delegated_child_s_run_hangs_under_the_parent_s_delegate_call_in_one_t
     # The jobs keep where their runs' traces are: the lead its first span, the child the delegate call.
     assert (fleet.job(lead).traceparent or "").split("-")[1:3] == [first.trace_id, first.span_id]
     assert (child.traceparent or "").split("-")[1:3] == [delegate.trace_id, delegate.span_id]
+
+
+def test_a_short_steward_run_sends_its_spans_before_the_process_exits(
+    tmp_path: Path, collector: Receiver
+) -> None:
+    """Spans are batched; a one-off ``steward run`` still delivers them (flushed at exit)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("hello\n")
+    (ws / "script.yaml").write_text(yaml.safe_dump(HELPER))
+    (ws / "steward.toml").write_text(f'[telemetry]\nenabled = true\nendpoint = "{collector.url}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "OTEL_"))}
+    env |= {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    done = subprocess.run(
+        [sys.executable, "-m", "steward", "run", "--model", "scripted:script.yaml", "-q", "read the notes"],
+        cwd=ws, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    spans = collector.wait_for(lambda got: any(s.name.startswith("invoke_agent") for s in got), timeout=30)
+    (run,) = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert run.parent_id == "" and run.attributes["steward.run.end_status"] == "solved"
+    assert {s.name for s in spans} >= {"step", "execute_tool read_file"}
+    assert all(s.trace_id == run.trace_id for s in spans)
