@@ -237,8 +237,8 @@ class Budget:
             wanted = dict(self.shared)
             if "tree" in wanted:
                 wanted[tree] = wanted.pop("tree")
-            totals = await ledger.open(self.run_id, self.model, wanted)
             self.scopes = sorted({*wanted, *await ledger.existing(above)})
+            totals = await ledger.open(self.run_id, self.model, wanted, self.scopes)
             self.states = {s.id: s for s in await ledger.states(self.scopes)}
         except (StoreError, OSError, _DatabaseError) as exc:
             return f"the budget could not be read from the store ({exc})"

@@ -78,7 +78,9 @@ class Ledger:
                 current = parent
         return above, f"tree:{current}"
 
-    async def open(self, run_id: str, model: str, scopes: dict[str, BudgetLimits]) -> RunTotals:
+    async def open(
+        self, run_id: str, model: str, scopes: dict[str, BudgetLimits], charged: list[str]
+    ) -> RunTotals:
         """Make the run's row and its scopes' rows where missing; what the run spent so far.
 
         A scope that exists keeps its limits (its first run set them); a hold this run left when
@@ -88,7 +90,7 @@ class Ledger:
         async with write_transaction(self.engine) as conn:
             await conn.execute(
                 _insert(conn, budget_runs)
-                .values(run_id=run_id, model=model, scopes=json.dumps(sorted(scopes)), updated_at=now)
+                .values(run_id=run_id, model=model, scopes=json.dumps(charged), updated_at=now)
                 .on_conflict_do_nothing()
             )
             for scope, limits in scopes.items():
@@ -106,14 +108,14 @@ class Ledger:
             await conn.execute(
                 budget_runs.update()
                 .where(budget_runs.c.run_id == run_id)
-                .values(scopes=json.dumps(sorted(scopes)), model=model)
+                .values(scopes=json.dumps(charged), model=model)
             )
             row = (
                 (await conn.execute(sa.select(budget_runs).where(budget_runs.c.run_id == run_id)))
                 .mappings()
                 .one()
             )
-            await _release(conn, row, list(scopes))
+            await _release(conn, row, charged)
         return _totals(row)
 
     async def existing(self, ids: list[str]) -> list[str]:
@@ -237,6 +239,13 @@ class Ledger:
                 await conn.execute(sa.select(budget_scopes).where(budget_scopes.c.id.in_(scopes)))
             ).mappings()
             return [_state(row) for row in rows]
+
+    async def scopes_charged(self, run_id: str) -> list[str]:
+        """The scopes ``run_id`` counts against (none when it recorded nothing)."""
+        async with self.engine.connect() as conn:
+            query = sa.select(budget_runs.c.scopes).where(budget_runs.c.run_id == run_id)
+            text = (await conn.execute(query)).scalar_one_or_none()
+        return [str(s) for s in json.loads(text)] if text else []
 
     async def run(self, run_id: str) -> RunTotals | None:
         """What ``run_id`` spent itself, or None when it recorded nothing."""

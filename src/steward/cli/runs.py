@@ -98,6 +98,8 @@ def show(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Works
             typer.echo(line)
         if cached := run_cache_summary(events):  # what the model cache saved
             typer.echo(cached)
+        for line in _spent(events, workspace):  # tokens, money and time per phase and per tool
+            typer.echo(line)
         if row.status == "waiting":
             gate = any(e.type == "approval_gate" for e in events[-2:])
             how = (
@@ -111,6 +113,18 @@ def show(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Works
         return 0
 
     raise typer.Exit(asyncio.run(main()))
+
+
+def _spent(events: list[Event], workspace: Path) -> list[str]:
+    from steward.budget.report import lines, run_cost
+    from steward.config import load_config
+    from steward.errors import ConfigError
+
+    try:
+        prices = load_config(workspace).prices
+    except ConfigError:  # the run is still worth showing: table prices only
+        prices = {}
+    return lines(run_cost(events, prices))
 
 
 def _how_to_go_on(row: RunRow, events: list[Event]) -> str:

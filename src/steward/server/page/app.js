@@ -263,6 +263,8 @@ class RunView {
       tasks: part('tasks'),
       notes: part('notes'),
       chart: part('chart'),
+      spent: part('spent'),
+      spentTable: part('spent-table'),
       timeline: part('timeline'),
       graphPanel: part('graph-panel'),
       graphState: part('graph-state'),
@@ -637,7 +639,34 @@ class RunView {
     this.scheduleChart();
     if (this.dom.graphPanel.open) this.loadGraph();
     this.loadWork();
+    this.loadSpent();
     refreshSoon();
+  }
+
+  // ---- what the run spent, and its budgets (issue 24)
+
+  async loadSpent() {
+    try {
+      const s = await api(`v1/runs/${encodeURIComponent(this.id)}/spent`, { signal: this.abort.signal });
+      const money = (v) => (v === null || v === undefined ? 'cost unknown' : `$${v.toFixed(4)}`);
+      this.dom.spent.textContent =
+        `${s.tokens.toLocaleString()} tokens · ${money(s.cost_usd)} · ${s.time_s.toFixed(1)} s · ${s.tool_calls} tool calls`;
+      const row = (tag, cells) => el('tr', {}, cells.map((c) => el(tag, { text: String(c) })));
+      const lines = (title, unit, list) => list.map((l) => row('td', [
+        title, l.name, `${l.count} ${unit}`, l.tokens.toLocaleString(), money(l.cost_usd), `${l.time_s.toFixed(1)} s`,
+      ]));
+      const budgets = s.budgets.map((b) => row('td', [
+        'budget', b.scope,
+        Object.entries(b.limits).filter(([, v]) => v > 0).map(([k, v]) => `${k} ${b.spent[k].toFixed(k === 'cost_usd' ? 4 : 0)} of ${v}`).join(', '),
+        '', '', '',
+      ]));
+      this.dom.spentTable.replaceChildren(
+        row('th', ['', 'name', 'count', 'tokens', 'cost', 'time']),
+        ...lines('phase', 'steps', s.phases), ...lines('tool', 'calls', s.tools), ...budgets,
+      );
+    } catch (err) {
+      report(err);
+    }
   }
 
   // ---- tasks, notes and continuations (issue 23)

@@ -157,3 +157,58 @@ async def run_graph(
 
     job = await find_job(state, run_id)
     return RunGraph.model_validate((await graph_for_run(state.store.engine, job.id, depth=depth)).as_dict())
+
+
+class SpentLine(BaseModel):
+    name: str = Field(description="The phase (plan, act, verify...) or the tool.")
+    count: int = Field(description="Steps in that phase, or calls of that tool.")
+    tokens: int
+    cost_usd: float | None = Field(description="US dollars; null when the model has no known price.")
+    time_s: float
+
+
+class BudgetLine(BaseModel):
+    scope: str = Field(description="run:ID (a run and the jobs it delegated), tree:ROOT or session:ID.")
+    limits: dict[str, float] = Field(description="tokens, cost_usd, time_s, tool_calls (0: no limit).")
+    spent: dict[str, float]
+
+
+class RunSpent(BaseModel):
+    model: str
+    tokens: int
+    usage: dict[str, int]
+    cost_usd: float | None
+    time_s: float
+    tool_calls: int
+    phases: list[SpentLine]
+    tools: list[SpentLine]
+    budgets: list[BudgetLine] = Field(description="The budgets the run counts against, as they stand.")
+
+
+@router.get("/runs/{run_id}/spent", response_model=RunSpent, tags=["runs"])
+async def run_spent(run_id: str, state: State) -> RunSpent:
+    """What the run spent: tokens, money and time in all, per phase and per tool, and the
+    budgets (``[budget]``) it counts against."""
+    from pathlib import Path
+
+    from steward.budget.ledger import Ledger
+    from steward.budget.report import run_cost
+    from steward.config import load_config
+    from steward.errors import ConfigError
+
+    job = await find_job(state, run_id)
+    try:
+        prices = load_config(Path(job.workspace)).prices
+    except ConfigError:  # the run is still worth showing: table prices only
+        prices = {}
+    cost = run_cost(await state.store.events(job.id), prices)
+    ledger = Ledger(state.store.engine)
+    budgets = [
+        BudgetLine(scope=s.id, limits=_dims(s.limits), spent=_dims(s.spent))
+        for s in await ledger.states(await ledger.scopes_charged(job.id))
+    ]
+    return RunSpent.model_validate({**cost.as_dict(), "budgets": budgets})
+
+
+def _dims(value: Any) -> dict[str, float]:
+    return {d: float(getattr(value, d)) for d in ("tokens", "cost_usd", "time_s", "tool_calls")}
