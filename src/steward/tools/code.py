@@ -1,7 +1,8 @@
 """``execute_code``: a Python program in the sandbox whose tool calls go through the run.
 
 The program runs like ``bash`` (same sandbox, time limit and output cap) with the workspace
-read-only: it changes files only through the tools. Inside it the run's tools are plain
+read-only: it changes files only through the tools. (With the sandbox turned off it can write
+them itself; the call is then checkpointed like ``bash``: ``steward.safety.checkpoints.wrapper``.) Inside it the run's tools are plain
 functions (``read_file(path="x")``, ``grep("TODO")``), reached over a UNIX socket made for this
 call in a private directory bound into the sandbox (which has no network): one length-prefixed,
 size-capped JSON frame per call and its answer. The host trusts nothing the program sends:

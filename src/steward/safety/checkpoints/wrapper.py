@@ -22,12 +22,19 @@ from steward.safety.checkpoints.around_calls import Before, Checkpointer, Undone
 from steward.safety.checkpoints.shadow import CheckpointError
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
-CHANGES_FILES = frozenset({"bash", "write_file", "edit_file", "run_code", "git_commit", "git_branch"})
-"""Built-in tools that can change files (MCP tools: every one not marked read-only)."""
+CHANGES_FILES = frozenset({"bash", "write_file", "edit_file", "git_commit", "git_branch"})
+"""Built-in tools that can change files (MCP tools: every one not marked read-only).
+
+``execute_code`` is not among them: in the sandbox its program sees the workspace read-only and
+changes files only through the run's tools, each checkpointed as its own call. Only without
+the sandbox can the program write the workspace itself; then the call is checkpointed too
+(``PROGRAM``)."""
+
+PROGRAM = "execute_code"
 
 
 def changes_files(name: str, spec: ToolSpec | None, arguments: Mapping[str, Any] | None = None) -> bool:
-    """Whether a call of this tool needs a checkpoint first."""
+    """Whether a call of this tool needs a checkpoint first (``execute_code``: see ``CHANGES_FILES``)."""
     if name == "git_branch" and arguments is not None:
         return bool(arguments.get("action", "list") != "list")  # listing branches changes nothing
     if name in CHANGES_FILES:
@@ -44,9 +51,12 @@ class CheckpointToolset(WrapperToolset):
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         spec = await self.wrapped.spec_of(name, ctx)
-        if not ctx.writable or not changes_files(name, spec, arguments):
+        unconfined = name == PROGRAM and ctx.sandbox is None  # a program that can write the workspace
+        if not ctx.writable or not (unconfined or changes_files(name, spec, arguments)):
             return await self.wrapped.call_tool(name, arguments, ctx)
         checkpointer = self._checkpointer(ctx.workspace)
+        if unconfined:  # not under the workspace's lock: the program's own calls each take it
+            return await self._checkpointed(checkpointer, name, arguments, ctx)
         async with _one_at_a_time(
             checkpointer.shadow.path.with_name(checkpointer.shadow.path.name + ".lock")
         ):
