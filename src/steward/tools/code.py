@@ -2,13 +2,14 @@
 
 The program runs like ``bash`` (same sandbox, time limit and output cap) with the workspace
 read-only: it changes files only through the tools. (With the sandbox turned off it can write
-them itself; the call is then checkpointed like ``bash``: ``steward.safety.checkpoints.wrapper``.) Inside it the run's tools are plain
-functions (``read_file(path="x")``, ``grep("TODO")``), reached over a UNIX socket made for this
-call in a private directory bound into the sandbox (which has no network): one length-prefixed,
-size-capped JSON frame per call and its answer. The host trusts nothing the program sends:
-each frame names a tool and its arguments, and ``CodeToolset`` runs it through the same
-wrappers as the model's own calls (guard, policy, approvals, checkpoints, redaction). Each is
-recorded as a call of the run with the id ``<parent id>.<n>`` (``steward.tools._code_calls``).
+them itself; the call is then checkpointed like ``bash``: ``steward.safety.checkpoints.wrapper``.)
+Inside it the run's tools are plain functions (``read_file(path="x")``, ``grep("TODO")``),
+reached over a UNIX socket made for this call in a private directory bound into the sandbox
+(which has no network): one length-prefixed, size-capped JSON frame per call and its answer.
+The host trusts nothing the program sends: each frame names a tool and its arguments, and
+``CodeToolset`` runs it through the same wrappers as the model's own calls (guard, policy,
+approvals, checkpoints, redaction). Each is recorded as a call of the run, as it is made, with
+the id ``<parent id>.<n>`` (``steward.tools._code_calls``).
 
 A call that needs approval stops the program: the run waits for a human on that exact call
 (``Allow read_file {...}? (execute_code calls it: ...)``), the calls the program made before it
