@@ -168,6 +168,32 @@ class MemorySettings:
         gt=0,
         le=10,
     )
+    exact_limit: int = _f(
+        20_000,
+        "Vectors of a scope compared one by one in a search by meaning (NumPy); above, only the "
+        "groups of similar vectors nearest the query.",
+        ge=100,
+    )
+    probe_share: float = _f(
+        0.15,
+        "Share of those groups a search reads: more finds more of the exact nearest, slower "
+        "(0.15: 96% of the exact top 50 at 100 k).",
+        gt=0,
+        le=1,
+    )
+    pgvector_exact_items: int = _f(
+        2_000, "With pgvector, a scope of at most this many items is scanned exactly, not through HNSW.", ge=0
+    )
+    pgvector_exact_share: float = _f(
+        0.02, "With pgvector, so is a scope of at most this share of all items.", ge=0, le=1
+    )
+    pgvector_ef_factor: int = _f(
+        2,
+        "pgvector's HNSW candidates (hnsw.ef_search) per result wanted, within 40-1000: more finds "
+        "more of the exact nearest, slower.",
+        ge=1,
+        le=20,
+    )
     user: str = _f("", 'The user whose memories a run sees; empty: the job\'s user, else "local".')
     notes_chars: int = _f(
         1_500, "Characters of notes on what a run touches shown in its working-memory view.", ge=0

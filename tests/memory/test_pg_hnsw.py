@@ -10,11 +10,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tests.memory.conftest import Clock
 
+from steward.config import MemorySettings
 from steward.embed.base import normalise
 from steward.memory import pgsearch
 from steward.memory.batch import NewItem
 from steward.memory.longterm import LongTermMemory, Scope, scope_where, visible_where
-from steward.memory.vectors import VectorQuery
+from steward.memory.vectors import Tuning, VectorQuery
 from steward.testing.fake_embed import HashEmbedder
 
 HOME = Scope(user="ada", persona="", workspace="/projects/app")
@@ -22,10 +23,9 @@ EVE = Scope(user="eve", persona="", workspace="/projects/app")
 PLANTED = "the kiln in the garden shed reaches 1280 degrees for stoneware"
 
 
-@pytest.fixture(autouse=True)
-def small_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A scope of more than 40 items takes the index: a few hundred items show both paths."""
-    monkeypatch.setattr(pgsearch, "EXACT_MAX_ITEMS", 40)
+#: A scope of more than 40 items takes the index (``[memory] pgvector_exact_items``): a few
+#: hundred items show both paths.
+SETTINGS = MemorySettings(pgvector_exact_items=40)
 
 
 def _notes(prefix: str, count: int) -> list[NewItem]:
@@ -41,7 +41,7 @@ async def _search(
     engine: AsyncEngine, embedder: HashEmbedder, scope: Scope, text: str, limit: int = 10
 ) -> tuple[list[tuple[int, float]], int]:
     """The vector hits for ``text`` in ``scope``, and how many HNSW index scans that took."""
-    index = await pgsearch.choose_index(engine)
+    index = await pgsearch.choose_index(engine, Tuning.of(SETTINGS))
     vector = normalise(await embedder.embed([text], query=True))[0]
     query = VectorQuery(
         key=scope,
@@ -75,7 +75,7 @@ async def test_a_large_scope_finds_the_planted_item_through_the_index(
     pgvector_engine: AsyncEngine, clock: Clock
 ) -> None:
     embedder = HashEmbedder()
-    memory = LongTermMemory(pgvector_engine, embedder=embedder, clock=clock)
+    memory = LongTermMemory(pgvector_engine, embedder=embedder, settings=SETTINGS, clock=clock)
     await _fill(memory, HOME, [*_notes("home", 300), NewItem(PLANTED)])
     hits, scans = await _search(pgvector_engine, embedder, HOME, PLANTED)
     assert scans >= 1 and len(hits) == 10
@@ -89,7 +89,7 @@ async def test_the_index_walk_never_leaves_the_scope(pgvector_engine: AsyncEngin
     """Eve's items are the query's nearest (the same text among them, sharing its vector); Ada's
     search walks past all of them and still fills its list with Ada's own."""
     embedder = HashEmbedder()
-    memory = LongTermMemory(pgvector_engine, embedder=embedder, clock=clock)
+    memory = LongTermMemory(pgvector_engine, embedder=embedder, settings=SETTINGS, clock=clock)
     await _fill(memory, EVE, [NewItem(PLANTED), *(NewItem(f"{PLANTED} (copy {n})") for n in range(300))])
     await _fill(memory, HOME, [*_notes("home", 120), NewItem(PLANTED)])
     hits, scans = await _search(pgvector_engine, embedder, HOME, PLANTED, limit=50)
@@ -103,9 +103,9 @@ async def test_two_models_of_different_sizes_share_the_table(
     pgvector_engine: AsyncEngine, clock: Clock
 ) -> None:
     small, large = HashEmbedder(dim=256), HashEmbedder(dim=384)
-    first = LongTermMemory(pgvector_engine, embedder=small, clock=clock)
+    first = LongTermMemory(pgvector_engine, embedder=small, settings=SETTINGS, clock=clock)
     await _fill(first, HOME, [*_notes("home", 100), NewItem(PLANTED)])
-    second = LongTermMemory(pgvector_engine, embedder=large, clock=clock)
+    second = LongTermMemory(pgvector_engine, embedder=large, settings=SETTINGS, clock=clock)
     await second.index_pending()
     async with pgvector_engine.connect() as conn:
         indexes = await conn.execute(
@@ -124,7 +124,7 @@ async def test_two_models_of_different_sizes_share_the_table(
 
 async def test_a_small_scope_is_scanned_exactly(pgvector_engine: AsyncEngine, clock: Clock) -> None:
     embedder = HashEmbedder()
-    memory = LongTermMemory(pgvector_engine, embedder=embedder, clock=clock)
+    memory = LongTermMemory(pgvector_engine, embedder=embedder, settings=SETTINGS, clock=clock)
     await _fill(memory, EVE, [NewItem(PLANTED), *_notes("eve", 300)])
     await _fill(memory, HOME, [*_notes("home", 5), NewItem(PLANTED)])
     hits, scans = await _search(pgvector_engine, embedder, HOME, PLANTED)
@@ -140,7 +140,7 @@ async def test_a_model_name_with_quotes_is_only_a_name(pgvector_engine: AsyncEng
             return "evil'); DROP TABLE memory_items; --:256"
 
     embedder = Quoted()
-    memory = LongTermMemory(pgvector_engine, embedder=embedder, clock=clock)
+    memory = LongTermMemory(pgvector_engine, embedder=embedder, settings=SETTINGS, clock=clock)
     await _fill(memory, HOME, [*_notes("home", 60), NewItem(PLANTED)])
     hits, scans = await _search(pgvector_engine, embedder, HOME, PLANTED)
     assert scans >= 1 and len(hits) == 10

@@ -14,7 +14,7 @@ from steward.config import MemorySettings
 from steward.memory import vectors
 from steward.memory.longterm import LongTermMemory, Scope
 from steward.memory.partition import list_count
-from steward.memory.vectors import ScopeMatrix, VectorQuery
+from steward.memory.vectors import NumPyIndex, ScopeMatrix, Tuning, VectorQuery
 from steward.store.engine import make_engine
 from steward.store.schema import migrate
 from steward.testing.fake_embed import HashEmbedder
@@ -23,9 +23,12 @@ DIM = 32
 Vectors = npt.NDArray[np.float32]
 
 
+#: ``[memory] exact_limit`` lowered (its least) so that a few hundred rows go through the partition.
+SMALL = Tuning(exact_limit=200)
+
+
 @pytest.fixture(autouse=True)
-def small_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vectors, "EXACT_LIMIT", 200)
+def small_tail(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vectors, "TAIL_LIMIT", 100)
 
 
@@ -38,7 +41,7 @@ def _clustered(count: int, seed: int) -> Vectors:
 
 
 def _matrix(data: Vectors, expires: float = np.inf) -> ScopeMatrix:
-    matrix = ScopeMatrix(1, DIM)
+    matrix = ScopeMatrix(1, DIM, SMALL)
     matrix.add(list(range(1, data.shape[0] + 1)), data, [expires] * data.shape[0])
     return matrix
 
@@ -164,13 +167,17 @@ async def test_recall_through_the_partition_and_after_another_processs_change(tm
     try:
         await migrate(engine)
         scope = Scope("ada", "", "/app")
-        settings = MemorySettings(merge_similarity=1.0)
+        settings = MemorySettings(merge_similarity=1.0, exact_limit=SMALL.exact_limit)
         memory = LongTermMemory(engine, embedder=HashEmbedder(), settings=settings)
         for n in range(400):
             await memory.remember(scope, f"routine log line {n} from worker {n % 7} about queue {n % 13}")
         target = await memory.remember(scope, "the staging database password rotates every ninety days")
         found = await memory.recall(scope, "staging database password rotation", k=3)
         assert found[0].item.id == target.item.id and found[0].vector_rank is not None
+        backend = memory._backend  # [memory] exact_limit reached the search: it went through lists
+        assert isinstance(backend, NumPyIndex) and [
+            m.partition is not None for m in backend._cache.values()
+        ] == [True]
         other = LongTermMemory(other_engine, embedder=HashEmbedder(), settings=settings)  # another process
         added = await other.remember(scope, "the kiosk printer jams on glossy paper")
         await other.index_pending()

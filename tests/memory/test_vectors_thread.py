@@ -11,14 +11,16 @@ import pytest
 
 from steward.memory import vectors
 from steward.memory.partition import Partition
-from steward.memory.vectors import CacheChange, NumPyIndex, ScopeMatrix
+from steward.memory.vectors import CacheChange, NumPyIndex, ScopeMatrix, Tuning
 
 DIM = 16
 
 
+SMALL = Tuning(exact_limit=200)  # a few hundred rows are grouped
+
+
 @pytest.fixture(autouse=True)
-def small_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vectors, "EXACT_LIMIT", 200)
+def small_tail(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vectors, "TAIL_LIMIT", 100)
 
 
@@ -26,7 +28,7 @@ class _Watched(ScopeMatrix):
     """Records the threads it was grouped on; can be held mid-grouping until released."""
 
     def __init__(self) -> None:
-        super().__init__(1, DIM)
+        super().__init__(1, DIM, SMALL)
         self.threads: list[int] = []
         self.started = threading.Event()
         self.release = threading.Event()
@@ -63,7 +65,7 @@ async def test_grouping_runs_off_the_event_loop_once() -> None:
 
 
 async def test_a_change_during_grouping_evicts_the_matrix() -> None:
-    index = NumPyIndex()
+    index = NumPyIndex(SMALL)
     matrix = _filled()
     index._cache[("scope", "m")] = matrix
     matrix.release.clear()

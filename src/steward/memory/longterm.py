@@ -43,7 +43,7 @@ from steward.config import MemorySettings
 from steward.embed.base import content_hash, from_bytes, normalise, to_bytes
 from steward.errors import StewardError
 from steward.memory.hybrid import CANDIDATES, fuse_lists, keyword_rows
-from steward.memory.vectors import CacheChange, Vector, VectorIndex, VectorQuery
+from steward.memory.vectors import CacheChange, Tuning, Vector, VectorIndex, VectorQuery
 from steward.store.engine import like_pattern, write_transaction
 from steward.store.schema import memory_items, memory_scopes, memory_vectors
 
@@ -583,7 +583,7 @@ class LongTermMemory:
 
             async with self._index_lock:
                 if self._backend is None:
-                    self._backend = await choose_index(self._engine)
+                    self._backend = await choose_index(self._engine, Tuning.of(self._settings))
         return self._backend
 
     async def _index(self, *, limit: int, after_id: int) -> tuple[int, bool]:

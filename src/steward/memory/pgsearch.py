@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from steward.embed.base import from_bytes
-from steward.memory.vectors import CacheChange, NumPyIndex, Vector, VectorIndex, VectorQuery
+from steward.memory.vectors import CacheChange, NumPyIndex, Tuning, Vector, VectorIndex, VectorQuery
 from steward.store.schema import memory_items, memory_vectors
 
 _log = logging.getLogger(__name__)
@@ -98,14 +98,11 @@ def vector_literal(vector: Vector) -> str:
     return "[" + ",".join(repr(float(x)) for x in np.asarray(vector, dtype=np.float32).reshape(-1)) + "]"
 
 
-#: A search whose scope (with its filters) holds at most this many items, or this share of all
-#: items, is an exact scan: the HNSW graph would have to walk past the other scopes' vectors to
-#: find enough of its own, where the exact scan reads only these.
-EXACT_MAX_ITEMS = 2_000
-EXACT_SHARE = 0.02
-#: HNSW's candidate list per search (``hnsw.ef_search``): this many times the results asked for,
-#: within pgvector's bounds.
-EF_FACTOR = 2
+# A search whose scope (with its filters) holds at most ``Tuning.pg_exact_items`` items, or
+# ``pg_exact_share`` of all items, is an exact scan: the HNSW graph would have to walk past the
+# other scopes' vectors to find enough of its own, where the exact scan reads only these. HNSW's
+# candidate list per search (``hnsw.ef_search``) is ``pg_ef_factor`` times the results asked
+# for, within pgvector's bounds:
 _EF_RANGE = (40, 1_000)
 #: How long a process trusts what it read of the catalogue (the store's size, a missing index).
 _CATALOGUE_S = 60.0
@@ -133,7 +130,7 @@ class PgVectorIndex:
     """Cosine search in PostgreSQL with pgvector, under the query's own WHERE.
 
     Each (model, dimension) gets a partial HNSW index on ``embedding::vector(dim)`` when its
-    vectors are first stored; a search over a scope of more than ``EXACT_MAX_ITEMS`` items walks
+    vectors are first stored; a search over a scope of more than ``pg_exact_items`` items walks
     it with an iterative scan (the scope's join and filters stay in the same SQL), and a smaller
     scope, or one the walk could not fill, is scanned exactly.
 
@@ -143,8 +140,9 @@ class PgVectorIndex:
 
     name = "pgvector"
 
-    def __init__(self, *, ann: bool = True) -> None:
-        self._numpy = NumPyIndex()
+    def __init__(self, *, ann: bool = True, tuning: Tuning | None = None) -> None:
+        self._tuning = tuning if tuning is not None else Tuning()
+        self._numpy = NumPyIndex(self._tuning)
         self._ann = ann  # HNSW indexes made and used (pgvector >= 0.8, literals safe to write)
         self._has_index: dict[tuple[str, int], tuple[bool, float]] = {}  # (model, dim): (found, when)
         self._size: tuple[int, float] = (0, -math.inf)  # the store's items (estimate), when read
@@ -162,7 +160,7 @@ class PgVectorIndex:
     async def _nearest(self, conn: AsyncConnection, query: VectorQuery, dim: int) -> list[tuple[int, float]]:
         """The HNSW walk, continued (``relaxed_order``) until ``limit`` rows pass the WHERE or
         pgvector's ``hnsw.max_scan_tuples`` is reached; the settings last as the transaction."""
-        ef = min(max(query.limit * EF_FACTOR, _EF_RANGE[0]), _EF_RANGE[1])
+        ef = min(max(query.limit * self._tuning.pg_ef_factor, _EF_RANGE[0]), _EF_RANGE[1])
         await conn.execute(
             sa.text(
                 "SELECT set_config('hnsw.ef_search', :ef, true), "
@@ -206,8 +204,9 @@ class PgVectorIndex:
         """Whether the items ``query.where`` selects are few enough for the exact scan: counted
         only up to that bound, so the count costs what the exact scan would at most. Without
         filters the answer is kept until the scope changes (its generation moves): a round trip
-        and a walk over up to ``EXACT_MAX_ITEMS`` rows less per recall of an unchanged scope."""
-        bound = max(EXACT_MAX_ITEMS, int(await self._store_size(conn) * EXACT_SHARE))
+        and a walk over up to ``pg_exact_items`` rows less per recall of an unchanged scope."""
+        tuning = self._tuning
+        bound = max(tuning.pg_exact_items, int(await self._store_size(conn) * tuning.pg_exact_share))
         seen = (query.generation, bound)
         if not query.filtered and (known := self._small_seen.get(query.key)) is not None and known[0] == seen:
             return known[1]
@@ -296,12 +295,12 @@ def _joined(model: str) -> sa.Join:
     return items.join(vectors, (vectors.c.content_hash == items.c.content_hash) & (vectors.c.model == model))
 
 
-async def choose_index(engine: AsyncEngine) -> VectorIndex:
+async def choose_index(engine: AsyncEngine, tuning: Tuning | None = None) -> VectorIndex:
     """pgvector when the database is PostgreSQL and the extension can be created; else NumPy.
     HNSW indexes are made and used from pgvector 0.8 (iterative scans), with literals written as
     ``standard_conforming_strings`` reads them; before, every search is exact."""
     if engine.dialect.name != "postgresql":
-        return NumPyIndex()
+        return NumPyIndex(tuning)
     try:
         async with engine.begin() as conn:
             await conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS vector"))
@@ -314,8 +313,8 @@ async def choose_index(engine: AsyncEngine) -> VectorIndex:
             strings = (await conn.execute(sa.text("SHOW standard_conforming_strings"))).scalar_one()
     except sa.exc.DBAPIError as exc:
         _log.info("pgvector is not available (%s); vectors are searched with NumPy", str(exc).splitlines()[0])
-        return NumPyIndex()
-    index = PgVectorIndex(ann=_version(str(version)) >= _ITERATIVE and strings == "on")
+        return NumPyIndex(tuning)
+    index = PgVectorIndex(ann=_version(str(version)) >= _ITERATIVE and strings == "on", tuning=tuning)
     await _backfill(engine, index)
     return index
 

@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +30,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from steward.memory.partition import Ints, Partition, assign, layout, list_count, train
 from steward.store.schema import memory_items, memory_vectors
+
+if TYPE_CHECKING:
+    from steward.config import MemorySettings
 
 _log = logging.getLogger(__name__)
 
@@ -96,10 +99,11 @@ def _top(sims: npt.NDArray[np.float32], ids: npt.NDArray[np.int64], limit: int) 
     return [(int(ids[i]), float(sims[i])) for i in order if np.isfinite(sims[i])]
 
 
-#: Up to this many rows a scope is searched exactly (a few ms); above, through a partition.
+#: Up to this many rows a scope is searched exactly (a few ms); above, through a partition
+#: (the default of ``[memory] exact_limit``).
 EXACT_LIMIT = 20_000
 #: Share of the lists (~sqrt(n)) a search reads: recall@50 against exact is 0.96-0.97 at 100 k
-#: rows on the bench's data (``bench/vectors.py``; 0.91-0.94 at 0.075).
+#: rows on the bench's data (``bench/vectors.py``; 0.91-0.94 at 0.075). ``[memory] probe_share``.
 PROBE_SHARE = 0.15
 #: Lists a new item's near-duplicate check reads: a duplicate (cosine >= merge_similarity) lies
 #: in its own list or a neighbouring one.
@@ -110,11 +114,34 @@ TAIL_LIMIT = 8192
 RETRAIN_GROWTH = 2.0
 
 
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """How a search by meaning trades exactness for speed: ``[memory] exact_limit``,
+    ``probe_share`` (NumPy) and the ``pgvector_*`` settings."""
+
+    exact_limit: int = EXACT_LIMIT
+    probe_share: float = PROBE_SHARE
+    pg_exact_items: int = 2_000  # pgsearch.PgVectorIndex: a scope this small is scanned exactly,
+    pg_exact_share: float = 0.02  # as is one holding this share of the store or less;
+    pg_ef_factor: int = 2  # HNSW's candidate list, as a multiple of the results wanted
+
+    @classmethod
+    def of(cls, settings: MemorySettings) -> Tuning:
+        return cls(
+            exact_limit=settings.exact_limit,
+            probe_share=settings.probe_share,
+            pg_exact_items=settings.pgvector_exact_items,
+            pg_exact_share=settings.pgvector_exact_share,
+            pg_ef_factor=settings.pgvector_ef_factor,
+        )
+
+
 class ScopeMatrix:
     """A scope's vectors of one model: rows appended in place, removed rows masked; above
-    ``EXACT_LIMIT`` rows, grouped by a ``Partition`` (rows reordered list after list)."""
+    ``exact_limit`` rows, grouped by a ``Partition`` (rows reordered list after list)."""
 
-    def __init__(self, generation: int, dim: int) -> None:
+    def __init__(self, generation: int, dim: int, tuning: Tuning | None = None) -> None:
+        self.tuning = tuning if tuning is not None else Tuning()
         self.generation = generation
         self.dim = dim
         self.count = 0
@@ -160,13 +187,15 @@ class ScopeMatrix:
         vector = query.vector.reshape(1, -1).astype(np.float32)
         if n == 0 or vector.shape[1] != self.dim:
             return []
-        if allowed is not None and len(allowed) <= EXACT_LIMIT:  # few candidates: score them all
+        if allowed is not None and len(allowed) <= self.tuning.exact_limit:  # few: score them all
             rows = np.fromiter((r for r in map(self.row.get, allowed) if r is not None), dtype=np.int64)
             sims = self.data[rows] @ vector[0]
             keep = self.expires[rows] > query.now
             return _top(np.where(keep, sims, -np.inf).astype(np.float32), self.ids[rows], query.limit)
         part = self.fresh_partition()
-        probed = [] if part is None else part.segments(part.probe(vector, part.lists_for(PROBE_SHARE))[0])
+        probed: list[tuple[int, int]] = []
+        if part is not None:
+            probed = part.segments(part.probe(vector, part.lists_for(self.tuning.probe_share))[0])
         spans = [(0, n)] if part is None else [*probed, (part.packed, n)]
         spans = [(s, e) for s, e in spans if e > s] or [(0, 0)]
         rows = np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in spans])
@@ -229,7 +258,7 @@ class ScopeMatrix:
     def needs_grouping(self) -> bool:
         """Whether the next search would (re)build the partition first."""
         part = self.partition
-        if len(self.row) <= EXACT_LIMIT:
+        if len(self.row) <= self.tuning.exact_limit:
             return False
         return (
             part is None
@@ -239,9 +268,9 @@ class ScopeMatrix:
 
     def fresh_partition(self) -> Partition | None:
         """The partition to search through, built or brought up to date first; None (exact) up
-        to ``EXACT_LIMIT`` rows."""
+        to ``exact_limit`` rows."""
         part = self.partition
-        if len(self.row) <= EXACT_LIMIT:
+        if len(self.row) <= self.tuning.exact_limit:
             self.partition = None
             return None
         if part is None or len(self.row) > part.trained * RETRAIN_GROWTH:
@@ -313,7 +342,8 @@ class NumPyIndex:
 
     name = "numpy"
 
-    def __init__(self) -> None:
+    def __init__(self, tuning: Tuning | None = None) -> None:
+        self._tuning = tuning if tuning is not None else Tuning()
         self._cache: dict[tuple[Hashable, str], ScopeMatrix] = {}
 
     async def search(self, conn: AsyncConnection, query: VectorQuery) -> list[tuple[int, float]]:
@@ -359,7 +389,7 @@ class NumPyIndex:
         ).all()
         dim = int(query.vector.shape[-1])  # a 2-D query (nearest_older) has the same columns
         rows = [row for row in rows if row[2] == dim]
-        matrix = ScopeMatrix(query.generation, dim)
+        matrix = ScopeMatrix(query.generation, dim, self._tuning)
         if rows:
             data = np.frombuffer(b"".join(row[3] for row in rows), dtype="<f4").reshape(len(rows), dim)
             expires = [np.inf if row[1] is None else row[1] for row in rows]
