@@ -45,6 +45,8 @@ MEMORY_OPERATIONS: Mapping[str, str] = {
     "forget": "delete_memory",
 }
 _MEMORY_STORE = "steward.long_term"
+#: The events ``RunTrace.seen`` reads.
+_TELLING = frozenset({"step", "phase", "tool_use", "approval_result", "error"})
 _ITEM_REF = re.compile(r"\bm(\d+)\b")  # how memory tools name an item (``archival.item_ref``)
 # Providers as the conventions name them; others keep the name the user wrote.
 _PROVIDER_NAMES: Mapping[str, str] = {"openai": "openai", "anthropic": "anthropic", "ollama": "ollama"}
@@ -233,7 +235,8 @@ class RunTrace:
                     otel_context.detach(token)
                 if event is None:
                     return
-                self.seen(event)
+                if event.type in _TELLING:  # most events say nothing about spans: skip them cheaply
+                    self.seen(event)
                 yield event
         finally:
             close = getattr(stream, "aclose", None)
@@ -298,9 +301,10 @@ class TracingModel(Model):
             attributes["gen_ai.input.messages"] = content.json(_messages(request))
         span = self.trace.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
         items = self.wrapped.stream(request)
+        current = trace.set_span_in_context(span)
         try:
             for _ in range(10**9):  # bounded by the provider's reply
-                token = otel_context.attach(trace.set_span_in_context(span))
+                token = otel_context.attach(current)
                 try:
                     item = await anext(items, None)
                 finally:
