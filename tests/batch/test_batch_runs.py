@@ -125,6 +125,7 @@ def test_an_interrupted_batch_reports_what_finished_and_resumes_without_running_
             started.kill()
             started.communicate()
     assert started.returncode == 130, err
+    assert "no worker serves role 'coder' in this store yet" in err
     assert "0 of 6 attempts settled" in err
     assert f"steward batch --resume {report_dir}" in err
     assert json.loads((report_dir / "report.json").read_text())["summary"]["settled"] == 0

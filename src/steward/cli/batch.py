@@ -151,14 +151,16 @@ async def _run(manifest: Manifest, workers: int) -> int:
     from steward.jobs.api import Queue
 
     console = Console(stderr=True)
-    stop = asyncio.Event()
-    async with await Queue.open(manifest.store) as queue, _stopping_on_signals(stop, console):
+    stop, now = asyncio.Event(), asyncio.Event()
+    async with await Queue.open(manifest.store) as queue, _stopping_on_signals(stop, now, console):
         typer.echo(
             f"steward: batch {manifest.id} in {manifest.directory} (store {queue.store.where})", err=True
         )
         await queue_all(manifest, queue, lambda _a: None, stop.is_set)
+        if workers == 0:
+            await _say_if_nobody_serves(queue, manifest)
         follower = Follower(manifest, queue.store)
-        async with _workers(queue, manifest, workers):
+        async with _workers(queue, manifest, workers, now):
             finished = await _follow(follower, stop, console)
         rows, total = write_report(manifest, follower.outcomes)
         written = await write_trajectories(manifest, follower.outcomes, queue.store)
@@ -179,18 +181,37 @@ async def _run(manifest: Manifest, workers: int) -> int:
     return EXIT_INTERRUPTED
 
 
+async def _say_if_nobody_serves(queue: Queue, manifest: Manifest) -> None:
+    """With --workers 0 the fleet runs the jobs: say so when no worker of it serves the persona."""
+    from steward.jobs import presence
+
+    if not await presence.serving(queue.store.engine, manifest.persona):
+        typer.echo(
+            f"steward: no worker serves role {manifest.persona!r} in this store yet; the attempts wait "
+            f"until one starts (`steward worker --role {manifest.persona}`, STEWARD_DB naming the same "
+            "store), or run the batch with --workers N",
+            err=True,
+        )
+
+
 @contextlib.asynccontextmanager
-async def _stopping_on_signals(stop: asyncio.Event, console: Console) -> AsyncIterator[None]:
+async def _stopping_on_signals(
+    stop: asyncio.Event, now: asyncio.Event, console: Console
+) -> AsyncIterator[None]:
+    """The first signal stops following (runs finish their step), a second one stops them at once."""
     loop = asyncio.get_running_loop()
 
     def stopping() -> None:
-        if not stop.is_set():
-            console.print(
-                "steward: stopping: running jobs finish their step and go back to the queue",
-                markup=False,
-                soft_wrap=True,
-            )
+        if stop.is_set():
+            now.set()
+            return
         stop.set()
+        console.print(
+            "steward: stopping: running jobs finish their step and go back to the queue "
+            "(signal again to stop them at once)",
+            markup=False,
+            soft_wrap=True,
+        )
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping)
@@ -202,7 +223,7 @@ async def _stopping_on_signals(stop: asyncio.Event, console: Console) -> AsyncIt
 
 
 @contextlib.asynccontextmanager
-async def _workers(queue: Queue, manifest: Manifest, slots: int) -> AsyncIterator[None]:
+async def _workers(queue: Queue, manifest: Manifest, slots: int, now: asyncio.Event) -> AsyncIterator[None]:
     """A worker of this process taking the batch's persona's jobs, ``slots`` at once (none for 0).
     On the way out it stops claiming; runs still going reach their next step and go back."""
     if slots == 0:
@@ -210,7 +231,7 @@ async def _workers(queue: Queue, manifest: Manifest, slots: int) -> AsyncIterato
         return
     from steward.jobs.worker import Worker, WorkerSettings
 
-    done, now = asyncio.Event(), asyncio.Event()
+    done = asyncio.Event()
     worker = Worker(queue.store, WorkerSettings(roles=(manifest.persona,), concurrency=slots))
     running = asyncio.create_task(worker.run(done, now))
     try:
