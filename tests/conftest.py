@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import shutil
+import sys
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections import defaultdict
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -18,6 +22,17 @@ from steward.store.events import EventStore, open_store
 from steward.store.schema import migrate
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Hundreds of tests start `steward` as a subprocess. Where the environment forbids writing
+    # bytecode, each would compile the package from source again (~0.2 CPU-s): the subprocesses
+    # keep theirs in the virtual environment instead, as scripts/test does, and the tree stays
+    # free of __pycache__.
+    in_venv = sys.prefix != sys.base_prefix
+    if in_venv and os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+        os.environ["PYTHONPYCACHEPREFIX"] = str(Path(sys.prefix) / "pycache")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _checkpoints_out_of_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Shadow repositories of test runs go to a temporary state directory, never the user's."""
@@ -27,6 +42,61 @@ def _checkpoints_out_of_home(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 POSTGRES_ENV = "STEWARD_TEST_POSTGRES_URL"
+
+# `STEWARD_TEST_CPU_REPORT=DIR pytest ...` records what each test costs in CPU seconds (its own
+# process's, and its children's: the `steward` subprocesses, servers, sandboxes it waited for) and
+# prints the costliest tests, modules and directories at the end. CPU seconds, not wall time:
+# they do not change with how loaded the machine is. Each process writes its own file in DIR.
+CPU_REPORT_ENV = "STEWARD_TEST_CPU_REPORT"
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time(), children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
+    folder = os.environ.get(CPU_REPORT_ENV)
+    if not folder:
+        return (yield)
+    (own, children), started = _cpu_seconds(), time.monotonic()
+    try:
+        return (yield)
+    finally:
+        own_after, children_after = _cpu_seconds()
+        spent = (own_after - own, children_after - children, time.monotonic() - started)
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(Path(folder) / f"{worker}-{os.getpid()}.tsv", "a", encoding="utf-8") as out:
+            out.write("\t".join([item.nodeid, *(f"{x:.3f}" for x in spent)]) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    folder = os.environ.get(CPU_REPORT_ENV)
+    if not folder or hasattr(config, "workerinput"):  # the workers' lines are read by the controller
+        return
+    tests: dict[str, tuple[float, float, float]] = {}
+    for part in sorted(Path(folder).glob("*.tsv")):
+        for row in part.read_text(encoding="utf-8").splitlines()[:100_000]:
+            nodeid, *figures = row.rsplit("\t", 3)
+            own, children, wall = (float(x) for x in figures)
+            tests[nodeid] = (own, children, wall)
+    by_module: dict[str, float] = defaultdict(float)
+    by_folder: dict[str, float] = defaultdict(float)
+    for nodeid, (own, children, _wall) in tests.items():
+        module = nodeid.split("::", 1)[0]
+        by_module[module] += own + children
+        by_folder[module.rsplit("/", 1)[0]] += own + children
+    write = terminalreporter.write_line
+    write(f"CPU seconds of {len(tests)} tests, {sum(by_folder.values()):.0f} in all (own + children, wall):")
+    for nodeid, (own, children, wall) in sorted(tests.items(), key=lambda kv: -kv[1][0] - kv[1][1])[:40]:
+        write(f"  {own + children:7.2f}  ({own:6.2f} + {children:6.2f})  {wall:6.2f}  {nodeid}")
+    for title, table in (("module", by_module), ("directory", by_folder)):
+        write(f"CPU seconds by {title}:")
+        for name, cpu in sorted(table.items(), key=lambda kv: -kv[1])[:40]:
+            write(f"  {cpu:7.2f}  {name}")
 
 
 # Fixtures that migrate the store before the test's body runs. A test that uses one gets a copy of

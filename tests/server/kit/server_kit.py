@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import yaml
 
+from steward.server.tokens import Tokens
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -42,9 +44,9 @@ class Deployment:
             "XDG_CONFIG_HOME": str(root / "config"),
         }
         self.servers: list[Server] = []
-        made = self.steward("serve", "--new-token", "tests")
-        assert made.returncode == 0, made.stderr
-        self.token = made.stdout.strip().splitlines()[-1]
+        # Made here, where `steward serve --new-token` keeps it (that command has a test of its own
+        # in test_api.py): one `steward` start less for every test that deploys a server.
+        self.token = Tokens(root / "config" / "steward" / "tokens.json").create("tests")
 
     def persona(self, name: str, script: list[object], *, tools: str = '["bash"]', extra: str = "") -> None:
         """A persona whose model plays ``script`` (each run from its top)."""
