@@ -5,7 +5,8 @@
 Each run calls a tiny tool at every step (the model is a function: no I/O), then ends. Four
 ways, interleaved so the machine's load falls on each alike: tracing off (the default: nothing
 wrapped, nothing imported); on with OpenTelemetry's no-op provider (Steward's own wrapping, no
-span made); on with SDK spans made and dropped (a provider with no exporter); and on with every
+span made); on for a run the sampler leaves out (``[telemetry] sample_ratio``: the SDK's
+non-recording spans); on with SDK spans made and dropped (a provider with no exporter); and on with every
 span kept by the SDK's in-memory exporter (a span per run, step, model call and tool call). Printed per N: the median CPU ms per step of each (CPU time, not wall time: on a loaded
 machine the other processes' share would drown the difference), and what tracing adds per step (µs, and as a
 share of the loop's own time off). Target: on costs <= 5 % of the loop's step; off costs nothing
@@ -60,8 +61,10 @@ async def ms_per_step(steps: int, mode: str, workspace: str) -> float:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-        provider = TracerProvider()
+        # "unsampled": a run [telemetry] sample_ratio leaves out (non-recording spans).
+        provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.0 if mode == "unsampled" else 1.0)))
         if mode == "memory":
             provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
         use_tracer_provider(provider)
@@ -82,7 +85,7 @@ async def main() -> None:
     parser.add_argument("--steps", default="50,1000")
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    modes = ("off", "noop", "dropped", "memory")
+    modes = ("off", "noop", "unsampled", "dropped", "memory")
     with tempfile.TemporaryDirectory() as tmp:
         workspace = str(Path(tmp))
         await ms_per_step(20, "memory", workspace)  # warm: imports, the first provider

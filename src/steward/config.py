@@ -493,6 +493,9 @@ class TelemetrySettings:
         None, "Environment variable holding the export's headers: key=value,key2=value2 (an API key)."
     )
     service_name: str = _f("steward", "The traces' service.name.")
+    sample_ratio: float = _f(
+        1.0, "Share of runs traced (a run's whole trace, its children's spans with it).", ge=0, le=1
+    )
     record_content: bool = _f(
         False, "Put prompts, replies, tool arguments and results in the spans (secrets redacted)."
     )

@@ -103,15 +103,12 @@ def test_a_delegated_child_s_run_hangs_under_the_parent_s_delegate_call_in_one_t
     assert (child.traceparent or "").split("-")[1:3] == [delegate.trace_id, delegate.span_id]
 
 
-def test_a_short_steward_run_sends_its_spans_before_the_process_exits(
-    tmp_path: Path, collector: Receiver
-) -> None:
-    """Spans are batched; a one-off ``steward run`` still delivers them (flushed at exit)."""
+def _steward_run(tmp_path: Path, collector: Receiver, extra: str = "") -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "notes.txt").write_text("hello\n")
     (ws / "script.yaml").write_text(yaml.safe_dump(HELPER))
-    (ws / "steward.toml").write_text(f'[telemetry]\nenabled = true\nendpoint = "{collector.url}"\n')
+    (ws / "steward.toml").write_text(f'[telemetry]\nenabled = true\nendpoint = "{collector.url}"\n{extra}')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "OTEL_"))}
     env |= {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_STATE_HOME": str(tmp_path / "state")}
     done = subprocess.run(
@@ -119,8 +116,20 @@ def test_a_short_steward_run_sends_its_spans_before_the_process_exits(
         cwd=ws, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_a_short_steward_run_sends_its_spans_before_the_process_exits(
+    tmp_path: Path, collector: Receiver
+) -> None:
+    """Spans are batched; a one-off ``steward run`` still delivers them (flushed at exit)."""
+    _steward_run(tmp_path, collector)
     spans = collector.wait_for(lambda got: any(s.name.startswith("invoke_agent") for s in got), timeout=30)
     (run,) = [s for s in spans if s.name.startswith("invoke_agent")]
     assert run.parent_id == "" and run.attributes["steward.run.end_status"] == "solved"
     assert {s.name for s in spans} >= {"step", "execute_tool read_file"}
     assert all(s.trace_id == run.trace_id for s in spans)
+
+
+def test_a_run_not_sampled_sends_nothing(tmp_path: Path, collector: Receiver) -> None:
+    _steward_run(tmp_path, collector, "sample_ratio = 0.0\n")
+    assert collector.spans == []  # the process has ended: whatever it would send was sent

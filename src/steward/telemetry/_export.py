@@ -26,7 +26,7 @@ DEFAULT_BASE = "http://localhost:4318"
 _TRACES_PATH = "/v1/traces"
 _EXPORT_TIMEOUT_S = 10.0
 _lock = threading.Lock()
-_providers: dict[tuple[str, tuple[tuple[str, str], ...], str], Any] = {}
+_providers: dict[tuple[str, tuple[tuple[str, str], ...], str, float], Any] = {}
 _override: list[Any] = []  # the application's own provider (``use_provider``), when it set one
 
 
@@ -90,7 +90,10 @@ def where(settings: TelemetrySettings, environ: Mapping[str, str] | None = None)
         return f"ON but cannot send: {exc}"
     extra = f", headers from {settings.headers_env} ({len(sent)})" if sent else ""
     content = ", content recorded (secrets redacted)" if settings.record_content else ""
-    return f"on: OTLP/HTTP to {url} (from {source}{extra}), service {settings.service_name!r}{content}"
+    sampled = f", {settings.sample_ratio:.0%} of runs" if settings.sample_ratio < 1 else ""
+    return (
+        f"on: OTLP/HTTP to {url} (from {source}{extra}), service {settings.service_name!r}{sampled}{content}"
+    )
 
 
 def installed() -> bool:
@@ -122,15 +125,20 @@ def tracer(settings: TelemetrySettings) -> Tracer:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
     except ImportError:
         raise ConfigError(missing_extra()) from None
     url, _ = traces_url(settings)
     sent = headers(settings)
-    key = (url, tuple(sorted(sent.items())), settings.service_name)
+    key = (url, tuple(sorted(sent.items())), settings.service_name, settings.sample_ratio)
     with _lock:
         provider = _providers.get(key)
         if provider is None:
-            provider = TracerProvider(resource=Resource.create({"service.name": settings.service_name}))
+            # A run not sampled makes non-recording spans (nearly free); a run whose parent was
+            # sampled (a delegated job's) always is, so a trace is whole or absent.
+            sampler = ParentBased(TraceIdRatioBased(settings.sample_ratio))
+            resource = Resource.create({"service.name": settings.service_name})
+            provider = TracerProvider(resource=resource, sampler=sampler)
             exporter = OTLPSpanExporter(endpoint=url, headers=sent, timeout=_EXPORT_TIMEOUT_S)
             provider.add_span_processor(BatchSpanProcessor(exporter))
             _providers[key] = provider
