@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from tests.trajectories.scenarios import WORK, Reply, run, step
 
 from steward.store.events import open_store
 from steward.trajectories._export import Selection, lines, selected
+from steward.trajectories.environment import StewardEnvironment
 
 REASON = "installed with `pip install torch==2.13.0 '.[train]'` (scripts/test does it)"
 datasets = pytest.importorskip("datasets", reason=f"the training tests need datasets, {REASON}")
@@ -68,20 +70,30 @@ async def _export(tmp_path: Path) -> Path:
     return path
 
 
-def _tokenizer(texts: list[str]) -> Any:
-    """A byte-level BPE tokenizer trained on the data itself, with the chat template above."""
+def _tokenizer(texts: list[str], special: list[str] = SPECIAL) -> Any:
+    """A byte-level BPE tokenizer trained on ``texts``, with the chat template above; its first
+    special token pads."""
     bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
     bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = tokenizers.decoders.ByteLevel()
+    alphabet = tokenizers.pre_tokenizers.ByteLevel.alphabet()
     trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=600,
-        special_tokens=SPECIAL,
-        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=600, special_tokens=special, initial_alphabet=alphabet
     )
     bpe.train_from_iterator(texts, trainer=trainer)
+    end = "<|end|>" if special is SPECIAL else "<|im_end|>"
     return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=bpe, pad_token="<|pad|>", eos_token="<|end|>", chat_template=TEMPLATE
+        tokenizer_object=bpe, pad_token=special[0], eos_token=end, chat_template=TEMPLATE
     )
+
+
+def _tiny(tokenizer: Any) -> Any:
+    """A randomly initialised one-layer Llama for ``tokenizer``: nothing comes from a hub."""
+    return transformers.LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16384,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
 
 
 async def test_datasets_loads_the_export_and_trl_trains_on_it(tmp_path: Path) -> None:
@@ -96,12 +108,7 @@ async def test_datasets_loads_the_export_and_trl_trains_on_it(tmp_path: Path) ->
     assert first["tools"] == json.loads(path.read_text().splitlines()[0])["tools"]
 
     tokenizer = _tokenizer([path.read_text(encoding="utf-8")])
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16384,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-    )  # fmt: skip
-    model = transformers.AutoModelForCausalLM.from_config(config)
+    model = transformers.AutoModelForCausalLM.from_config(_tiny(tokenizer))
     args = trl.SFTConfig(
         output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=1, learning_rate=1e-3,
         max_length=None, assistant_only_loss=True, report_to=[], save_strategy="no", logging_steps=1,
@@ -133,3 +140,42 @@ def test_the_cli_export_loads_in_datasets(cli: Cli, tmp_path: Path) -> None:
     assert (last["role"], last["content"], chat[0]["phases"][-1]) == ("assistant", "wrote a.txt", "end")
     tasks = datasets.load_dataset("json", data_files=str(tmp_path / "tasks.jsonl"), split="train")
     assert tasks[0]["prompt"] == [{"role": "user", "content": "write a.txt"}]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # TRL's own use
+@pytest.mark.filterwarnings("ignore:You are using 'environment_factory':UserWarning")
+def test_grpo_runs_rollouts_in_steward_environments(tmp_path: Path) -> None:
+    """TRL's GRPO loop resets a StewardEnvironment with each task row and takes its verifier's verdict."""
+    from trl.chat_template_utils import qwen3_chat_template  # a template TRL knows how to parse calls of
+
+    template = tmp_path / "template"
+    template.mkdir()
+    (template / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    row = {"prompt": [{"role": "user", "content": "Check calc.py."}], "workspace": str(template),
+           "verify": "test -f calc.py && grep -q 'a + b' calc.py"}  # fmt: skip
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>",
+               "</tool_response>", "<think>", "</think>"]  # fmt: skip
+    tokenizer = _tokenizer([qwen3_chat_template, "read_file write_file edit_file list_dir bash"], special)
+    tokenizer.chat_template, tokenizer.padding_side = qwen3_chat_template, "left"
+    made: list[StewardEnvironment] = []
+
+    def environment() -> StewardEnvironment:
+        made.append(StewardEnvironment(root=tmp_path))
+        return made[-1]
+
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+        max_completion_length=8, max_tool_calling_iterations=1, report_to=[], save_strategy="no",
+        use_cpu=True, bf16=False, activation_checkpointing=False, logging_steps=1,
+    )  # fmt: skip
+    trainer = trl.GRPOTrainer(
+        model=transformers.AutoModelForCausalLM.from_config(_tiny(tokenizer)), args=args,
+        train_dataset=datasets.Dataset.from_list([row, row]), processing_class=tokenizer,
+        environment_factory=environment,
+    )  # fmt: skip
+    trainer.train()
+    assert trainer.state.global_step == 1
+    logged = trainer.state.log_history[0]
+    assert logged["rewards/StewardEnvironment/mean"] == 1.0  # each rollout's copy passed its verifier
+    assert made and all(e.verify == row["verify"] for e in made if e.workspace is not None)

@@ -17,8 +17,8 @@ public methods as tools, calls them as the model asks, and scores the rollout wi
   ``reward_funcs`` then).
 
 Tools return text, errors included (the model reads them and goes on), as in a Steward run.
-The methods are synchronous (TRL calls them from its generation loop): each environment runs
-Steward's async tools on an event loop of its own, so call them where no loop is running.
+The methods are synchronous (TRL calls them from its generation loop): each call runs Steward's
+async tool on an event loop of its own, so call them where no event loop is running.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import asyncio
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,11 +58,11 @@ class StewardEnvironment:
         self.root = root
         self.workspace: Path | None = None
         self.verify = ""
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._toolset: Toolset | None = None
         self._ctx: ToolContext | None = None
         self._checker: Toolset | None = None
         self._made: Agent | None = None
+        self._cleanup: weakref.finalize[Any, Any] | None = None
 
     # --- TRL's contract ------------------------------------------------------------------
 
@@ -79,6 +80,8 @@ class StewardEnvironment:
                 raise ValueError(f"the task's workspace {template} is not a folder: give the task's template")
             shutil.copytree(source, folder, dirs_exist_ok=True, symlinks=True)
         self.workspace = folder
+        # TRL never closes an environment: the last rollout's folder goes when this object does.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, folder, True)
         self._ctx = None  # made for the new folder on first use
         return None
 
@@ -143,11 +146,8 @@ class StewardEnvironment:
     # --- the plumbing ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Remove the current rollout's folder and stop the environment's event loop."""
+        """Remove the current rollout's folder (or let the environment go: it goes then)."""
         self._clear()
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
 
     def _tool(self, name: str, arguments: Mapping[str, Any]) -> str:
         given = {key: value for key, value in arguments.items() if value is not None}
@@ -160,10 +160,8 @@ class StewardEnvironment:
 
         if self.workspace is None:
             raise RuntimeError("call reset() first: a rollout starts with a workspace")
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        try:
-            result = self._loop.run_until_complete(toolset.call_tool(name, arguments, self._context()))
+        try:  # a loop of its own for each call: nothing is left open between TRL's calls
+            result = asyncio.run(toolset.call_tool(name, arguments, self._context()))
         except ApprovalRequired as asked:
             return f"Not run: {name} needs a human's approval ({asked.reason}), and a rollout has none.", True
         return result.content, result.is_error
@@ -215,6 +213,7 @@ class StewardEnvironment:
         return self._ctx
 
     def _clear(self) -> None:
-        if self.workspace is not None:
-            shutil.rmtree(self.workspace, ignore_errors=True)
-            self.workspace = None
+        if self._cleanup is not None:
+            self._cleanup()  # removes the folder, once
+            self._cleanup = None
+        self.workspace = None
