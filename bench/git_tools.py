@@ -12,7 +12,11 @@ modified file. Per operation, milliseconds per call (p50 / p95) for:
 * ``tool, no sandbox``: the same tool with the sandbox turned off (what the sandbox costs is
   the difference);
 * ``commit, checkpointed``: ``git_commit`` as the agent's toolset runs it, with the checkpoint
-  before and the comparison after (``CheckpointToolset``).
+  before and the comparison after (``CheckpointToolset``);
+* ``bash git status``: ``git status`` typed into ``bash`` in the sandbox, right after git on the
+  host touched the index (as when the user and the agent take turns): the sandbox shows the
+  files with other owners than the index holds, which ``core.checkStat=minimal`` (set in the
+  sandbox's git config) does not compare.
 
 Figures, not assertions: machines are shared and noisy.
 """
@@ -37,6 +41,7 @@ from steward.safety.checkpoints.wrapper import CheckpointToolset
 from steward.safety.sandbox.bubblewrap import BubblewrapSandbox, SandboxSettings
 from steward.tools.base import ToolContext
 from steward.tools.git import git_commit, git_diff, git_log, git_status, git_toolset
+from steward.tools.shell import bash
 
 _ENV = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
 
@@ -116,6 +121,15 @@ async def bench(repo: Path, calls: int) -> None:
         )
         assert not result.is_error, result.content
 
+    async def bash_status(n: int) -> None:
+        touch(repo, n)
+        await host("add", "-A")  # the host's git writes the index with its own view of the files
+        started = time.perf_counter()
+        result = await bash.call({"command": "git status --porcelain"}, boxed)
+        assert not result.is_error, result.content
+        bash_times.append((time.perf_counter() - started) * 1000)
+
+    bash_times: list[float] = []
     rows: list[tuple[str, str, Callable[[int], Awaitable[Any]]]] = [
         ("status", "git", lambda _n: host("status", "--porcelain=v2", "--branch")),
         ("status", "tool, sandbox", lambda _n: git_status.call({}, boxed)),
@@ -134,6 +148,8 @@ async def bench(repo: Path, calls: int) -> None:
     print(f"{'operation':<17} {'how':<22} {'p50 ms':>8} / {'p95 ms':>8}")
     for operation, how, once in rows:
         print(f"{operation:<17} {how:<22} {figures(await timed(calls, once))}")
+    await timed(calls, bash_status)  # only the bash call is timed, not the host's git before it
+    print(f"{'status':<17} {'bash git status':<22} {figures(bash_times)}")
 
 
 def main() -> None:
