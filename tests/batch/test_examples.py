@@ -1,5 +1,6 @@
 """The shipped task set: at least ten real tasks whose verifiers fail as shipped and pass once
-the scripted solution has run (``steward batch examples/tasks.jsonl --model scripted``)."""
+the scripted solution has run (``steward batch examples/tasks.jsonl --model scripted``); what
+the batch exports loads with Hugging Face ``datasets``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from steward.batch.tasks import load_tasks
 from steward.batch.verify import run_verifier
@@ -42,3 +45,19 @@ def test_the_scripted_solutions_pass_every_verifier(tmp_path: Path, steward: Ste
     assert failed == []
     assert report["summary"]["settled"] == len(load_tasks(EXAMPLES))
     assert report["summary"]["pass@1"] == 1.0
+    _loads_with_datasets(tmp_path / "report", tmp_path / "hf", len(load_tasks(EXAMPLES)))
+
+
+def _loads_with_datasets(report: Path, cache: Path, count: int) -> None:
+    """The trajectories of every task, together, and the task rows load as Hugging Face datasets."""
+    datasets = pytest.importorskip("datasets")
+    files = sorted(str(f) for f in (report / "trajectories").glob("*.jsonl"))
+    runs = datasets.load_dataset("json", data_files=files, split="train", cache_dir=str(cache))
+    assert runs.num_rows == count
+    assert {"messages", "tools", "reward", "task"} <= set(runs.column_names)
+    assert set(runs["reward"]) == {1.0}
+    tasks = datasets.load_dataset(
+        "json", data_files=str(report / "tasks.jsonl"), split="train", cache_dir=str(cache)
+    )
+    assert tasks.num_rows == count
+    assert tasks[0]["prompt"][0]["role"] == "user"
