@@ -126,22 +126,6 @@ async def test_datasets_loads_the_export_and_trl_trains_on_it(tmp_path: Path) ->
     assert math.isfinite(result.training_loss) and result.training_loss > 0
 
 
-def test_the_cli_export_loads_in_datasets(cli: Cli, tmp_path: Path) -> None:
-    import yaml
-
-    script = tmp_path / "s.yaml"
-    write = {"tool": "write_file", "args": {"path": "a.txt", "content": "a\n"}}
-    script.write_text(yaml.safe_dump([write, {"text": "wrote a.txt"}]))
-    assert cli("run", "write a.txt", "--model", f"scripted:{script}").returncode in (0, 3)
-    assert cli("runs", "export", "--all", "-f", "chat", "-o", "train.jsonl").returncode == 0
-    assert cli("runs", "export", "--all", "-f", "tasks", "-o", "tasks.jsonl").returncode == 0
-    chat = datasets.load_dataset("json", data_files=str(tmp_path / "train.jsonl"), split="train")
-    last = chat[0]["messages"][-1]
-    assert (last["role"], last["content"], chat[0]["phases"][-1]) == ("assistant", "wrote a.txt", "end")
-    tasks = datasets.load_dataset("json", data_files=str(tmp_path / "tasks.jsonl"), split="train")
-    assert tasks[0]["prompt"] == [{"role": "user", "content": "write a.txt"}]
-
-
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # TRL's own use
 @pytest.mark.filterwarnings("ignore:You are using 'environment_factory':UserWarning")
@@ -179,3 +163,47 @@ def test_grpo_runs_rollouts_in_steward_environments(tmp_path: Path) -> None:
     logged = trainer.state.log_history[0]
     assert logged["rewards/StewardEnvironment/mean"] == 1.0  # each rollout's copy passed its verifier
     assert made and all(e.verify == row["verify"] for e in made if e.workspace is not None)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")
+def test_a_batch_report_is_a_dataset_trl_trains_on_and_a_task_set_for_grpo(cli: Cli, tmp_path: Path) -> None:
+    """``steward batch`` writes each attempt's trajectory per task and the task rows: datasets loads
+    them, SFT trains on them, and the rows reset a GRPO environment whose reward is the verifier's."""
+    import yaml
+
+    (tmp_path / "add").mkdir()
+    (tmp_path / "add" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    fix = {"tool": "edit_file", "args": {"path": "calc.py", "old_text": "a - b", "new_text": "a + b"}}
+    wrong = {"tool": "edit_file", "args": {"path": "calc.py", "old_text": "a - b", "new_text": "a * b"}}
+    end = {"agent_step": {"phase": "end", "summary": "fixed", "end_status": "solved", "end_message": "fixed"}}
+    (tmp_path / "right.yaml").write_text(yaml.safe_dump([fix, end]))
+    (tmp_path / "wrong.yaml").write_text(yaml.safe_dump([wrong, end]))
+    check = "python3 -c 'from calc import add; assert add(2, 3) == 5'"
+    task = {"id": "add", "goal": "Fix add in calc.py", "workspace": "add", "verify": check,
+            "script": ["right.yaml", "wrong.yaml"]}  # fmt: skip
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(task) + "\n")
+    done = cli("batch", "tasks.jsonl", "-k", "2", "--model", "scripted", "-o", "report", timeout=300)
+    assert done.returncode == 0, done.stderr
+
+    trajectories = datasets.load_dataset("json", data_files=str(tmp_path / "report/trajectories/*.jsonl"))[
+        "train"
+    ]
+    assert sorted(trajectories["reward"]) == [0.0, 1.0] and set(trajectories["task"]) == {"add"}
+    tokenizer = _tokenizer([(tmp_path / "report/trajectories/add.jsonl").read_text()])
+    args = trl.SFTConfig(
+        output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=1, max_length=None,
+        report_to=[], save_strategy="no", use_cpu=True, bf16=False, activation_checkpointing=False,
+    )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(_tiny(tokenizer))
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=trajectories, processing_class=tokenizer)
+    assert trainer.train().global_step == 1
+
+    (row,) = datasets.load_dataset("json", data_files=str(tmp_path / "report/tasks.jsonl"))["train"]
+    environment = StewardEnvironment(root=tmp_path)
+    try:
+        environment.reset(**row)  # a fresh copy of the task's template, as GRPO's rollouts start
+        assert environment.get_reward() == 0.0
+        environment.edit_file("calc.py", "a - b", "a + b")
+        assert environment.get_reward() == 1.0
+    finally:
+        environment.close()
