@@ -20,7 +20,6 @@ from steward.jobs.api import Queue
 from steward.jobs.store import JobStore
 from steward.jobs.worker import Worker, WorkerSettings
 from steward.store.events import EventStore, open_store
-from steward.telemetry import joined
 
 
 def end(message: str) -> dict[str, Any]:
@@ -104,13 +103,16 @@ async def test_a_run_taken_over_from_a_dead_worker_goes_on_in_the_trace_its_job_
     agent, _ = await Worker(store, WorkerSettings())._open(claim.job)
     await Worker(store, WorkerSettings())._ensure_run(claim.job)
     run = await agent.resume(claim.job.id, force=True, fence=claim.fence, max_attempts=10)
-    await joined(jobs, claim, run)
+    assert run.trace is not None
+    began = run.trace.join(claim.job.traceparent)  # as the worker does
+    assert began is not None
+    await jobs.trace(claim, began)
     stream = run.stream()
     async for event in stream:  # the first call is made and recorded; then the process is gone
         if isinstance(event, ToolResultEvent):
             break
     kept = (await jobs.get(queued.id)).traceparent
-    assert kept is not None and run.trace is not None and kept == run.trace.first
+    assert kept == began == run.trace.first
     await _worked(store, queued.id)  # another worker takes it over as the lease runs out
     got = spans.get_finished_spans()
     (resumed,) = named(got, "invoke_agent reader")  # the dead worker's own never ended: not sent

@@ -34,7 +34,6 @@ from steward.jobs import presence
 from steward.jobs.replies import Decision, replied, reply
 from steward.jobs.store import Claim, Job, JobError, JobStore, LeaseLost, Wakeups
 from steward.ownership import process_owner
-from steward.telemetry import joined
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -301,7 +300,8 @@ class Worker:
             run.switch_mode(job.mode)
         self._live[job.id] = run
         try:
-            await joined(self.jobs, claim, run)  # its spans continue the job's trace (``steward.telemetry``)
+            if run.trace is not None and (began := run.trace.join(claim.job.traceparent)) is not None:
+                await self.jobs.trace(claim, began)  # its run's trace, kept for whoever goes on with it
             return run if await self._drive(run, replied(run, job.reply)) else "release"
         finally:
             self._live.pop(job.id, None)

@@ -21,13 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from steward.config import Config, TelemetrySettings
-    from steward.jobs.store import Claim, JobStore
     from steward.loop import Loop
-    from steward.run import Run
     from steward.safety.secrets.values import SecretWatch
     from steward.telemetry._spans import RunTrace
 
-__all__ = ["current_traceparent", "describe", "joined", "trace_run", "use_tracer_provider"]
+__all__ = ["current_traceparent", "describe", "trace_run", "use_tracer_provider"]
 
 
 def current_traceparent() -> str | None:
@@ -50,13 +48,6 @@ def trace_run(
     from steward.telemetry._spans import RunTrace
 
     return RunTrace.around(loop, settings, agent=agent, watch=watch)
-
-
-async def joined(jobs: JobStore, claim: Claim, run: Run) -> None:
-    """A job's run goes on in the job's trace (kept in the job when the run begins one)."""
-    trace = run.trace
-    if trace is not None:
-        await trace.join(jobs, claim)
 
 
 def use_tracer_provider(provider: Any) -> None:

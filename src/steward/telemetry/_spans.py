@@ -31,7 +31,6 @@ from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
     from steward.config import TelemetrySettings
-    from steward.jobs.store import Claim, JobStore
     from steward.loop import Loop
     from steward.run_state import RunState
     from steward.safety.secrets.values import SecretWatch
@@ -162,11 +161,11 @@ class RunTrace:
         if st.resume is not None:  # an answered approval: its call runs first, announced before
             self.call = (st.resume.approval.tool, st.resume.approval.call.id)
 
-    async def join(self, jobs: JobStore, claim: Claim) -> None:
-        """Go on in the job's trace; a job that has none yet keeps this run's first span's."""
-        self.begin(_context_of(claim.job.traceparent))
-        if claim.job.traceparent is None and self.first is not None:
-            await jobs.trace(claim, self.first)
+    def join(self, traceparent: str | None) -> str | None:
+        """Go on in a job's trace (its ``traceparent``); for a job that has none yet, the
+        traceparent of this run's first span, for the job to keep."""
+        self.begin(_context_of(traceparent))
+        return self.first if traceparent is None else None
 
     def end(self) -> None:
         self._end_step()
