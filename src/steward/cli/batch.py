@@ -82,16 +82,43 @@ def batch(
         if tasks_file is not None:
             raise fail("give either TASKS.jsonl or --resume DIR: a resumed batch keeps its own tasks")
         manifest = Manifest.load(resume)
+        url = store or _kept_store(manifest.store)
     elif tasks_file is None:
         raise fail("give a task file, e.g. steward batch examples/tasks.jsonl --model scripted")
     else:
-        manifest = _plan(tasks_file, persona, attempts, model, mode, store, output)
-    raise typer.Exit(asyncio.run(_run(manifest, workers)))
+        directory = (output or _default_dir()).resolve()
+        url = store or _configured_store() or f"sqlite:///{directory / 'steward.db'}"
+        manifest = _plan(tasks_file, persona, attempts, model, mode, url, directory)
+    raise typer.Exit(asyncio.run(_run(manifest, workers, url)))
+
+
+def _default_dir() -> Path:
+    return Path(f"batch-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _without_password(url: str) -> str:
+    """``url`` as the manifest keeps it: a password is not written to the report directory."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return parsed.render_as_string(hide_password=True) if parsed.password else url
+
+
+def _kept_store(kept: str) -> str:
+    """The store a resumed batch goes on in: the manifest's, unless its password was left out."""
+    from sqlalchemy.engine import make_url
+
+    if make_url(kept).password is None:
+        return kept
+    configured = _configured_store()
+    if configured is not None and _without_password(configured) == kept:
+        return configured
+    raise fail(f"the batch's store is {kept} (its password is not kept in batch.json): pass --store URL")
 
 
 def _plan(
-    tasks_file: Path, persona: str, attempts: int, model: str | None, mode: str | None, store: str | None,
-    output: Path | None,
+    tasks_file: Path, persona: str, attempts: int, model: str | None, mode: str | None, url: str,
+    directory: Path,
 ) -> Manifest:  # fmt: skip
     """The new batch's manifest, written once every input is checked."""
     from steward.batch.plan import new_manifest
@@ -105,11 +132,9 @@ def _plan(
         raise fail(f"--mode {mode!r} is not a mode; use structured or autonomous")
     tasks = load_tasks(tasks_file)
     _check_persona_and_model(tasks, persona, model, tasks_file)
-    directory = (output or Path(f"batch-{time.strftime('%Y%m%d-%H%M%S')}")).resolve()
-    url = store or _configured_store() or f"sqlite:///{directory / 'steward.db'}"
     manifest = new_manifest(
         directory, tasks, tasks_file=tasks_file, persona=persona, model=model, mode=mode, attempts=attempts,
-        store=url,
+        store=_without_password(url),
     )  # fmt: skip
     directory.mkdir(parents=True, exist_ok=True)
     manifest.save()
@@ -142,7 +167,7 @@ def _configured_store() -> str | None:
     return load_config(Path.cwd()).store.url or None
 
 
-async def _run(manifest: Manifest, workers: int) -> int:
+async def _run(manifest: Manifest, workers: int, url: str) -> int:
     from rich.console import Console
 
     from steward.batch.follow import Follower
@@ -152,7 +177,7 @@ async def _run(manifest: Manifest, workers: int) -> int:
 
     console = Console(stderr=True)
     stop, now = asyncio.Event(), asyncio.Event()
-    async with await Queue.open(manifest.store) as queue, _stopping_on_signals(stop, now, console):
+    async with await Queue.open(url) as queue, _stopping_on_signals(stop, now, console):
         typer.echo(
             f"steward: batch {manifest.id} in {manifest.directory} (store {queue.store.where})", err=True
         )
