@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.trajectories.scenarios import GOAL, WORK, run
+from tests.trajectories.scenarios import GOAL, WORK, Reply, run, step
 
 from steward.store.events import EventStore
+from steward.testing.trajectory import GOAL as TRAJECTORY_GOAL
+from steward.testing.trajectory import markers, trajectory_agent
 from steward.trajectories import chat_record
 
 
@@ -49,3 +51,50 @@ async def test_the_system_prompt_and_the_tools_offered_are_recorded_with_the_run
     assert read["parameters"]["properties"]["path"]["type"] == "string"
     # The run ends in a plain answer: nothing follows the last assistant turn.
     assert record["messages"][-1]["role"] == "assistant"
+
+
+async def test_a_question_answered_and_a_call_approved_read_back_as_the_model_saw_them(
+    store: EventStore, tmp_path: Path
+) -> None:
+    """The trajectory agent: plan, a direct call, an act step, verify, a question to the human,
+    a call that waits for approval, two calls in one reply, verify, end."""
+    agent = trajectory_agent()
+    agent.store = store
+    run = agent.start(TRAJECTORY_GOAL, workspace=tmp_path)
+    result = await run.result()
+    for _ in range(5):  # bounded: one question and one approval
+        if not result.waiting:
+            break
+        pending = run.pending
+        assert pending is not None
+        result = await (run.approve() if pending.approval is not None else run.answer("blue"))
+    assert result.end_status == "solved" and markers(tmp_path) == ["a", "b", "c", "d", "e"]
+    record = await chat_record(store, run.id)
+    messages, phases = record["messages"], record["phases"]
+    turns = [p for p in phases if p is not None]
+    assert turns == ["plan", "act", "act", "verify", "feedback", "act", "act", "verify", "end"]
+    answered = {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
+    calls = [c for m in messages if m["role"] == "assistant" for c in m.get("tool_calls", [])]
+    assert (len(calls), len(answered)) == (10, 9)  # every call answered once, but the closing ack
+    asked = next(c["id"] for c in calls if '"feedback"' in c["function"]["arguments"])
+    assert json.loads(answered[asked]) == {"user_answer": "blue"}
+    marked = [answered[c["id"]] for c in calls if c["function"]["name"] == "mark"]
+    assert marked[1:] == ["marked c", "marked d", "marked e"]  # the approved call, then the pair
+    two = next(m for m in messages if m["role"] == "assistant" and len(m.get("tool_calls", [])) == 2)
+    at = messages.index(two)
+    assert [m["role"] for m in messages[at + 1 : at + 3]] == ["tool", "tool"]  # each call then its result
+
+
+async def test_malformed_calls_are_answered_with_the_errors_the_model_was_sent(
+    store: EventStore, tmp_path: Path
+) -> None:
+    replies: list[Reply] = [
+        [step("dance")],
+        [("read_file", {"lines": 3})],
+        [step("end", end_status="solved", end_message="done")],
+    ]
+    record = await chat_record(store, await run(store, tmp_path, replies))
+    tools = [m["content"] for m in record["messages"] if m["role"] == "tool"]
+    assert "Invalid agent_step: phase must be one of" in tools[0]
+    assert "path" in tools[1] and "lines" in tools[1]  # the argument errors, named for the model
+    assert [p for p in record["phases"] if p is not None] == ["invalid", "act", "end"]

@@ -27,7 +27,7 @@ from steward.events import (
     ToolResultEvent,
 )
 from steward.memory.working import ErrorEntry, Step, WorkingMemory, record_phase
-from steward.phases import AGENT_STEP, AgentStep, StepInputError, parse_agent_step
+from steward.phases import AGENT_STEP, PHASES, AgentStep, StepInputError, parse_agent_step
 from steward.text import compact_json
 
 Message = dict[str, Any]
@@ -206,10 +206,11 @@ def _args(call: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _phase(calls: Sequence[Mapping[str, Any]]) -> str:
-    """The phase of an assistant turn: its first ``agent_step``'s, ``act`` for direct tool
-    calls, ``end`` for a reply in plain text (an answer)."""
+    """The phase of an assistant turn: its first ``agent_step``'s (``invalid`` for a malformed
+    one), ``act`` for direct tool calls, ``end`` for a reply in plain text (an answer)."""
     for call in calls:
         if call.get("name") == AGENT_STEP:
             phase = _args(call).get("phase")
-            return phase.strip().lower() if isinstance(phase, str) and phase.strip() else "invalid"
+            named = phase.strip().lower() if isinstance(phase, str) else ""
+            return named if named in PHASES else "invalid"  # a malformed step, sent back to be fixed
     return "act" if calls else "end"
