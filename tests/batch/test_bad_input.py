@@ -98,10 +98,27 @@ def test_the_command_refuses_bad_flags_before_queueing_anything(
     assert not (tmp_path / "report").exists()  # no manifest, no store, no job
 
 
-def test_a_second_batch_into_the_same_directory_points_at_resume(tmp_path: Path, steward: Steward) -> None:
+def test_a_model_that_cannot_work_is_refused_before_queueing_anything(
+    tmp_path: Path, steward: Steward
+) -> None:
+    tasks = _tasks(tmp_path, GOOD)
+    done = steward("batch", str(tasks), "--model", "openai:gpt-4o-mini", "-o", str(tmp_path / "report"))
+    assert done.returncode == 2
+    assert "the model 'openai:gpt-4o-mini' (task 'a') cannot work: openai: no API key" in done.stderr
+    assert not (tmp_path / "report").exists()
+
+
+def test_a_second_batch_into_the_same_directory_points_at_resume(
+    tmp_path: Path, steward: Steward, steward_env: dict[str, str]
+) -> None:
     tasks = _tasks(tmp_path, GOOD)
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "batch.json").write_text(json.dumps({"version": 1}))
-    done = steward("batch", str(tasks), "--model", "openai:gpt-4o-mini", "-o", str(tmp_path / "report"))
+    key = steward_env | {
+        "OPENAI_API_KEY": "sk-not-used"
+    }  # the model could work: the directory is the problem
+    done = steward(
+        "batch", str(tasks), "--model", "openai:gpt-4o-mini", "-o", str(tmp_path / "report"), env=key
+    )
     assert done.returncode == 2
     assert f"`steward batch --resume {tmp_path / 'report'}` goes on with it" in done.stderr

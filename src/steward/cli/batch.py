@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from steward.batch.follow import Counts, Follower
+    from steward.batch.follow import Counts, Follower, Outcome
     from steward.batch.plan import Manifest
     from steward.batch.report import TaskFigures
     from steward.batch.tasks import Task
@@ -142,22 +142,32 @@ def _plan(
 
 
 def _check_persona_and_model(tasks: list[Task], persona: str, model: str | None, tasks_file: Path) -> None:
-    """The persona is there for every template, and some model is named for it."""
+    """The persona is there for every template, and its model can work (a key, a known provider):
+    a model that cannot would fail every attempt, after all of them were queued."""
+    from steward.agent import Agent
+    from steward.batch.plan import SCRIPTED
     from steward.config import load_config
-    from steward.errors import ConfigError
+    from steward.errors import ConfigError, ModelError
     from steward.personas import find_persona
 
     for task in {t.workspace: t for t in tasks}.values():  # once per template
         try:
             found = find_persona(persona, task.workspace)
-            configured = load_config(task.workspace, persona=found.layer()).model
+            given = {"model": model} if model is not None and model != SCRIPTED else None
+            config = load_config(task.workspace, persona=found.layer(), overrides=given)
         except ConfigError as exc:
             raise fail(f"{tasks_file}:{task.line}: {exc}") from None
-        if model is None and not configured:
+        if model == SCRIPTED:
+            continue  # each task's script is checked with the manifest
+        if not config.model:
             raise fail(
                 f"no model for task {task.id!r}: pass --model (e.g. --model openai:gpt-4o-mini, or "
                 "--model scripted to play each task's script), or set STEWARD_MODEL"
             )
+        try:
+            Agent(config.model, config=config).model.check()
+        except (ConfigError, ModelError) as exc:
+            raise fail(f"the model {config.model!r} (task {task.id!r}) cannot work: {exc}") from None
 
 
 def _configured_store() -> str | None:
@@ -190,6 +200,7 @@ async def _run(manifest: Manifest, workers: int, url: str) -> int:
         rows, total = write_report(manifest, follower.outcomes)
         written = await write_trajectories(manifest, follower.outcomes, queue.store)
     _print_table(manifest, rows, total)
+    _say_why_runs_failed(list(follower.outcomes.values()))
     where = manifest.directory
     typer.echo(
         f"steward: report in {where / 'report.md'} and report.json; "
@@ -204,6 +215,17 @@ async def _run(manifest: Manifest, workers: int, url: str) -> int:
         err=True,
     )
     return EXIT_INTERRUPTED
+
+
+def _say_why_runs_failed(outcomes: list[Outcome]) -> None:
+    """Attempts whose run failed (a model key missing, a provider down) say why, once per reason:
+    a pass@k of 0 should not hide a setup problem."""
+    reasons: dict[str, int] = {}
+    for outcome in outcomes:
+        if outcome.job_status in ("failed", "dead") and outcome.end_status is None and outcome.error:
+            reasons[outcome.error] = reasons.get(outcome.error, 0) + 1
+    for reason, count in list(reasons.items())[:3]:
+        typer.echo(f"steward: {count} attempt(s) failed before their run ended: {reason}", err=True)
 
 
 async def _say_if_nobody_serves(queue: Queue, manifest: Manifest) -> None:
