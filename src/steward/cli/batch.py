@@ -73,7 +73,18 @@ def batch(
         Path | None, typer.Option("--resume", help="Go on with the batch whose report directory this is.")
     ] = None,
 ) -> None:
-    """Run each task of TASKS.jsonl --attempts times and report pass@1, pass@k, steps, tokens, cost, time."""
+    """Run each task of TASKS.jsonl --attempts times and report pass@1, pass@k, steps, tokens, cost, time.
+
+    \b
+    A task, one JSON object per line:
+      {"id": "fix-mean", "goal": "Fix the failing test",
+       "workspace": "tasks/fix-mean",          a template, copied fresh per attempt
+       "verify": "python3 -m unittest -q",     optional: exit 0 passes
+       "script": "solutions/fix-mean.yaml"}    optional: for --model scripted
+    Without "verify", an attempt passes when its run ends solved. The report
+    (report.md, report.json, trajectories/TASK.jsonl, tasks.jsonl) goes to -o DIR.
+    Ctrl-C stops; `steward batch --resume DIR` goes on (nothing runs twice).
+    """
     from steward.batch.plan import Manifest
 
     if workers < 0:
