@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from steward.clock import RUN_TIMEOUT, Clock
-from steward.errors import ApprovalRequired, ConfigError, ModelError, ReplayError, RunError, StewardError
+from steward.errors import ConfigError, ModelError, ReplayError, RunError, StewardError
 from steward.events import (
     ApprovalGateEvent,
     ApprovalResultEvent,
@@ -51,8 +51,8 @@ from steward.models.base import (
     Usage,
 )
 from steward.replies import response_from
-from steward.tools._code_calls import asked_again, recorded_calls
-from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
+from steward.tools._code_calls import asked_after_a_stop, asked_again, recorded_calls
+from steward.tools.base import NestedCall, ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
     from steward.run_state import RunState
@@ -64,6 +64,11 @@ INTERRUPTED = (
     "Interrupted: the process running this call stopped before the call finished, so its outcome "
     "is unknown: it may have done all, some or none of its work. Check the state (read the files, "
     "run a read-only command) before doing it again."
+)
+
+_CUT_AFTER_APPROVAL = (
+    "it was approved, but the process stopped while it ran, so its outcome is unknown; "
+    "approve to run it again"
 )
 
 # The fields that identify an event well enough to notice that the loop took another path.
@@ -365,6 +370,7 @@ class RecordedToolset(WrapperToolset):
     def __init__(self, replay: Replay, toolset: Toolset) -> None:
         super().__init__(toolset)
         self.replay = replay
+        self.earlier: tuple[NestedCall, ...] = ()  # the calls a program made before its last gate
 
     async def get_tools(self, ctx: ToolContext) -> Sequence[ToolSpec]:
         return await self.wrapped.get_tools(ctx)
@@ -390,7 +396,8 @@ class RecordedToolset(WrapperToolset):
                 self.wrapped.replayed(name, arguments, result, ctx)
                 return result
             case ApprovalGateEvent():  # asked (again, if it was approved and interrupted before)
-                raise asked_again(recorded, name, arguments, nested)  # after a stopped program's calls
+                self.earlier = nested  # a stopped program's calls, before the gate
+                raise asked_again(recorded, name, arguments, nested)
             case _ if ended:  # the process stopped while the program ran: after the calls it made
                 return ToolResult(INTERRUPTED, is_error=True, category="interrupted", duration_ms=0.0)
             case _:
@@ -410,11 +417,7 @@ class RecordedToolset(WrapperToolset):
             case ToolUse():  # it began, then the process stopped: never run it again silently
                 return ToolResult(INTERRUPTED, is_error=True, category="interrupted", duration_ms=0.0)
             case ApprovalResultEvent(decision="approved") if replay.gate is not None:
-                raise ApprovalRequired(
-                    tool=name, arguments=dict(arguments), call_hash=replay.gate.call_hash,
-                    reason="it was approved, but the process stopped while it ran, so its outcome is "
-                    "unknown; approve to run it again", suggestion=None,
-                )  # fmt: skip
+                raise asked_after_a_stop(replay.gate, name, arguments, self.earlier, _CUT_AFTER_APPROVAL)
             case _:
                 return await self.wrapped.call_tool(name, arguments, ctx)
 

@@ -16,7 +16,7 @@ import pytest
 
 from steward import Agent, ScriptedModel, tool
 from steward.config import Config
-from steward.events import ApprovalGateEvent, Event, ToolResultEvent, ToolUse
+from steward.events import ApprovalGateEvent, ApprovalResultEvent, Event, ToolResultEvent, ToolUse
 from steward.safety.policy.rules import Policy
 from steward.store.events import open_store
 
@@ -167,3 +167,28 @@ async def test_a_program_that_takes_another_path_runs_its_new_calls(tmp_path: Pa
         (f"{parent}.3", "deploy", "completed"),
         (parent, "execute_code", "completed"),
     ]
+
+
+async def test_an_approval_whose_process_died_before_the_program_ran_is_asked_again_with_its_record(
+    tmp_path: Path,
+) -> None:
+    """The log ends with the approval (the process stopped right after it): the gated call is put
+    to the human again, and approved, the program's first call still does not run twice."""
+    root = workspace(tmp_path)
+    async with await open_store(f"sqlite:///{tmp_path}/steward.db") as store:
+        run = agent([RUN_IT, END], store=store).start("go", workspace=root)
+        assert (await run.result()).waiting
+        recorded = await store.events(run.id)
+        gate = next(e for e in recorded if isinstance(e, ApprovalGateEvent))
+        approval = ApprovalResultEvent(id=gate.id, tool=gate.tool, decision="approved", by="user")
+        approval.seq, approval.run_id, approval.ts = recorded[-1].seq + 1, run.id, recorded[-1].ts
+        await store.append(run.id, [approval])
+        await store.set_status(run.id, "running")  # as the process left it
+
+        resumed = await agent([RUN_IT, END], store=store).resume(run.id, force=True)
+        asked = await resumed.result()
+        assert asked.waiting and TALLIES == ["a"] and DEPLOYS == []
+        again = [e for e in await store.events(run.id) if isinstance(e, ApprovalGateEvent)][-1]
+        assert again.tool == "deploy" and "process stopped" in again.reason
+        assert (await resumed.approve()).solved
+        assert TALLIES == ["a", "b"] and DEPLOYS == ["prod"]

@@ -163,6 +163,22 @@ def asked_again(
     return request
 
 
+def asked_after_a_stop(
+    gate: ApprovalGateEvent, name: str, arguments: Mapping[str, Any], earlier: tuple[NestedCall, ...],
+    reason: str,
+) -> ApprovalRequired:  # fmt: skip
+    """An approved call whose process stopped before anything of it was recorded, asked again:
+    a program's gated call keeps its program and the calls made before it."""
+    if name == NAME and gate.tool != NAME:
+        request = ApprovalRequired(
+            tool=gate.tool, arguments=gate.input, call_hash=gate.call_hash, reason=reason, suggestion=None
+        )
+        return ProgramPaused(request, program=arguments, earlier=earlier)
+    return ApprovalRequired(
+        tool=name, arguments=dict(arguments), call_hash=gate.call_hash, reason=reason, suggestion=None
+    )
+
+
 def nested_calls(peek: Callable[[int], Event | None]) -> tuple[int, tuple[NestedCall, ...]]:
     """The nested calls recorded from ``peek(0)`` on (the events after a call's notes) and how
     many events they take: pairs of ``tool_use`` and ``tool_result`` with one ``<parent>.<n>`` id."""
