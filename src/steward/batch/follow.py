@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
 
 from steward.atomic import write_atomic
 from steward.batch.plan import Attempt, Manifest
 from steward.batch.verify import run_verifier
+from steward.errors import StewardError
 from steward.events import DoneEvent
 from steward.store.schema import jobs as jobs_table
 
@@ -85,8 +87,10 @@ def settled_outcomes(manifest: Manifest) -> dict[str, Outcome]:
 class Follower:
     """Watches the manifest's jobs; settles each as it ends."""
 
-    def __init__(self, manifest: Manifest, store: EventStore) -> None:
+    def __init__(self, manifest: Manifest, store: EventStore, tell: Callable[[str], None]) -> None:
         self.manifest, self.store = manifest, store
+        self._told: set[str] = set()
+        self._say = tell
         self.outcomes = settled_outcomes(manifest)
         self._settling: dict[str, asyncio.Task[None]] = {}
         self._verifying = asyncio.Semaphore(_VERIFYING_AT_ONCE)
@@ -95,10 +99,14 @@ class Follower:
         """Until every attempt is settled (True) or ``stop`` is set (False)."""
         try:
             for _ in range(10**9):  # bounded by the batch's end or the stop
-                counts = await self.look()
-                on_change(counts)
-                if counts.settled == counts.total:
-                    return True
+                try:
+                    counts = await self.look()
+                except (OSError, sa_exc.DBAPIError, StewardError) as exc:  # the store hiccups: look again
+                    self._tell(f"the store could not be read ({type(exc).__name__}: {exc}); trying again")
+                else:
+                    on_change(counts)
+                    if counts.settled == counts.total:
+                        return True
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), POLL_S)
                 if stop.is_set():
@@ -110,12 +118,19 @@ class Follower:
             await asyncio.gather(*self._settling.values(), return_exceptions=True)
             self._settling.clear()
 
+    def _tell(self, problem: str) -> None:
+        if problem not in self._told and len(self._told) < 20:  # each problem once, a few at most
+            self._told.add(problem)
+            self._say(problem)
+
     async def look(self) -> Counts:
         """Read the jobs' states; start settling those that ended."""
         for key, task in list(self._settling.items()):
             if task.done():
                 del self._settling[key]
-                task.result()  # a failure to settle is the batch's to report
+                failed = task.exception()
+                if failed is not None:  # the store hiccuped while settling: settled again next look
+                    self._tell(f"an attempt could not be settled yet ({type(failed).__name__}: {failed})")
         open_runs = [a for a in self.manifest.runs if a.key not in self.outcomes and a.job is not None]
         states = await self._states([a.job for a in open_runs if a.job is not None])
         tally = {"queued": 0, "running": 0, "waiting": 0}
@@ -154,9 +169,7 @@ class Follower:
         ran = row["status"] in ("done", "failed") and done is not None  # its run got to an end
         if task.verify is not None and ran:
             async with self._verifying:
-                verdict = (
-                    await run_verifier(Path(attempt.workspace), task.verify, task.verify_timeout_s)
-                ).as_dict()
+                verdict = await _verdict(Path(attempt.workspace), task.verify, task.verify_timeout_s)
         passed = bool(verdict["passed"]) if verdict is not None else (ran and end_status == "solved")
         usage, tokens, cost = await self._spent(job_id, done)
         started, finished = row["started_at"], row["finished_at"]
@@ -182,3 +195,11 @@ class Follower:
             return dict(totals.usage.as_dict()), totals.tokens, None if totals.unpriced else totals.cost_usd
         usage = dict(done.usage) if done is not None else {}
         return usage, int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0)), None
+
+
+async def _verdict(workspace: Path, command: str, timeout_s: float) -> dict[str, Any]:
+    """The verifier's verdict; one that could not even run fails the attempt, saying why."""
+    try:
+        return (await run_verifier(workspace, command, timeout_s)).as_dict()
+    except (OSError, StewardError) as exc:
+        return {"passed": False, "exit_code": None, "output": f"the verifier could not run: {exc}"}

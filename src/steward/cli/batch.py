@@ -205,7 +205,11 @@ async def _run(manifest: Manifest, workers: int, url: str) -> int:
         await queue_all(manifest, queue, lambda _a: None, stop.is_set)
         if workers == 0:
             await _say_if_nobody_serves(queue, manifest)
-        follower = Follower(manifest, queue.store)
+        follower = Follower(
+            manifest,
+            queue.store,
+            lambda problem: console.print(f"steward: {problem}", markup=False, soft_wrap=True),
+        )
         async with _workers(queue, manifest, workers, now):
             finished = await _follow(follower, stop, console)
         rows, total = write_report(manifest, follower.outcomes)
