@@ -89,14 +89,14 @@ def write_report(
 
 
 def table_rows(manifest: Manifest, rows: Sequence[TaskFigures]) -> list[list[str]]:
-    """The summary table's cells: task, passed, pass@1, pass@K, steps, tokens, cost, time."""
+    """The summary table's cells: task, passed, pass@1, pass@K (when K > 1), steps, tokens, cost, time."""
     k = manifest.attempts
     return [
         [
             r.task,
             f"{r.passed}/{r.attempts}",
             ratio(r.pass_at.get(1)),
-            ratio(r.pass_at.get(k)),
+            *([ratio(r.pass_at.get(k))] if k > 1 else []),
             _number(r.mean_steps, "{:.1f}"),
             _number(r.mean_tokens, "{:,.0f}"),
             _number(r.cost_usd, "${:.4f}"),
@@ -111,7 +111,8 @@ MEANS = "steps, tokens and time: the mean of an attempt; cost: all the task's at
 
 def headers(manifest: Manifest) -> list[str]:
     k = manifest.attempts
-    return ["task", "passed", "pass@1", f"pass@{k}", "steps", "tokens", "cost", "time"]
+    at_k = [f"pass@{k}"] if k > 1 else []
+    return ["task", "passed", "pass@1", *at_k, "steps", "tokens", "cost", "time"]
 
 
 def markdown(manifest: Manifest, rows: Sequence[TaskFigures], total: dict[str, Any]) -> str:
@@ -119,7 +120,7 @@ def markdown(manifest: Manifest, rows: Sequence[TaskFigures], total: dict[str, A
     lines = [
         f"# Batch {manifest.id}",
         "",
-        f"{manifest.tasks_file}: {total['tasks']} tasks x {k} attempts, persona {manifest.persona}, "
+        f"{manifest.tasks_file}: {total['tasks']} tasks x {k} attempt(s), persona {manifest.persona}, "
         f"model {manifest.model or '(as configured)'}; "
         f"{total['settled']} of {total['attempts']} attempts settled.",
         "",
@@ -128,11 +129,8 @@ def markdown(manifest: Manifest, rows: Sequence[TaskFigures], total: dict[str, A
     ]
     lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(manifest, rows)]
     lines += ["", MEANS]
-    lines += [
-        "",
-        f"pass@1 {ratio(total['pass@1'])}, pass@{k} {ratio(total[f'pass@{k}'])} (mean over tasks)",
-        "",
-    ]
+    at_k = f", pass@{k} {ratio(total[f'pass@{k}'])}" if k > 1 else ""
+    lines += ["", f"pass@1 {ratio(total['pass@1'])}{at_k} (mean over tasks)", ""]
     return "\n".join(lines)
 
 
