@@ -122,3 +122,15 @@ def test_a_second_batch_into_the_same_directory_points_at_resume(
     )
     assert done.returncode == 2
     assert f"`steward batch --resume {tmp_path / 'report'}` goes on with it" in done.stderr
+
+
+def test_a_damaged_manifest_is_named_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "batch.json").write_text(json.dumps({"version": 1, "id": "x"}))
+    with pytest.raises(BatchError, match=r"batch.json is damaged \(KeyError"):
+        Manifest.load(tmp_path)
+
+
+def test_resume_refuses_flags_that_would_change_the_batch(tmp_path: Path, steward: Steward) -> None:
+    done = steward("batch", "--resume", str(tmp_path), "--model", "openai:gpt-4o-mini", "-k", "3")
+    assert done.returncode == 2
+    assert "--attempts, --model cannot change a batch under way" in done.stderr

@@ -81,6 +81,15 @@ class Manifest:
             raise BatchError(f"{path} cannot be read ({exc}); it is not a batch's manifest") from None
         if not isinstance(body, dict) or body.get("version") != _VERSION:
             raise BatchError(f"{path} is not a manifest this version of Steward writes")
+        try:
+            return cls._from(directory, body)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BatchError(
+                f"{path} is damaged ({type(exc).__name__}: {exc}); it cannot be resumed"
+            ) from None
+
+    @classmethod
+    def _from(cls, directory: Path, body: dict[str, Any]) -> Manifest:
         return cls(
             id=body["id"], directory=directory, tasks_file=body["tasks_file"], persona=body["persona"],
             model=body["model"], mode=body["mode"], attempts=body["attempts"], store=body["store"],

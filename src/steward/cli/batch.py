@@ -40,12 +40,17 @@ TasksFile = Annotated[
 def batch(
     tasks_file: TasksFile = None,
     persona: Annotated[
-        str,
-        typer.Option("--persona", "-p", help="The persona every attempt runs as (steward personas list)."),
-    ] = "coder",
+        str | None,
+        typer.Option(
+            "--persona",
+            "-p",
+            help="The persona every attempt runs as (steward personas list); default: coder.",
+        ),
+    ] = None,
     attempts: Annotated[
-        int, typer.Option("--attempts", "-k", help="Runs per task (pass@k for k up to this).")
-    ] = 1,
+        int | None,
+        typer.Option("--attempts", "-k", help="Runs per task (pass@k for k up to this); default: 1."),
+    ] = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -92,6 +97,12 @@ def batch(
     if resume is not None:
         if tasks_file is not None:
             raise fail("give either TASKS.jsonl or --resume DIR: a resumed batch keeps its own tasks")
+        given = {"--persona": persona, "--attempts": attempts, "--model": model, "--mode": mode, "-o": output}
+        if named := [flag for flag, value in given.items() if value is not None]:
+            raise fail(
+                f"{', '.join(named)} cannot change a batch under way: --resume keeps its own settings "
+                "(--workers and --store may be given)"
+            )
         manifest = Manifest.load(resume)
         url = store or _kept_store(manifest.store)
     elif tasks_file is None:
@@ -99,7 +110,9 @@ def batch(
     else:
         directory = (output or _default_dir()).resolve()
         url = store or _configured_store() or f"sqlite:///{directory / 'steward.db'}"
-        manifest = _plan(tasks_file, persona, attempts, model, mode, url, directory)
+        manifest = _plan(
+            tasks_file, persona or "coder", 1 if attempts is None else attempts, model, mode, url, directory
+        )
     raise typer.Exit(asyncio.run(_run(manifest, workers, url)))
 
 
