@@ -192,3 +192,25 @@ async def test_an_approval_whose_process_died_before_the_program_ran_is_asked_ag
         assert again.tool == "deploy" and "process stopped" in again.reason
         assert (await resumed.approve()).solved
         assert TALLIES == ["a", "b"] and DEPLOYS == ["prod"]
+
+
+async def test_a_program_with_two_gated_calls_is_asked_about_each_once(tmp_path: Path) -> None:
+    program = "print(tally(word='a'))\nprint(deploy(target='staging'))\nprint(deploy(target='prod'))\n"
+    run = agent([{"tool": "execute_code", "args": {"code": program}}, END]).start(
+        "go", workspace=workspace(tmp_path)
+    )
+    first = [e async for e in run.stream()]
+    assert isinstance(first[-2], ApprovalGateEvent) and first[-2].input == {"target": "staging"}
+    second = [e async for e in run.approve_stream()]
+    assert isinstance(second[-2], ApprovalGateEvent) and second[-2].input == {"target": "prod"}
+    assert DEPLOYS == ["staging"]
+    third = [e async for e in run.approve_stream()]
+    assert DEPLOYS == ["staging", "prod"] and TALLIES == ["a"]  # each call ran once
+    assert not any(isinstance(e, ApprovalGateEvent) for e in third)
+    parent = next(e for e in first if isinstance(e, ToolUse)).call_id
+    assert calls([*first, *second, *third], parent) == [
+        (f"{parent}.1", "tally", "completed"),
+        (f"{parent}.2", "deploy", "completed"),
+        (f"{parent}.3", "deploy", "completed"),
+        (parent, "execute_code", "completed"),
+    ]
