@@ -230,7 +230,7 @@ def _short(value: object, limit: int = 100) -> str:
 @runs_app.command("export")
 def export(
     run_ids: Annotated[
-        list[str] | None, typer.Argument(metavar="[RUN]...", help="Runs to export (ids or unique prefixes).")
+        list[str] | None, typer.Argument(metavar="RUN", help="Runs to export (ids or unique prefixes).")
     ] = None,
     fmt: Annotated[
         str,
