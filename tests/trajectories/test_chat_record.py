@@ -7,6 +7,9 @@ from pathlib import Path
 
 from tests.trajectories.scenarios import GOAL, WORK, Reply, run, step
 
+from steward.agent import Agent
+from steward.models.base import AssistantMessage, ModelRequest, Thinking, ToolCall
+from steward.models.scripted import FunctionModel
 from steward.store.events import EventStore
 from steward.testing.trajectory import GOAL as TRAJECTORY_GOAL
 from steward.testing.trajectory import markers, trajectory_agent
@@ -98,3 +101,22 @@ async def test_malformed_calls_are_answered_with_the_errors_the_model_was_sent(
     assert "Invalid agent_step: phase must be one of" in tools[0]
     assert "path" in tools[1] and "lines" in tools[1]  # the argument errors, named for the model
     assert [p for p in record["phases"] if p is not None] == ["invalid", "act", "end"]
+
+
+async def test_the_models_reasoning_is_kept_only_when_asked_for(store: EventStore, tmp_path: Path) -> None:
+    def reply(request: ModelRequest) -> AssistantMessage:
+        if any(isinstance(m, AssistantMessage) for m in request.messages):
+            return AssistantMessage(text="It is 4.", thinking=(Thinking("2 and 2 make 4."),))
+        return AssistantMessage(
+            tool_calls=(ToolCall("c0", "list_dir", {}),), thinking=(Thinking("Look first."),)
+        )
+
+    started = Agent(FunctionModel(reply), sandbox=False, store=store).start(
+        "what is 2+2?", workspace=tmp_path
+    )
+    await started.result()
+    plain = await chat_record(store, started.id)
+    assert all("reasoning_content" not in m for m in plain["messages"])
+    kept = await chat_record(store, started.id, thinking=True)
+    said = [m.get("reasoning_content") for m in kept["messages"] if m["role"] == "assistant"]
+    assert said == ["Look first.", "2 and 2 make 4."]

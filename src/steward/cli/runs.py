@@ -249,6 +249,9 @@ def export(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file, not stdout.")
     ] = None,
+    thinking: Annotated[
+        bool, typer.Option(help="chat: add the model's reasoning as reasoning_content (not for OpenAI).")
+    ] = False,
     workspace: Workspace = Path(),
 ) -> None:
     """Export runs as JSONL: their event logs, or as training data (chat trajectories, task sets)."""
@@ -267,10 +270,10 @@ def export(
         typer.echo(f"steward: {exc}", err=True)
         raise typer.Exit(2) from None
     url = reading_url(workspace, wanted=f"run {run_ids[0]!r}" if run_ids else "runs")
-    raise typer.Exit(asyncio.run(_export(url, selection, fmt, output)))
+    raise typer.Exit(asyncio.run(_export(url, selection, fmt, output, thinking=thinking)))
 
 
-async def _export(url: str, selection: Selection, fmt: Format, output: Path | None) -> int:
+async def _export(url: str, selection: Selection, fmt: Format, output: Path | None, *, thinking: bool) -> int:
     """Write the selected runs; to ``output`` whole or not at all (through a ``.part`` file)."""
     from steward.errors import StewardError
     from steward.store.events import open_store
@@ -284,7 +287,7 @@ async def _export(url: str, selection: Selection, fmt: Format, output: Path | No
                 typer.echo(f"steward: left out {unfinished} run(s) that have not ended", err=True)
             target = contextlib.nullcontext(sys.stdout) if part is None else part.open("w", encoding="utf-8")
             with target as out:
-                async for line in lines(store, rows, fmt):
+                async for line in lines(store, rows, fmt, thinking=thinking):
                     out.write(line + "\n")
         except StewardError as exc:
             typer.echo(f"steward: {exc}", err=True)

@@ -85,14 +85,15 @@ def verifier_command(events: Sequence[Event]) -> str:
     return ""
 
 
-async def chat_record(store: EventStore, run_id: str) -> dict[str, Any]:
-    """One run (its id, or a unique prefix) as a training record (see the module's docstring)."""
+async def chat_record(store: EventStore, run_id: str, *, thinking: bool = False) -> dict[str, Any]:
+    """One run (its id, or a unique prefix) as a training record (see the module's docstring);
+    ``thinking`` adds each assistant turn's reasoning as ``reasoning_content``."""
     row = await store.find_run(run_id)
     events = await store.events(row.id)
-    return record_of(row, events)
+    return record_of(row, events, thinking=thinking)
 
 
-def record_of(row: RunRow, events: Sequence[Event]) -> dict[str, Any]:
+def record_of(row: RunRow, events: Sequence[Event], *, thinking: bool = False) -> dict[str, Any]:
     """The training record of a run from its row and its log."""
     from steward.events import DoneEvent, RunStart
 
@@ -103,7 +104,7 @@ def record_of(row: RunRow, events: Sequence[Event]) -> dict[str, Any]:
 
         raise StewardError(f"run {row.id} has no recorded start (it stopped first): nothing to export")
     goal = start.goal  # the event's, redacted as the whole log is
-    chat = conversation(start.system, goal, events)
+    chat = conversation(start.system, goal, events, thinking=thinking)
     if row.status == "done":
         chat.without_closing_ack()
     outcome = row.end_status or row.status

@@ -56,13 +56,15 @@ class Conversation:
             del self.messages[last + 1 :], self.phases[last + 1 :]
 
 
-def conversation(system: str, goal: str, events: Sequence[Event]) -> Conversation:
-    """The run's chat: the system prompt (if recorded), the goal, then its turns in order."""
+def conversation(system: str, goal: str, events: Sequence[Event], *, thinking: bool = False) -> Conversation:
+    """The run's chat: the system prompt (if recorded), the goal, then its turns in order.
+    ``thinking``: each assistant turn's reasoning as ``reasoning_content`` (the key Qwen3's and
+    other open models' chat templates read; OpenAI's fine-tuning upload does not take it)."""
     chat = Conversation()
     if system:
         chat.add({"role": "system", "content": system})
     chat.add({"role": "user", "content": goal})
-    fold = _Fold(run_id=events[0].run_id if events else "")
+    fold = _Fold(run_id=events[0].run_id if events else "", thinking=thinking)
     replies = [n for n, event in enumerate(events) if isinstance(event, ModelReplyEvent)]
     for at, event in enumerate(events):
         match event:
@@ -90,6 +92,7 @@ class _Fold:
     """The working memory as the loop kept it (the phases' acknowledgements are read from it)."""
 
     run_id: str
+    thinking: bool = False
     memory: WorkingMemory = field(init=False)
     #: The error event that answers an end call (its answer did not match the output schema).
     _answered: set[int] = field(default_factory=set)
@@ -106,6 +109,9 @@ class _Fold:
             return  # an empty reply is not sent back (the loop nudges with text no event keeps)
         calls = [c for c in reply.tool_calls if isinstance(c, Mapping)]
         message: Message = {"role": "assistant", "content": reply.text}
+        reasoning = "\n\n".join(str(t.get("text", "")) for t in reply.thinking if isinstance(t, Mapping))
+        if self.thinking and reasoning.strip():
+            message["reasoning_content"] = reasoning
         if calls:
             message["tool_calls"] = [
                 {

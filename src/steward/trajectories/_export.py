@@ -80,8 +80,11 @@ async def _every_run(store: EventStore, since: float | None) -> list[RunRow]:
     return [RunRow(**row) for row in found]
 
 
-async def lines(store: EventStore, rows: Sequence[RunRow], fmt: Format) -> AsyncIterator[str]:
-    """The JSONL lines of ``rows`` in ``fmt`` (without their newlines), run after run."""
+async def lines(
+    store: EventStore, rows: Sequence[RunRow], fmt: Format, *, thinking: bool = False
+) -> AsyncIterator[str]:
+    """The JSONL lines of ``rows`` in ``fmt`` (without their newlines), run after run;
+    ``thinking``: chat records carry the model's reasoning (``reasoning_content``)."""
     from steward.events import encode_event
     from steward.trajectories import record_of
     from steward.trajectories.tasks import task_rows
@@ -94,7 +97,7 @@ async def lines(store: EventStore, rows: Sequence[RunRow], fmt: Format) -> Async
                 for event in events:
                     yield encode_event(event)
             case "chat":
-                yield _json(record_of(row, events))
+                yield _json(record_of(row, events, thinking=thinking))
             case "tasks":
                 record = record_of(row, events)  # its outcome is kept, not its messages
                 records.append({"run": record["run"], "reward": record["reward"]})
