@@ -333,6 +333,7 @@ async def _follow(follower: Follower, stop: asyncio.Event, console: Console) -> 
         nonlocal told_waiting
         parts = [f"passed {counts.passed}", f"failed {counts.failed}", f"running {counts.running}"]
         parts += [f"queued {counts.queued}"] + ([f"waiting {counts.waiting}"] if counts.waiting else [])
+        parts += [f"verifying {counts.verifying}"] if counts.verifying else []
         progress.update(bar, completed=counts.settled, description=" · ".join(parts))
         if counts.waiting and not told_waiting:
             told_waiting = True
