@@ -1,0 +1,45 @@
+"""What the spans of a run share: provider names, errors, and content recording (redacted)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.trace import Span, Status, StatusCode
+
+if TYPE_CHECKING:
+    from steward.safety.secrets.values import SecretWatch
+
+_CONTENT_CHARS = 16_000  # recorded content per attribute: spans are not the run's log
+# Providers as the conventions name them; others keep the name the user wrote.
+_PROVIDER_NAMES: Mapping[str, str] = {"openai": "openai", "anthropic": "anthropic", "ollama": "ollama"}
+
+
+def provider_and_model(name: str) -> tuple[str, str]:
+    """``provider:model`` as the conventions' provider name and requested model."""
+    provider, sep, model = name.partition(":")
+    if not sep:
+        return "steward", name
+    return _PROVIDER_NAMES.get(provider, provider), model
+
+
+def mark_error(span: Span, kind: str, message: str = "") -> None:
+    span.set_attribute("error.type", kind)
+    span.set_status(Status(StatusCode.ERROR, message[:500] or kind))
+
+
+@dataclass(slots=True)
+class Content:
+    """Content recording: on only when ``record_content``, always through the secret redaction."""
+
+    watch: SecretWatch | None
+
+    def text(self, value: str) -> str:
+        if self.watch is not None:
+            value = self.watch.redactor().redact(value)
+        return value if len(value) <= _CONTENT_CHARS else value[: _CONTENT_CHARS - 1] + "…"
+
+    def json(self, value: Any) -> str:
+        return self.text(json.dumps(value, ensure_ascii=False, default=str))
