@@ -88,3 +88,36 @@ def test_doctor_says_whether_runs_are_traced_and_where_spans_go() -> None:
     )
     missing = Config(telemetry=TelemetrySettings(enabled=True, headers_env="NOPE"))
     assert describe(missing, {}).startswith("ON but cannot send: [telemetry] headers_env names NOPE")
+
+
+_WITHOUT_EXTRA = """
+import asyncio, sys
+for name in ("opentelemetry", "opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"):
+    sys.modules[name] = None  # as if the otel extra were not installed
+from steward import Agent
+from steward.config import Config, TelemetrySettings
+from steward.errors import ConfigError
+from steward.models.scripted import ScriptedModel
+from steward.telemetry import describe
+
+config = Config(telemetry=TelemetrySettings(enabled=True))
+print(describe(config))
+agent = Agent(ScriptedModel.from_data([{"text": "hi"}]), builtin_tools=False, config=config, sandbox=False)
+try:
+    agent.start("say hi", workspace=sys.argv[1])
+except ConfigError as exc:
+    print(exc)
+"""
+
+
+def test_tracing_on_without_the_otel_extra_is_a_config_error_naming_the_install(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_EXTRA, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    doctor, error = done.stdout.strip().splitlines()
+    assert doctor == "ON but cannot send: " + error
+    assert (
+        error
+        == "[telemetry] enabled needs OpenTelemetry: pip install 'steward[otel]' (or set enabled = false)"
+    )

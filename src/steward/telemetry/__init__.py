@@ -19,6 +19,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from steward.errors import ConfigError
+
 if TYPE_CHECKING:
     from steward.config import Config, TelemetrySettings
     from steward.loop import Loop
@@ -45,7 +47,12 @@ def trace_run(
     maker, for recorded content."""
     if not settings.enabled:
         return None
-    from steward.telemetry._spans import RunTrace
+    try:
+        from steward.telemetry._spans import RunTrace
+    except ImportError:  # the otel extra is not installed (its API is what is missing)
+        from steward.telemetry._export import missing_extra
+
+        raise ConfigError(missing_extra()) from None
 
     return RunTrace.around(loop, settings, agent=agent, watch=watch)
 

@@ -104,7 +104,7 @@ def installed() -> bool:
         return all(
             find_spec(m) is not None for m in ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
         )
-    except ModuleNotFoundError:  # a parent package is missing
+    except (ModuleNotFoundError, ValueError):  # a parent package is missing, or blocked
         return False
 
 
