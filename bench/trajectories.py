@@ -26,9 +26,9 @@ from steward.agent import Agent
 from steward.config import Config, Limits
 from steward.models.base import AssistantMessage, ModelRequest, ToolCall
 from steward.models.scripted import FunctionModel
+from steward.offered import offered
 from steward.store.events import EventStore, open_store
 from steward.trajectories._export import FORMATS, Format, Selection, lines, selected
-from steward.trajectories._offered import offered
 
 PLAN = {"goal": "notes", "sub_tasks": [{"id": 1, "title": "write", "depends_on": []}]}
 SCRIPT: list[list[tuple[str, dict[str, Any]]] | str] = [

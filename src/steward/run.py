@@ -268,7 +268,7 @@ class Run:
             self._started = True
             schema = self._loop.settings.output_schema
             modes = self._modes
-            from steward.trajectories._offered import offered
+            from steward.offered import offered
 
             system, tools = await offered(self._loop)  # for its export as training data
             yield self._loop.emit(

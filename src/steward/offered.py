@@ -1,4 +1,6 @@
-"""What a run's model is offered before it starts: recorded in its ``run_start`` for export."""
+"""What a run's model is offered before it starts, recorded in its ``run_start`` (a trajectory
+export reads it back as the chat the model saw; kept beside ``run`` so that the run does not
+depend on the exporters)."""
 
 from __future__ import annotations
 
