@@ -45,6 +45,7 @@ class TracingModel(Model):
     def __init__(self, wrapped: Model, trace_: RunTrace) -> None:
         self.wrapped, self.trace = wrapped, trace_
         self.name = wrapped.name
+        self._named = provider_and_model(self.name)  # as the conventions name them, once
 
     def replayed(self) -> None:
         self.wrapped.replayed()
@@ -62,7 +63,7 @@ class TracingModel(Model):
         return self.wrapped.warnings()
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        provider, model = provider_and_model(self.name)
+        provider, model = self._named
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": provider,
