@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -42,6 +42,29 @@ def _checkpoints_out_of_home(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 POSTGRES_ENV = "STEWARD_TEST_POSTGRES_URL"
+
+
+@pytest.fixture(scope="session")
+def remember_sandbox_check(_checkpoints_out_of_home: None) -> Callable[[Path], None]:
+    """``remember_sandbox_check(state_home)`` gives the state directory ``state_home`` (what a
+    test's commands get as XDG_STATE_HOME) the sandbox's self-check as `steward` remembers it
+    (``sandbox-check.json``), run once per worker: a command then starts as on a machine that
+    checked already, instead of each starting a real sandbox to check (~0.5 CPU-s). The first
+    command a sandbox runs still checks for real in its own process."""
+    from steward.safety.sandbox import selfcheck
+    from steward.safety.sandbox.bubblewrap import BubblewrapSandbox
+
+    BubblewrapSandbox().probe()  # remembered under this session's XDG_STATE_HOME
+    check = selfcheck.cache_path()
+
+    def remember(state_home: Path) -> None:
+        if check.exists():  # none when bubblewrap is missing: each command checks, as a user's
+            target = state_home / "steward" / check.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(check, target)
+
+    return remember
+
 
 # `STEWARD_TEST_CPU_REPORT=DIR pytest ...` records what each test costs in CPU seconds (its own
 # process's, and its children's: the `steward` subprocesses, servers, sandboxes it waited for) and

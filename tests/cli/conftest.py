@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -18,13 +19,15 @@ class Cli(Protocol):
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    """Run ``python -m steward ARGS`` in a clean environment; returns CompletedProcess."""
+def cli(tmp_path: Path, remember_sandbox_check: Callable[[Path], None]) -> Cli:
+    """Run ``python -m steward ARGS`` in a clean environment; returns CompletedProcess. The
+    sandbox's self-check is remembered as on a machine that ran one (tests/conftest.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "OPENAI_", "ANTHROPIC_"))}
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config-home")
     env["COLUMNS"] = "200"
     # Checkpoints live outside the workspace (the workspace here is tmp_path itself).
     env["XDG_STATE_HOME"] = str(tmp_path.parent / f"{tmp_path.name}-state")
+    remember_sandbox_check(Path(env["XDG_STATE_HOME"]))
 
     def run(
         *args: str, cwd: Path | None = None, stdin: str | None = None, timeout: float = 60, **extra: str

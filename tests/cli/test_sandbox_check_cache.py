@@ -32,6 +32,12 @@ def _cache(tmp_path: Path) -> Path:
     return tmp_path.parent / f"{tmp_path.name}-state" / "steward" / "sandbox-check.json"
 
 
+@pytest.fixture(autouse=True)
+def _never_checked(tmp_path: Path, cli: Any) -> None:
+    """A machine where no command checked the sandbox yet (the cli fixture remembers a check)."""
+    _cache(tmp_path).unlink(missing_ok=True)
+
+
 def _reply_only(cli: Any, tmp_path: Path, **env: str) -> Any:
     """A run that starts no command: only the start-up check can look at the sandbox."""
     script = tmp_path / "s.yaml"
