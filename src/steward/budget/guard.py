@@ -25,7 +25,7 @@ from steward import run_state as rs
 from steward.budget.limits import BudgetLimits, Spent
 from steward.budget.prices import Rates
 from steward.errors import ApprovalRequired, ModelError, StoreError
-from steward.models.base import Model, ModelRequest, ModelResponse, StreamItem, Usage
+from steward.models.base import AssistantMessage, Model, ModelRequest, ModelResponse, StreamItem, Usage
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ BUDGET_WARNING = "budget_warning"
 """The code of the signal a run gets when one of its budgets is ``warn_at`` (80 %) used."""
 BUDGET_EXHAUSTED = "budget_exhausted"
 """The code of the signal a run gets when a budget ends it."""
+_TOOL_CHARS = 600  # a tool's name, description and schema, about
 _OUTPUT_GUESS = 1_024  # tokens a reply is expected to hold before the run has shown longer ones
 
 
@@ -66,6 +67,8 @@ class Budget:
     refused: str | None = None  # why a model call was not made
     longest_output: int = 0  # the longest reply so far, in tokens
     last_input: int = 0  # the last prompt's tokens, as the provider counted them
+    last_output: int = 0
+    last_estimate: int = 0  # the last prompt as estimated here
     opened: bool = False
     inner: Ending | None = None  # the ending check it wraps (continuation)
     _usage: Usage = field(default_factory=Usage)  # since the last settle
@@ -79,7 +82,7 @@ class Budget:
 
     def used(self, usage: Usage) -> None:
         self.longest_output = max(self.longest_output, usage.output_tokens)
-        self.last_input = usage.input_tokens
+        self.last_input, self.last_output = usage.input_tokens, usage.output_tokens
         cost = self.cost_of(usage)
         self.spent.add_usage(usage, cost)
         self._usage.add(usage)
@@ -87,12 +90,12 @@ class Budget:
 
     async def before_call(self, request: ModelRequest) -> None:
         """Hold what the call may cost; ``BudgetExceededError`` if a budget has no room for it."""
-        from steward.models.tokens import request_tokens
-
+        if not (self.limits.tokens or self.limits.cost_usd or self.scopes or any(self.shared.values())):
+            return  # nothing to hold it against
         # What the call may take: its prompt (no less than the last one's, as the provider
         # counted it) and a reply at most the request's cap, expected near the longest so far.
         expected = min(request.max_tokens or _OUTPUT_GUESS, max(_OUTPUT_GUESS, 2 * self.longest_output))
-        tokens = max(request_tokens(request), self.last_input) + expected
+        tokens = self._prompt_tokens(request) + expected
         cost = self.cost_of(Usage(input_tokens=tokens)) or 0.0
         if self.ledger is None or not self.scopes:
             refused = self._no_room(tokens, cost)
@@ -102,6 +105,16 @@ class Budget:
             label = _label(refused, self.run_id)
             self.refused = f"{label} budget has no room for another model call (of about {tokens} tokens)"
             raise BudgetExceededError(self.refused)
+
+    def _prompt_tokens(self, request: ModelRequest) -> int:
+        """An upper estimate of the prompt, cheap enough for every call (3 characters a token;
+        English runs near 4): the last prompt as the provider counted it, the reply it got and
+        what came back since; the whole request only for the first call."""
+        if base := self.last_input or self.last_estimate:  # (a model that reports no usage: ours)
+            self.last_estimate = base + self.last_output + _new_chars(request) // 3
+        else:
+            self.last_estimate = _all_chars(request) // 3
+        return self.last_estimate
 
     def _no_room(self, tokens: int, cost: float) -> str | None:
         """The local budget (no store to share one in) that ``tokens`` and ``cost`` would overrun."""
@@ -307,6 +320,23 @@ def _label(scope: str, run_id: str) -> str:
             return "the session's"
         case _:
             return f"the {scope} scope's"
+
+
+def _new_chars(request: ModelRequest) -> int:
+    """Characters added to the prompt since the model's last reply (what came back since)."""
+    chars = 0
+    for message in reversed(request.messages):
+        if isinstance(message, AssistantMessage):
+            break
+        chars += len(getattr(message, "content", "") or "") + 16
+    return chars
+
+
+def _all_chars(request: ModelRequest) -> int:
+    chars = len(request.system) + len(request.context) + _TOOL_CHARS * len(request.tools)
+    for message in request.messages:
+        chars += len(getattr(message, "content", "") or getattr(message, "text", "") or "") + 16
+    return chars
 
 
 def _replaying(loop: Loop) -> Replay | None:

@@ -1,0 +1,104 @@
+"""The cost of budget accounting per loop step (issue 24).
+
+    .venv/bin/python bench/budget.py [--steps 50,1000] [--repeats 7]
+
+Each run calls a tiny tool at every step (the model is a function: no I/O), then ends. Without
+a store, two ways, interleaved so the machine's load falls on each alike: no budget (nothing
+wrapped) and a run budget in tokens and tool calls (the model, toolset and step wrappers,
+counting in memory). With a SQLite store, two more: a run that only records what it spent
+(one small write per step) and one whose tree budget is kept in the store (a hold before each
+model call and a settle after: two write transactions per step). Printed per N: the median CPU
+ms per step (CPU time, not wall time: on a loaded machine the other processes' share would
+drown the difference) and what the budget adds per step (µs, and as a share of the loop's own
+step). Target: the in-memory accounting costs <= 5 % of the loop's step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from steward import Agent, FunctionModel, Limits, tool
+from steward.config import BudgetSettings, Config
+from steward.models.base import AssistantMessage, ModelRequest, ToolCall
+from steward.store.events import open_store
+
+MODES = ("off", "budget", "store", "store+tree")
+
+
+def make_agent(steps: int, mode: str, store: object) -> Agent:
+    calls = [0]
+
+    def reply(request: ModelRequest) -> AssistantMessage:
+        calls[0] += 1
+        if calls[0] <= steps:
+            return AssistantMessage(tool_calls=(ToolCall(f"c{calls[0]}", "ping", {"i": calls[0]}),))
+        end = {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "ok"}
+        return AssistantMessage(tool_calls=(ToolCall("end", "agent_step", end),))
+
+    @tool
+    async def ping(i: int) -> str:
+        """Return i."""
+        return str(i)
+
+    big = 10**12  # never reached: the accounting runs, the run is not stopped
+    budget = {
+        "off": BudgetSettings(),
+        "budget": BudgetSettings(tokens=big, tool_calls=big),
+        "store": BudgetSettings(),
+        "store+tree": BudgetSettings(tree_tokens=big, tree_tool_calls=big),
+    }[mode]
+    limits = Limits(max_steps=steps + 5, repeat_stop=steps + 5, repeat_warning=steps + 4)
+    return Agent(FunctionModel(reply), tools=[ping], builtin_tools=False, config=Config(budget=budget),
+                 limits=limits, sandbox=False, store=store, memory=False)  # type: ignore[arg-type]  # fmt: skip
+
+
+async def ms_per_step(steps: int, mode: str, workspace: Path) -> float:
+    store = await open_store(f"sqlite:///{workspace / f'{mode}.db'}") if mode.startswith("store") else None
+    try:
+        run = make_agent(steps, mode, store).start("ping", workspace=workspace)
+        started = time.process_time()  # CPU time: the machine's load (other processes) stays out of it
+        result = await run.result()
+        took = time.process_time() - started
+    finally:
+        if store is not None:
+            await store.close()
+    assert result.solved, result.output
+    return took * 1000 / (steps + 1)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", default="50,1000")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        workspace = Path(tmp)
+        for mode in MODES:
+            await ms_per_step(20, mode, workspace)  # warm: imports, the price table, the schema
+        print(f"python {sys.version.split()[0]}; median of {args.repeats} runs each, interleaved")
+        print(
+            f"{'steps':>6} {'off ms':>8} {'+µs budget':>11} {'%':>7} {'store ms':>9} {'+µs tree':>9} {'%':>7}"
+        )
+        for steps in (int(s) for s in args.steps.split(",")):
+            got: dict[str, list[float]] = {m: [] for m in MODES}
+            for _ in range(args.repeats):
+                for mode in MODES:
+                    got[mode].append(await ms_per_step(steps, mode, workspace))
+            med = {m: statistics.median(v) for m, v in got.items()}
+            budget, tree = med["budget"] - med["off"], med["store+tree"] - med["store"]
+            print(
+                f"{steps:>6} {med['off']:>8.3f} {budget * 1000:>11.1f} {budget / med['off'] * 100:>6.1f}% "
+                f"{med['store']:>9.3f} {tree * 1000:>9.1f} {tree / med['store'] * 100:>6.1f}%"
+            )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
