@@ -28,6 +28,8 @@ from steward.cli.options import (
     NO_MODEL,
     AllowOpt,
     AskOpt,
+    BudgetTokens,
+    BudgetUsd,
     DenyOpt,
     ForceOpt,
     JsonOpt,
@@ -86,6 +88,8 @@ def run(
     workspace: Workspace = Path(),
     model: ModelOpt = None,
     max_steps: MaxSteps = None,
+    budget_tokens: BudgetTokens = None,
+    budget_usd: BudgetUsd = None,
     json_lines: Annotated[bool, typer.Option("--json", help="Print the event stream as NDJSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")] = False,
     mode: ModeOpt = None,
@@ -122,6 +126,7 @@ def run(
     config = config_from_flags(
         workspace, model, max_steps, mode=mode, no_sandbox=no_sandbox, allow=allow, ask=ask, deny=deny,
         read_only=read_only, persona=chosen,
+        budget={k: v for k, v in (("tokens", budget_tokens), ("cost_usd", budget_usd)) if v is not None},
     )  # fmt: skip
     if not config.model:
         raise fail(NO_MODEL)

@@ -41,6 +41,13 @@ ModelOpt = Annotated[
     typer.Option("--model", "-m", help="provider:model, e.g. openai:gpt-4o-mini, anthropic:..., ollama:..."),
 ]
 MaxSteps = Annotated[int | None, typer.Option("--max-steps", min=1, help="Most model calls for this run.")]
+BudgetTokens = Annotated[
+    int | None, typer.Option("--budget-tokens", min=1, help="Most tokens this run may use ([budget] tokens).")
+]
+BudgetUsd = Annotated[
+    float | None,
+    typer.Option("--budget-usd", min=0.0, help="Most US dollars this run may spend ([budget] cost_usd)."),
+]
 ModeOpt = Annotated[
     str | None,
     typer.Option(
@@ -84,11 +91,12 @@ def config_from_flags(
     deny: list[str] | None = None,
     read_only: bool = False,
     persona: Persona | None = None,
+    budget: dict[str, float] | None = None,
 ) -> Config:
     """The configuration of ``workspace`` with the command line's flags (and a persona's layer)."""
     from steward.config import load_config
 
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = {"budget": budget} if budget else {}
     if model:
         overrides["model"] = model
     if max_steps:
