@@ -178,15 +178,16 @@ class Budget:
         why = failed = await self._settle(seconds)
         if failed is None and isinstance(outcome, rs.Fail) and self.refused is not None:
             why = self.refused  # the model call was not made: the budget ends the run, not a failure
-        warnings: list[ev.Event | rs.Outcome] = [*self._warnings(loop)]
+        standing = self._standing()
+        warnings: list[ev.Event | rs.Outcome] = [*self._warnings(loop, standing)]
         if why is None and isinstance(outcome, rs.Continue):
-            why = self._exhausted()
+            why = self._exhausted(standing)
         if why is not None and not isinstance(outcome, rs.Finish | rs.Pause):
             return warnings + await self._stop(loop, why, failed is not None)
         return [*warnings, outcome]
 
-    def _exhausted(self) -> str | None:
-        for label, limits, spent in self._standing():
+    def _exhausted(self, standing: list[tuple[str, BudgetLimits, Spent]] | None = None) -> str | None:
+        for label, limits, spent in self._standing() if standing is None else standing:
             if (used := limits.used(spent)) is not None and used[1] >= 1.0:
                 return f"{label} budget of {limits.describe(used[0])} is used up ({spent.describe()})"
         return None
@@ -200,9 +201,9 @@ class Budget:
             ]
         return own + [(_label(s.id, self.run_id), s.limits, s.spent) for s in self.states.values()]
 
-    def _warnings(self, loop: Loop) -> list[ev.Event]:
+    def _warnings(self, loop: Loop, standing: list[tuple[str, BudgetLimits, Spent]]) -> list[ev.Event]:
         out: list[ev.Event] = []
-        for label, limits, spent in self._standing():
+        for label, limits, spent in standing:
             used = limits.used(spent)
             if used is None or used[1] < self.warn_at or used[1] >= 1.0 or label in self.raised:
                 continue
@@ -341,6 +342,8 @@ def _all_chars(request: ModelRequest) -> int:
 
 def _replaying(loop: Loop) -> Replay | None:
     """The log ``loop`` is being rebuilt from, while it is (None: the run is live)."""
+    if loop.stamp is None:  # live from the start: the common case, kept cheap
+        return None
     replay = getattr(loop.stamp, "__self__", None)
     from steward.recovery import Replay
 

@@ -31,8 +31,11 @@ class BudgetLimits:
 
     def used(self, spent: Spent) -> tuple[Dimension, float] | None:
         """The dimension nearest its limit and the share of it used (1.0: all); None: no limit."""
-        shares = [(d, getattr(spent, d) / limit) for d in DIMENSIONS if (limit := getattr(self, d)) > 0]
-        return max(shares, key=lambda pair: pair[1]) if shares else None
+        best: tuple[Dimension, float] | None = None
+        for d in DIMENSIONS:
+            if (limit := getattr(self, d)) > 0 and (best is None or getattr(spent, d) / limit > best[1]):
+                best = (d, getattr(spent, d) / limit)
+        return best
 
     def describe(self, dimension: Dimension) -> str:
         return f"{getattr(self, dimension):g} {_UNITS[dimension]}"
