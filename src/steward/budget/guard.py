@@ -74,6 +74,7 @@ class Budget:
     _usage: Usage = field(default_factory=Usage)  # since the last settle
     _cost: float | None = 0.0
     _calls: int = 0
+    _seconds: float = 0.0
 
     # --- counting (the wrappers) -------------------------------------------------------
 
@@ -175,7 +176,7 @@ class Budget:
 
     async def _after(self, loop: Loop, outcome: rs.Outcome, seconds: float) -> list[ev.Event | rs.Outcome]:
         """A live step's spending recorded; its warnings, then its outcome (or the budget's end)."""
-        why = failed = await self._settle(seconds)
+        why = failed = await self._settle(seconds, final=not isinstance(outcome, rs.Continue))
         if failed is None and isinstance(outcome, rs.Fail) and self.refused is not None:
             why = self.refused  # the model call was not made: the budget ends the run, not a failure
         standing = self._standing()
@@ -261,12 +262,15 @@ class Budget:
         self.spent.add(earlier)
         return None
 
-    async def _settle(self, seconds: float) -> str | None:
+    async def _settle(self, seconds: float, *, final: bool) -> str | None:
+        """Record what was spent: every step when a budget is shared in the store; otherwise
+        (the run only records its spending) when it waits or ends, a write per run, not per step."""
         self.spent.time_s += seconds
-        if self.ledger is None:
+        self._seconds += seconds
+        if self.ledger is None or not (self.scopes or final):
             return None
-        usage, cost, calls = self._usage, self._cost, self._calls
-        self._usage, self._cost, self._calls = Usage(), 0.0, 0
+        usage, cost, calls, seconds = self._usage, self._cost, self._calls, self._seconds
+        self._usage, self._cost, self._calls, self._seconds = Usage(), 0.0, 0, 0.0
         try:
             states = await self.ledger.settle(self.run_id, self.scopes, usage, cost, seconds, calls)
         except (StoreError, OSError, _DatabaseError) as exc:
