@@ -120,3 +120,24 @@ def test_children_at_once_in_two_workers_cannot_pass_the_trees_budget(fleet: Fle
         if isinstance(e, SignalEvent) and e.code == "budget_exhausted"
     ]
     assert len(stops) == 2
+
+
+def test_a_child_never_spends_more_than_what_is_left_of_its_parents_budget(fleet: Fleet) -> None:
+    limit = 30_000
+    fleet.persona(
+        "lead",
+        [{"tool": "delegate", "args": {"role": "helper", "goal": "read the notes"}}, ended("lead done")],
+        tools='["delegate", "read_file"]',
+        extra=f"[budget]\ntokens = {limit}\n",
+    )
+    fleet.persona("helper", [*reads(40), ended("read it all")], tools='["read_file"]')  # no budget of its own
+    lead = fleet.submit("lead", "get the notes read")
+    fleet.worker("--lease", "5")
+    jobs = fleet.ended(2)
+    parent = next(j for j in jobs if j.id == lead)
+    child = next(j for j in jobs if j.parent_id == lead)
+    assert child.status == "failed" and f"the delegating job {lead}'s budget" in (child.error or ""), child
+    # The parent's budget went to its child: it ends partial too, with what it has.
+    assert parent.status == "failed" and "partial" in (parent.error or ""), parent
+    totals, own = spent(fleet, [lead, child.id], f"run:{lead}")
+    assert 0 < sum(t.tokens for t in totals) <= limit and own.spent.tokens == sum(t.tokens for t in totals)
