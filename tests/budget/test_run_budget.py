@@ -130,3 +130,23 @@ async def test_a_resumed_run_keeps_what_it_spent_and_counts_nothing_twice(
     events = await store.events(run.id)
     # Told once, at the 4th call, and that signal was rebuilt (not raised again) after it.
     assert len(signals(events, BUDGET_WARNING)) == 1
+
+
+async def test_the_runs_of_a_session_share_its_budget(store: EventStore, tmp_path: Path) -> None:
+    first = agent(LookupModel(calls=2), store, session_tool_calls=3).start(
+        "look", workspace=tmp_path, session_id="s1"
+    )
+    assert (await first.result()).end_status == "solved"
+    second = agent(LookupModel(calls=5), store, session_tool_calls=3).start(
+        "look", workspace=tmp_path, session_id="s1"
+    )
+    result = await second.result()
+    assert (
+        result.end_status == "partial" and "the session's budget of 3 tool calls is used up" in result.output
+    )
+    totals = await Ledger(store.engine).run(second.id)
+    assert totals is not None and totals.tool_calls == 1  # what the session had left
+    other = agent(LookupModel(calls=2), store, session_tool_calls=3).start(
+        "look", workspace=tmp_path, session_id="s2"
+    )
+    assert (await other.result()).end_status == "solved"  # another session has its own
