@@ -1,6 +1,6 @@
 """The cost of budget accounting per loop step (issue 24).
 
-    .venv/bin/python bench/budget.py [--steps 50,1000] [--repeats 7]
+    .venv/bin/python bench/budget.py [--steps 50,1000] [--repeats 7] [--no-store]
 
 Each run calls a tiny tool at every step (the model is a function: no I/O), then ends. Without
 a store, two ways, interleaved so the machine's load falls on each alike: no budget (nothing
@@ -78,21 +78,25 @@ async def main() -> None:
     )
     parser.add_argument("--steps", default="50,1000")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--no-store", action="store_true", help="only the in-memory ways (quicker)")
     args = parser.parse_args()
+    modes = MODES[:2] if args.no_store else MODES
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp)
-        for mode in MODES:
+        for mode in modes:
             await ms_per_step(20, mode, workspace)  # warm: imports, the price table, the schema
         print(f"python {sys.version.split()[0]}; median of {args.repeats} runs each, interleaved")
         print(
             f"{'steps':>6} {'off ms':>8} {'+µs budget':>11} {'%':>7} {'store ms':>9} {'+µs tree':>9} {'%':>7}"
         )
         for steps in (int(s) for s in args.steps.split(",")):
-            got: dict[str, list[float]] = {m: [] for m in MODES}
+            got: dict[str, list[float]] = {m: [] for m in modes}
             for _ in range(args.repeats):
-                for mode in MODES:
+                for mode in modes:
                     got[mode].append(await ms_per_step(steps, mode, workspace))
             med = {m: statistics.median(v) for m, v in got.items()}
+            med.setdefault("store", float("nan"))
+            med.setdefault("store+tree", float("nan"))
             budget, tree = med["budget"] - med["off"], med["store+tree"] - med["store"]
             print(
                 f"{steps:>6} {med['off']:>8.3f} {budget * 1000:>11.1f} {budget / med['off'] * 100:>6.1f}% "
