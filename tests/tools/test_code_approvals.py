@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.tools.side_effects import DEPLOYS, TALLIES, cleared, deploy, tally
 
-from steward import Agent, ScriptedModel, tool
+from steward import Agent, ScriptedModel
 from steward.config import Config
 from steward.events import ApprovalGateEvent, ApprovalResultEvent, Event, ToolResultEvent, ToolUse
 from steward.safety.policy.rules import Policy
@@ -24,36 +25,7 @@ pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"
 )
 
-TALLIES: list[str] = []
-DEPLOYS: list[str] = []
-
-
-@tool
-def tally(word: str) -> str:
-    """Count a word (a side effect the test can see).
-
-    Args:
-        word: The word.
-    """
-    TALLIES.append(word)
-    return f"tallied {word}"
-
-
-@tool
-def deploy(target: str) -> str:
-    """Deploy to a target.
-
-    Args:
-        target: Where to deploy.
-    """
-    DEPLOYS.append(target)
-    return f"deployed to {target}"
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> None:
-    TALLIES.clear()
-    DEPLOYS.clear()
+__all__ = ["cleared"]  # the autouse fixture that clears the counted calls
 
 
 PROGRAM = "print(tally(word='a'))\nprint(deploy(target='prod'))\nprint(tally(word='b'))\n"

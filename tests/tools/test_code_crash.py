@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.tools.side_effects import TALLIES, cleared, tally
 
-from steward import Agent, ScriptedModel, tool
+from steward import Agent, ScriptedModel
 from steward.config import Config
 from steward.events import Event, ToolResultEvent, ToolUse
 from steward.safety.policy.rules import Policy
@@ -30,23 +31,7 @@ pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"
 )
 
-TALLIES: list[str] = []
-
-
-@tool
-def tally(word: str) -> str:
-    """Count a word (a side effect the test can see).
-
-    Args:
-        word: The word.
-    """
-    TALLIES.append(word)
-    return f"tallied {word}"
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> None:
-    TALLIES.clear()
+__all__ = ["cleared"]  # the autouse fixture that clears the counted calls
 
 
 END = {"agent_step": {"phase": "end", "summary": "e", "end_status": "solved", "end_message": "finished"}}

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.tools.side_effects import DEPLOYS, cleared, deploy
 
-from steward import Agent, ScriptedModel, tool
+from steward import Agent, ScriptedModel
 from steward.config import Config
 from steward.events import ApprovalGateEvent, Event, SignalEvent, ToolResultEvent, ToolUse
 from steward.safety.policy.rules import Policy
@@ -23,23 +24,7 @@ pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap"
 )
 
-DEPLOYS: list[str] = []
-
-
-@tool
-def deploy(target: str) -> str:
-    """Deploy to a target.
-
-    Args:
-        target: Where to deploy.
-    """
-    DEPLOYS.append(target)
-    return f"deployed to {target}"
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> None:
-    DEPLOYS.clear()
+__all__ = ["cleared"]  # the autouse fixture that clears the counted calls
 
 
 END = {"agent_step": {"phase": "end", "summary": "e", "end_status": "solved", "end_message": "finished"}}
