@@ -75,6 +75,7 @@ class Budget:
     _cost: float | None = 0.0
     _calls: int = 0
     _seconds: float = 0.0
+    _due: bool = True  # the budgets are checked before the next step
 
     # --- counting (the wrappers) -------------------------------------------------------
 
@@ -119,10 +120,11 @@ class Budget:
 
     def _no_room(self, tokens: int, cost: float) -> str | None:
         """The local budget (no store to share one in) that ``tokens`` and ``cost`` would overrun."""
-        for key, limits in [(f"run:{self.run_id}", self.limits), *self.shared.items()]:
-            over_tokens = limits.tokens and self.spent.tokens + tokens > limits.tokens
-            if over_tokens or (limits.cost_usd and self.spent.cost_usd + cost > limits.cost_usd):
-                return key
+        spent = self.spent
+        for n, limits in enumerate((self.limits, *self.shared.values())):
+            over_tokens = limits.tokens and spent.tokens + tokens > limits.tokens
+            if over_tokens or (limits.cost_usd and spent.cost_usd + cost > limits.cost_usd):
+                return f"run:{self.run_id}" if n == 0 else list(self.shared)[n - 1]
         return None
 
     async def take_call(self) -> str | None:
@@ -150,8 +152,9 @@ class Budget:
 
     async def checked(self, loop: Loop, steps: Items) -> Items:
         """One step, within the budgets: not started when one is used up; recorded after."""
-        replay = _replaying(loop)
-        if replay is None:
+        replay = None if loop.stamp is None else _replaying(loop)
+        if replay is None and self._due:  # first live step, or after a wait: check before going on
+            self._due = False
             failed = await self._open()
             why = failed or self._exhausted()
             if why is not None:
@@ -176,7 +179,9 @@ class Budget:
 
     async def _after(self, loop: Loop, outcome: rs.Outcome, seconds: float) -> list[ev.Event | rs.Outcome]:
         """A live step's spending recorded; its warnings, then its outcome (or the budget's end)."""
-        why = failed = await self._settle(seconds, final=not isinstance(outcome, rs.Continue))
+        final = not isinstance(outcome, rs.Continue)
+        self._due = final  # a step that goes on is checked here; one that waits, when it goes on
+        why = failed = await self._settle(seconds, final=final)
         if failed is None and isinstance(outcome, rs.Fail) and self.refused is not None:
             why = self.refused  # the model call was not made: the budget ends the run, not a failure
         standing = self._standing()
