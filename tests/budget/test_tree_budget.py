@@ -141,3 +141,33 @@ def test_a_child_never_spends_more_than_what_is_left_of_its_parents_budget(fleet
     assert parent.status == "failed" and "partial" in (parent.error or ""), parent
     totals, own = spent(fleet, [lead, child.id], f"run:{lead}")
     assert 0 < sum(t.tokens for t in totals) <= limit and own.spent.tokens == sum(t.tokens for t in totals)
+
+
+def test_a_job_its_budget_stops_cancels_the_jobs_it_left_running(fleet: Fleet) -> None:
+    question = {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Go on?"}}
+    fleet.persona("lead", [question, *reads(3), ended("lead done")], tools='["read_file"]',
+                  extra="[budget]\ntool_calls = 1\n")  # fmt: skip
+    fleet.persona("asker", [question, ended("asked")], tools='["read_file"]')
+    lead = fleet.submit("lead", "start readers, then read")
+    fleet.worker("--lease", "5", "--concurrency", "2")
+    fleet.wait_until(
+        lambda jobs: any(j.id == lead and j.status == "waiting" for j in jobs), what="the lead waits"
+    )
+
+    async def child() -> str:
+        async with await open_store(fleet.db_url) as store:
+            job, _ = await JobStore(store.engine).submit(
+                "asker", "wait", workspace=str(fleet.workspace), parent_id=lead
+            )
+            return job.id
+
+    kid = asyncio.run(child())
+    fleet.wait_until(
+        lambda jobs: any(j.id == kid and j.status == "waiting" for j in jobs), what="the child waits"
+    )
+    answered = fleet.steward("answer", lead, "yes")
+    assert answered.returncode == 0, answered.stderr
+    jobs = fleet.wait_until(lambda jobs: all(j.ended for j in jobs if j.id in (lead, kid)), what="both end")
+    parent, child_job = (next(j for j in jobs if j.id == i) for i in (lead, kid))
+    assert parent.status == "failed" and "budget of 1 tool calls is used up" in (parent.error or ""), parent
+    assert child_job.status == "cancelled" and lead in (child_job.error or ""), child_job

@@ -14,7 +14,6 @@ on from what its row in the store says it spent.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -239,7 +238,6 @@ class Budget:
         st = loop.state
         if failed:
             return [rs.Fail("store_error", why)]
-        await self._cancel_children()
         message = f"Stopped: {why}. " + rs.progress_report(st)
         signal = loop.emit(ev.SignalEvent(code=BUDGET_EXHAUSTED, level="warning", message=why))
         return [signal, rs.Finish("partial", message)]
@@ -283,17 +281,6 @@ class Budget:
             return f"the budget could not be recorded in the store ({exc})" if self.scopes else None
         self.states = {s.id: s for s in states}
         return None
-
-    async def _cancel_children(self) -> None:
-        """Jobs this run delegated that still run stop with it."""
-        if self.ledger is None:
-            return
-        from steward.jobs.store import ACTIVE, JobStore
-
-        jobs = JobStore(self.ledger.engine)
-        with contextlib.suppress(StoreError):
-            for child in await jobs.list(parent_id=self.run_id, status=ACTIVE, limit=100):
-                await jobs.cancel(child.id, f"its parent job {self.run_id} ran out of budget")
 
     # --- wrapping ----------------------------------------------------------------------
 

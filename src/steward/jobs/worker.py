@@ -406,8 +406,17 @@ class Worker:
         """Tell the hook, and the job that delegated to this one if it waits for it."""
         if notifier is not None:
             _report(job, await notifier.notify(job, job.status))
+        if job.ended:  # a job that ends leaves no child running (one its budget stopped, say)
+            await self._cancel_children(job)
         if job.parent_id is not None:
             await self._wake_if_ended(job.parent_id, job.id)
+
+    async def _cancel_children(self, job: Job) -> None:
+        from steward.jobs.store import ACTIVE
+
+        for child in await self.jobs.list(parent_id=job.id, status=ACTIVE, limit=100):
+            with contextlib.suppress(JobError):  # ended meanwhile
+                await self.jobs.cancel(child.id, f"its parent job {job.id} ended ({job.status})")
 
     async def _wake_if_ended(self, parent_id: str, child_id: str) -> None:
         """Put ``parent_id`` back in the queue if it waits for ``child_id`` and that has ended.
