@@ -21,8 +21,8 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def gone_soon(pid: int, within_s: float = 2.0) -> bool:
-    """Death after SIGKILL is asynchronous: allow the kernel a moment."""
+def gone_soon(pid: int, within_s: float = 60.0) -> bool:
+    """Death after SIGKILL is asynchronous: allow the kernel a moment (a loaded machine, many)."""
     for _ in range(int(within_s / 0.02)):
         if not alive(pid):
             return True
