@@ -4,7 +4,7 @@ schemathesis' engine (what ``st run`` runs) tries every operation of ``/openapi.
 valid token: the document's examples, boundary values (the coverage phase), generated requests
 valid and invalid (fuzzing), and chains of calls that pass ids along (stateful). No answer may be
 a 5xx, and each must keep to the document: its status, content type, headers and body schema. A
-second pass fixes the path's ids to a session and a run that exist. The seed is fixed: the same
+second test fixes the path's ids to a session and a run that exist. The seed is fixed: the same
 requests on every run. The server runs no workers, so fuzzed runs only queue.
 
 (schemathesis' pytest loader, ``schemathesis.pytest.from_fixture``, fails on pytest 9: "'Function'
@@ -20,10 +20,10 @@ import httpx
 import schemathesis
 from schemathesis.core.result import Ok
 from schemathesis.engine import Status, events, from_schema
-from server_kit import Deployment
+from server_kit import Deployment, Server
 
 SEED = 20261125
-EXAMPLES = 15  # per operation and phase; the whole test takes ~20 s
+EXAMPLES = 15  # per operation and phase; each of the two tests takes ~10 CPU-s
 # Answers a request the schema allows may still get: a workspace that is not a folder there, an
 # unknown persona or run, a run that cannot change the way asked, a malformed Last-Event-ID.
 SEMANTIC = ["2xx", 400, 401, 403, 404, 409]
@@ -39,17 +39,25 @@ CHECKS: dict[str, Any] = {
 
 
 def test_no_operation_fails_or_strays_from_its_document(sqlite_deployment: Deployment) -> None:
-    # A model is configured (runs without one are refused); with no workers it is never called.
-    sqlite_deployment.config('model = "openai:gpt-4o-mini"\n')
-    server = sqlite_deployment.start(workers=0)
+    server = _serve(sqlite_deployment)
+    problems = _fuzz(server.url + "/openapi.json", sqlite_deployment.token, {})
+    assert not problems, f"{len(problems)} problems:\n\n" + "\n\n".join(problems)
+
+
+def test_no_operation_on_a_session_or_run_that_exists_fails_or_strays(sqlite_deployment: Deployment) -> None:
+    # A pass of its own (its own server), so the two run side by side on a parallel test run.
+    server = _serve(sqlite_deployment)
     with server.client() as client:
         ids = _existing_ids(client)
-    url, token = server.url + "/openapi.json", sqlite_deployment.token
-
-    problems = _fuzz(url, token, {})
     # Stateful chains would follow a run they create (it stays queued: no workers) for good.
-    problems += _fuzz(url, token, ids, stateful=False)
+    problems = _fuzz(server.url + "/openapi.json", sqlite_deployment.token, ids, stateful=False)
     assert not problems, f"{len(problems)} problems:\n\n" + "\n\n".join(problems)
+
+
+def _serve(deployment: Deployment) -> Server:
+    # A model is configured (runs without one are refused); with no workers it is never called.
+    deployment.config('model = "openai:gpt-4o-mini"\n')
+    return deployment.start(workers=0)
 
 
 def _existing_ids(client: httpx.Client) -> dict[str, str]:
