@@ -9,8 +9,8 @@ from tests.memory.conftest import Clock
 
 from steward.config import MemorySettings
 from steward.errors import StewardError
-from steward.memory.batch import KeptItem, NewItem
-from steward.memory.longterm import LongTermMemory, Scope, scope_generation
+from steward.memory.batch import NewItem
+from steward.memory.longterm import KeptItem, LongTermMemory, Scope, scope_generation
 from steward.store.schema import memory_items
 from steward.testing.fake_embed import HashEmbedder
 

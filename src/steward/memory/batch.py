@@ -10,7 +10,7 @@ are one transaction: a batch is stored whole or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import sqlalchemy as sa
@@ -20,15 +20,17 @@ from steward.embed.base import content_hash
 from steward.errors import StewardError
 from steward.memory.longterm import (
     ITEM_COLUMNS,
+    KeptItem,
     MemoryItem,
     Scope,
     Written,
     bump_generation,
     fold_into,
+    new_item,
     normalise_tags,
     row_item,
+    row_values,
     scope_unindexed,
-    tags_column,
     visible_where,
 )
 from steward.store.schema import memory_items
@@ -49,54 +51,27 @@ class NewItem:
     ttl_s: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class KeptItem:
-    """An item as exported: its scope, its times, how many writes it holds, hidden or not."""
-
-    scope: Scope
-    kind: str
-    text: str
-    tags: tuple[str, ...]
-    run_id: str | None
-    session_id: str | None
-    created_at: float
-    updated_at: float
-    expires_at: float | None
-    hidden_at: float | None
-    merged: int
-
-
 def drafts_of(
-    scope: Scope, items: Sequence[NewItem], now: float, ttl_default_s: float | None
+    scope: Scope, items: Sequence[NewItem], now: float, ttl_s: Callable[[float | None], float | None]
 ) -> list[KeptItem]:
-    """``remember``'s checks and defaults on each item; an error names the item (1-based)."""
+    """``remember``'s checks and defaults on each item (``ttl_s``: an item's lifetime, with the
+    default applied); an error names the item (1-based)."""
     out: list[KeptItem] = []
     for number, item in enumerate(items, start=1):
-        text = item.text.strip()
-        if not text:
-            raise StewardError(
-                f"item {number}: nothing to remember: the text is empty; give the fact to keep"
-            )
-        ttl_s = item.ttl_s if item.ttl_s is not None else ttl_default_s
-        if ttl_s is not None and ttl_s <= 0:
-            raise StewardError(
-                f"item {number}: ttl_s must be positive (got {ttl_s}); leave it out to keep it"
-            )
-        out.append(
-            KeptItem(
-                scope=scope,
+        try:
+            kept = new_item(
+                scope,
+                item.text,
                 kind=item.kind,
-                text=text,
-                tags=normalise_tags(item.tags),
+                tags=item.tags,
                 run_id=item.run_id,
                 session_id=item.session_id,
-                created_at=now,
-                updated_at=now,
-                expires_at=None if ttl_s is None else now + ttl_s,
-                hidden_at=None,
-                merged=1,
+                ttl_s=ttl_s(item.ttl_s),
+                now=now,
             )
-        )
+        except StewardError as exc:
+            raise StewardError(f"item {number}: {exc}") from None
+        out.append(kept)
     return out
 
 
@@ -168,32 +143,13 @@ async def _write_scope(
             fresh_of.append([index])
     if not fresh:
         return
-    values = [_values(item) for item in fresh]
+    values = [row_values(item) for item in fresh]
     insert = memory_items.insert().returning(memory_items.c.id, sort_by_parameter_order=True)
     ids = (await conn.execute(insert, values)).scalars().all()
     for row, item_id, positions in zip(values, ids, fresh_of, strict=True):
         stored = row_item({**row, "id": item_id})
         for number, index in enumerate(positions):
             out[index] = Written(stored, merged=number > 0)
-
-
-def _values(item: KeptItem) -> dict[str, object]:
-    return {
-        "scope_user": item.scope.user,
-        "scope_persona": item.scope.persona,
-        "scope_workspace": item.scope.workspace,
-        "kind": item.kind,
-        "text": item.text,
-        "tags": tags_column(item.tags),
-        "content_hash": content_hash(item.text),
-        "run_id": item.run_id,
-        "session_id": item.session_id,
-        "created_at": item.created_at,
-        "updated_at": item.updated_at,
-        "expires_at": item.expires_at,
-        "hidden_at": item.hidden_at,
-        "merged": item.merged,
-    }
 
 
 async def _visible_by_hash(

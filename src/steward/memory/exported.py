@@ -9,35 +9,22 @@ an object is an error naming its line and field.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable
 from typing import Any
 
 from steward.errors import StewardError
-from steward.memory.batch import KeptItem
-from steward.memory.longterm import MemoryItem, Scope, normalise_tags
+from steward.memory.longterm import KeptItem, MemoryItem, Scope, normalise_tags
 
 #: The longest line read (an item's text is a few KB; this stops a wrong file early).
 MAX_LINE_CHARS = 4_000_000
 
 
 def as_dict(item: MemoryItem) -> dict[str, Any]:
-    """Every field of an item, as one exported line holds it."""
-    return {
-        "id": item.id,
-        "scope": {"user": item.scope.user, "persona": item.scope.persona, "workspace": item.scope.workspace},
-        "kind": item.kind,
-        "text": item.text,
-        "tags": list(item.tags),
-        "run_id": item.run_id,
-        "session_id": item.session_id,
-        "created_at": item.created_at,
-        "updated_at": item.updated_at,
-        "expires_at": item.expires_at,
-        "hidden_at": item.hidden_at,
-        "merged": item.merged,
-    }
+    """Every field of an item, as one exported line holds it (the id first, the scope an object)."""
+    return {"id": item.id, **dataclasses.asdict(item), "tags": list(item.tags)}
 
 
 class LineError(StewardError):

@@ -49,7 +49,7 @@ from steward.store.schema import memory_items, memory_scopes, memory_vectors
 
 if TYPE_CHECKING:
     from steward.embed.base import Embedder
-    from steward.memory.batch import KeptItem, NewItem
+    from steward.memory.batch import NewItem
     from steward.tools.base import ToolContext
 
 _log = logging.getLogger(__name__)
@@ -75,8 +75,10 @@ class Scope:
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryItem:
-    id: int
+class KeptItem:
+    """An item as written or exported, before the store gives it an id: its scope, its times,
+    how many writes it holds, hidden or not."""
+
     scope: Scope
     kind: str
     text: str
@@ -88,6 +90,13 @@ class MemoryItem:
     expires_at: float | None
     hidden_at: float | None
     merged: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryItem(KeptItem):
+    """An item as stored."""
+
+    id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +156,59 @@ def visible_where(now: float) -> list[sa.ColumnElement[bool]]:
     """The SQL for items recall may return: not hidden, not expired."""
     items = memory_items
     return [items.c.hidden_at.is_(None), sa.or_(items.c.expires_at.is_(None), items.c.expires_at > now)]
+
+
+def new_item(
+    scope: Scope,
+    text: str,
+    *,
+    kind: str,
+    tags: Sequence[str],
+    run_id: str | None,
+    session_id: str | None,
+    ttl_s: float | None,
+    now: float,
+) -> KeptItem:
+    """What ``remember`` keeps of its arguments: checked (an error says the fix), the text
+    stripped, the tags normalised, the expiry set."""
+    text = text.strip()
+    if not text:
+        raise StewardError("nothing to remember: the text is empty; give the fact to keep")
+    if ttl_s is not None and ttl_s <= 0:
+        raise StewardError(f"ttl_s must be positive (got {ttl_s}); leave it out to keep the item")
+    return KeptItem(
+        scope=scope,
+        kind=kind,
+        text=text,
+        tags=normalise_tags(tags),
+        run_id=run_id,
+        session_id=session_id,
+        created_at=now,
+        updated_at=now,
+        expires_at=None if ttl_s is None else now + ttl_s,
+        hidden_at=None,
+        merged=1,
+    )
+
+
+def row_values(item: KeptItem) -> dict[str, object]:
+    """The ``memory_items`` row of ``item`` (every column but ``id`` and ``tsv``)."""
+    return {
+        "scope_user": item.scope.user,
+        "scope_persona": item.scope.persona,
+        "scope_workspace": item.scope.workspace,
+        "kind": item.kind,
+        "text": item.text,
+        "tags": tags_column(item.tags),
+        "content_hash": content_hash(item.text),
+        "run_id": item.run_id,
+        "session_id": item.session_id,
+        "created_at": item.created_at,
+        "updated_at": item.updated_at,
+        "expires_at": item.expires_at,
+        "hidden_at": item.hidden_at,
+        "merged": item.merged,
+    }
 
 
 def row_item(row: Mapping[Any, Any]) -> MemoryItem:
@@ -285,35 +347,21 @@ class LongTermMemory:
         ttl_s: float | None = None,
     ) -> Written:
         """Keep ``text`` in ``scope``; the same text already there is bumped instead. No model call."""
-        text = text.strip()
-        if not text:
-            raise StewardError("nothing to remember: the text is empty; give the fact to keep")
-        if ttl_s is not None and ttl_s <= 0:
-            raise StewardError(f"ttl_s must be positive (got {ttl_s}); leave it out to keep the item")
         now = self._clock()
-        if ttl_s is None and self._settings.ttl_days is not None:
-            ttl_s = self._settings.ttl_days * _DAY_S
-        expires_at = None if ttl_s is None else now + ttl_s
-        clean_tags = normalise_tags(tags)
-        digest = content_hash(text)
-        values = {
-            "scope_user": scope.user,
-            "scope_persona": scope.persona,
-            "scope_workspace": scope.workspace,
-            "kind": kind,
-            "text": text,
-            "tags": tags_column(clean_tags),
-            "content_hash": digest,
-            "run_id": run_id,
-            "session_id": session_id,
-            "created_at": now,
-            "updated_at": now,
-            "expires_at": expires_at,
-            "hidden_at": None,
-            "merged": 1,
-        }
+        kept = new_item(
+            scope,
+            text,
+            kind=kind,
+            tags=tags,
+            run_id=run_id,
+            session_id=session_id,
+            ttl_s=self._ttl_s(ttl_s),
+            now=now,
+        )
+        values = row_values(kept)
         # The text's hash drives the lookup (one or two rows), not the scope (every item of it).
-        same_text = [*scope_unindexed(scope), *visible_where(now), memory_items.c.content_hash == digest]
+        by_hash = memory_items.c.content_hash == values["content_hash"]
+        same_text = [*scope_unindexed(scope), *visible_where(now), by_hash]
         async with write_transaction(self._engine) as conn:
             # A new text (the usual case) is one statement: inserted unless already visible here.
             new_id = (await conn.execute(_insert_unless(values, same_text))).scalar_one_or_none()
@@ -331,7 +379,8 @@ class LongTermMemory:
                     .mappings()
                     .one()
                 )
-                item = await fold_into(conn, row_item(same), clean_tags, now, expires_at=expires_at, count=1)
+                expires_at = kept.expires_at
+                item = await fold_into(conn, row_item(same), kept.tags, now, expires_at=expires_at, count=1)
                 change = await _change(conn, scope)
                 change.expires[item.id] = _expiry(item.expires_at)
         self._note(scope, change)
@@ -344,10 +393,12 @@ class LongTermMemory:
         from steward.memory.batch import drafts_of
 
         now = self._clock()
-        ttl_days = self._settings.ttl_days
-        return await self._write_many(
-            drafts_of(scope, items, now, None if ttl_days is None else ttl_days * _DAY_S), now
-        )
+        return await self._write_many(drafts_of(scope, items, now, self._ttl_s), now)
+
+    def _ttl_s(self, ttl_s: float | None) -> float | None:
+        """An item's own lifetime, else ``[memory] ttl_days``'."""
+        days = self._settings.ttl_days
+        return ttl_s if ttl_s is not None or days is None else days * _DAY_S
 
     async def restore(self, items: Sequence[KeptItem]) -> list[Written]:
         """Items as ``steward memory export`` wrote them (any scopes), with their own times,
