@@ -387,6 +387,30 @@ class JobStore:
         await self._wake(claim.job.role)
         return job
 
+    async def give_back(self, claim: Claim, error: str) -> Job:
+        """Give the job back after its run broke off with an unexpected ``error``: that counts as
+        a worker stopping (as a takeover does), so a job that breaks every time ends ``failed``
+        after ``max_attempts`` instead of being claimed again and again for good."""
+        now = time.time()
+        attempts = claim.job.attempts + 1
+        if attempts < claim.job.max_attempts:
+            job = await self._held(
+                claim, status="queued", attempts=attempts, error=error, lease_owner=None,
+                lease_expires_at=None, reply=None, updated_at=now,
+            )  # fmt: skip
+            if job.cancel_requested:
+                return await self._cancelled_if_asked(job)
+            await self._wake(claim.job.role)
+            return job
+        why = (
+            f"its run broke off {attempts} times (max_attempts is {claim.job.max_attempts}), last with "
+            f"{error}; `steward jobs retry {claim.job.id}` queues it again"
+        )
+        return await self._held(
+            claim, status="failed", attempts=attempts, error=why, lease_owner=None, lease_expires_at=None,
+            reply=None, updated_at=now, finished_at=now,
+        )  # fmt: skip
+
     async def _cancelled_if_asked(self, job: Job) -> Job:
         if not job.cancel_requested:
             return job

@@ -264,10 +264,13 @@ class Worker:
                 ended = await self.jobs.finish(claim, "failed", error=str(exc))
                 await self._close_failed_run(job, str(exc))
                 await self._after_end(ended, notifier)
-        except Exception as exc:  # a store that failed, or a bug: another worker tries again
-            _report(job, [f"given back after {type(exc).__name__}: {exc}"])
+        except Exception as exc:  # a store that failed, or a bug: another worker tries again, a few times
+            error = f"{type(exc).__name__}: {exc}"
+            _report(job, [f"given back after {error}"])
             with contextlib.suppress(Exception):
-                await self.jobs.release(claim)
+                if (back := await self.jobs.give_back(claim, error)).ended:
+                    await self._close_failed_run(job, back.error or error)
+                    await self._after_end(back, notifier)
         finally:
             await stop_beating()
             self._wakeups.cancels.pop(job.id, None)
