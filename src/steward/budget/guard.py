@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from steward import events as ev
 from steward import run_state as rs
-from steward.budget.limits import BudgetLimits, Spent
+from steward.budget.limits import BudgetLimits, Dimension, Spent
 from steward.budget.prices import Rates
 from steward.errors import ApprovalRequired, ModelError, StoreError
 from steward.models.base import AssistantMessage, Model, ModelRequest, ModelResponse, StreamItem, Usage
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from steward.recovery import Replay
 
 Items = AsyncIterator[ev.Event | rs.Outcome]
+Standing = tuple[str, BudgetLimits, Spent, "tuple[Dimension, float] | None"]
+"""A budget that applies: its label, limits, what is spent against it and the share used."""
 Ending = Callable[["Loop", Items], Items]
 
 BUDGET_WARNING = "budget_warning"
@@ -89,19 +91,33 @@ class Budget:
         self._usage.add(usage)
         self._cost = None if cost is None or self._cost is None else self._cost + cost
 
+    def holds(self) -> bool:
+        """Whether a model call holds its share first (some budget bounds tokens or money)."""
+        return bool(self.limits.tokens or self.limits.cost_usd or self.scopes or any(self.shared.values()))
+
     async def before_call(self, request: ModelRequest) -> None:
         """Hold what the call may cost; ``BudgetExceededError`` if a budget has no room for it."""
-        if not (self.limits.tokens or self.limits.cost_usd or self.scopes or any(self.shared.values())):
-            return  # nothing to hold it against
+        if self.ledger is None or not self.scopes:
+            self.hold_local(request)
+            return
+        tokens, cost = self._call_size(request)
+        self._refuse(await self.ledger.hold(self.run_id, self.scopes, tokens, cost), tokens)
+
+    def hold_local(self, request: ModelRequest) -> None:
+        """``before_call`` for a run whose budgets are all its own (none shared in the store):
+        not a coroutine, as most runs call it every step."""
+        if self.holds():  # some budget bounds tokens or money
+            tokens, cost = self._call_size(request)
+            self._refuse(self._no_room(tokens, cost), tokens)
+
+    def _call_size(self, request: ModelRequest) -> tuple[int, float]:
         # What the call may take: its prompt (no less than the last one's, as the provider
         # counted it) and a reply at most the request's cap, expected near the longest so far.
         expected = min(request.max_tokens or _OUTPUT_GUESS, max(_OUTPUT_GUESS, 2 * self.longest_output))
         tokens = self._prompt_tokens(request) + expected
-        cost = self.cost_of(Usage(input_tokens=tokens)) or 0.0
-        if self.ledger is None or not self.scopes:
-            refused = self._no_room(tokens, cost)
-        else:
-            refused = await self.ledger.hold(self.run_id, self.scopes, tokens, cost)
+        return tokens, self.cost_of(Usage(input_tokens=tokens)) or 0.0
+
+    def _refuse(self, refused: str | None, tokens: int) -> None:
         if refused is not None:
             label = _label(refused, self.run_id)
             self.refused = f"{label} budget has no room for another model call (of about {tokens} tokens)"
@@ -126,12 +142,24 @@ class Budget:
                 return f"run:{self.run_id}" if n == 0 else list(self.shared)[n - 1]
         return None
 
-    async def take_call(self) -> str | None:
-        """Count a tool call; why it may not run, or None."""
+    def take_local_call(self) -> str | None:
+        """Count a tool call against this run's own budget (no store to share one in); why it
+        may not run, or None. Not a coroutine: most runs count their calls here, every step."""
         limit = self.limits.tool_calls
         if limit and self.spent.tool_calls >= limit:
             return f"this run's budget of {limit} tool calls is used up"
-        if self.ledger is not None and self.scopes and (scope := await self.ledger.take_call(self.scopes)):
+        self.spent.tool_calls += 1
+        self._calls += 1
+        return None
+
+    async def take_call(self) -> str | None:
+        """Count a tool call; why it may not run, or None."""
+        if self.ledger is None or not self.scopes:
+            return self.take_local_call()
+        limit = self.limits.tool_calls
+        if limit and self.spent.tool_calls >= limit:
+            return f"this run's budget of {limit} tool calls is used up"
+        if scope := await self.ledger.take_call(self.scopes):
             return f"{_label(scope, self.run_id)} budget of tool calls is used up"
         self.spent.tool_calls += 1
         self._calls += 1
@@ -183,7 +211,7 @@ class Budget:
         why = failed = await self._settle(seconds, final=final)
         if failed is None and isinstance(outcome, rs.Fail) and self.refused is not None:
             why = self.refused  # the model call was not made: the budget ends the run, not a failure
-        standing = self._standing()
+        standing = self._standing()  # each budget's share used, worked out once for both checks
         warnings: list[ev.Event | rs.Outcome] = [*self._warnings(loop, standing)]
         if why is None and isinstance(outcome, rs.Continue):
             why = self._exhausted(standing)
@@ -191,25 +219,24 @@ class Budget:
             return warnings + await self._stop(loop, why, failed is not None)
         return [*warnings, outcome]
 
-    def _exhausted(self, standing: list[tuple[str, BudgetLimits, Spent]] | None = None) -> str | None:
-        for label, limits, spent in self._standing() if standing is None else standing:
-            if (used := limits.used(spent)) is not None and used[1] >= 1.0:
+    def _exhausted(self, standing: list[Standing] | None = None) -> str | None:
+        for label, limits, spent, used in self._standing() if standing is None else standing:
+            if used is not None and used[1] >= 1.0:
                 return f"{label} budget of {limits.describe(used[0])} is used up ({spent.describe()})"
         return None
 
-    def _standing(self) -> list[tuple[str, BudgetLimits, Spent]]:
-        """Each budget that applies, with what is spent against it."""
-        own = [("this run's", self.limits, self.spent)]
+    def _standing(self) -> list[Standing]:
+        """Each budget that applies, with what is spent against it and the share of it used."""
         if self.ledger is None:  # no store: the run is its own tree and session
-            return own + [
-                (_label(key, self.run_id), limits, self.spent) for key, limits in self.shared.items()
-            ]
-        return own + [(_label(s.id, self.run_id), s.limits, s.spent) for s in self.states.values()]
+            scopes = [(_label(key, self.run_id), limits, self.spent) for key, limits in self.shared.items()]
+        else:
+            scopes = [(_label(s.id, self.run_id), s.limits, s.spent) for s in self.states.values()]
+        own = ("this run's", self.limits, self.spent, self.limits.used(self.spent))
+        return [own, *((label, limits, spent, limits.used(spent)) for label, limits, spent in scopes)]
 
-    def _warnings(self, loop: Loop, standing: list[tuple[str, BudgetLimits, Spent]]) -> list[ev.Event]:
+    def _warnings(self, loop: Loop, standing: list[Standing]) -> list[ev.Event]:
         out: list[ev.Event] = []
-        for label, limits, spent in standing:
-            used = limits.used(spent)
+        for label, limits, spent, used in standing:
             if used is None or used[1] < self.warn_at or used[1] >= 1.0 or label in self.raised:
                 continue
             self.raised.add(label)
@@ -356,7 +383,11 @@ class BudgetedModel(Model):
         self.model.replayed()
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        await self.budget.before_call(request)
+        budget = self.budget
+        if budget.ledger is None or not budget.scopes:
+            budget.hold_local(request)  # (no coroutine: the common case)
+        else:
+            await budget.before_call(request)
         stream = self.model.stream(request)
         try:
             async for item in stream:
@@ -377,7 +408,13 @@ class BudgetedToolset(WrapperToolset):
         self.budget = budget
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
-        refused = await self.budget.take_call()
+        budget = self.budget
+        # Counted here without a coroutine unless the store must take the call (a shared budget).
+        refused = (
+            budget.take_local_call()
+            if budget.ledger is None or not budget.scopes
+            else await budget.take_call()
+        )
         if refused is not None:
             return ToolResult(
                 f"Not run: {refused}. End the run now with what you have (agent_step end).",

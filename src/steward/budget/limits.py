@@ -32,9 +32,16 @@ class BudgetLimits:
     def used(self, spent: Spent) -> tuple[Dimension, float] | None:
         """The dimension nearest its limit and the share of it used (1.0: all); None: no limit."""
         best: tuple[Dimension, float] | None = None
-        for d in DIMENSIONS:
-            if (limit := getattr(self, d)) > 0 and (best is None or getattr(spent, d) / limit > best[1]):
-                best = (d, getattr(spent, d) / limit)
+        # Each dimension by name, not getattr over DIMENSIONS: this runs for every budget every step.
+        pairs: tuple[tuple[Dimension, float, float], ...] = (
+            ("tokens", self.tokens, spent.tokens),
+            ("cost_usd", self.cost_usd, spent.cost_usd),
+            ("time_s", self.time_s, spent.time_s),
+            ("tool_calls", self.tool_calls, spent.tool_calls),
+        )
+        for d, limit, value in pairs:
+            if limit > 0 and (best is None or value / limit > best[1]):
+                best = (d, value / limit)
         return best
 
     def describe(self, dimension: Dimension) -> str:
