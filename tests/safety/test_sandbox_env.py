@@ -75,6 +75,7 @@ async def test_the_environment_is_cleared_to_the_allowlist(
         "PWD",
         "SHLVL",
         "GIT_CONFIG_GLOBAL",
+        "PYTHONDONTWRITEBYTECODE",  # set by the sandbox itself (tests/safety/test_sandbox_bytecode.py)
         "_",
     }
 

@@ -1176,6 +1176,11 @@ def _environment(settings: SandboxSettings) -> dict[str, str]:
     if python_bin not in path.split(":"):
         path = f"{path}:{python_bin}"  # last: `python` works, the user's PATH order still wins
     env.update(PATH=path, **_sandboxed_basics())
+    # Python trusts cached bytecode whose source has the same size and the same whole second: an
+    # agent's one-character fix ("a - b" -> "a + b") re-run within the second would test the old
+    # code. Commands in the sandbox write no bytecode, so none can be that fresh (a user who
+    # names the variable in [sandbox] env keeps their own value).
+    env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
     return env
 
 
