@@ -115,7 +115,7 @@ class Budget:
         # counted it) and a reply at most the request's cap, expected near the longest so far.
         expected = min(request.max_tokens or _OUTPUT_GUESS, max(_OUTPUT_GUESS, 2 * self.longest_output))
         tokens = self._prompt_tokens(request) + expected
-        return tokens, self.cost_of(Usage(input_tokens=tokens)) or 0.0
+        return tokens, 0.0 if self.rates is None else self.rates.cost(Usage(input_tokens=tokens))
 
     def _refuse(self, refused: str | None, tokens: int) -> None:
         if refused is not None:
@@ -208,7 +208,12 @@ class Budget:
         """A live step's spending recorded; its warnings, then its outcome (or the budget's end)."""
         final = not isinstance(outcome, rs.Continue)
         self._due = final  # a step that goes on is checked here; one that waits, when it goes on
-        why = failed = await self._settle(seconds, final=final)
+        if self.ledger is None or not (self.scopes or final):  # nothing to write: no coroutine
+            self.spent.time_s += seconds
+            self._seconds += seconds
+            why = failed = None
+        else:
+            why = failed = await self._settle(seconds, final=final)
         if failed is None and isinstance(outcome, rs.Fail) and self.refused is not None:
             why = self.refused  # the model call was not made: the budget ends the run, not a failure
         standing = self._standing()  # each budget's share used, worked out once for both checks

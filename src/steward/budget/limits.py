@@ -22,7 +22,7 @@ class BudgetLimits:
     tool_calls: int = 0
 
     def __bool__(self) -> bool:
-        return any(getattr(self, d) > 0 for d in DIMENSIONS)
+        return self.tokens > 0 or self.cost_usd > 0 or self.time_s > 0 or self.tool_calls > 0
 
     @classmethod
     def of(cls, settings: Any, prefix: str = "") -> BudgetLimits:
