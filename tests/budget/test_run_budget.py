@@ -150,3 +150,25 @@ async def test_the_runs_of_a_session_share_its_budget(store: EventStore, tmp_pat
         "look", workspace=tmp_path, session_id="s2"
     )
     assert (await other.result()).end_status == "solved"  # another session has its own
+
+
+async def test_a_shared_budget_without_a_call_limit_still_counts_the_calls_once(
+    store: EventStore, tmp_path: Path
+) -> None:
+    """The run's scope in the store bounds tokens only: its calls are counted when the run
+    settles, not one by one, and a call given back while it waits for an approval counts once,
+    when it runs."""
+    a = agent(LookupModel(calls=3), store, tokens=1_000_000)
+    a._policy = Policy.from_lists(ask=["lookup"])
+    run = a.start("look", workspace=tmp_path)
+    result = await run.result()
+    for _ in range(3):
+        assert result.waiting
+        again = agent(LookupModel(calls=3), store, tokens=1_000_000)
+        again._policy = Policy.from_lists(ask=["lookup"])
+        result = await (await again.resume(run.id)).approve()
+    assert result.end_status == "solved"
+    (scope,) = await Ledger(store.engine).states([f"run:{run.id}"])
+    totals = await Ledger(store.engine).run(run.id)
+    assert totals is not None and totals.tool_calls == 3
+    assert scope.spent.tool_calls == 3 and scope.spent.tokens == totals.tokens > 0

@@ -75,6 +75,7 @@ class Budget:
     _usage: Usage = field(default_factory=Usage)  # since the last settle
     _cost: float | None = 0.0
     _calls: int = 0
+    _untaken: int = 0  # tool calls the shared scopes count when the run settles (none bounds them)
     _seconds: float = 0.0
     _due: bool = True  # the budgets are checked before the next step
 
@@ -156,6 +157,12 @@ class Budget:
         """Count a tool call; why it may not run, or None."""
         if self.ledger is None or not self.scopes:
             return self.take_local_call()
+        if not any(s.limits.tool_calls for s in self.states.values()):
+            # No shared scope bounds tool calls: they count the call when the run settles, in the
+            # same write (one transaction a step fewer); nothing any run may do hangs on it.
+            refused = self.take_local_call()
+            self._untaken += refused is None
+            return refused
         limit = self.limits.tool_calls
         if limit and self.spent.tool_calls >= limit:
             return f"this run's budget of {limit} tool calls is used up"
@@ -168,7 +175,9 @@ class Budget:
     async def give_back_call(self) -> None:
         self.spent.tool_calls -= 1
         self._calls -= 1
-        if self.ledger is not None and self.scopes:
+        if self._untaken:  # (a call is given back before its step settles: the same scopes' state)
+            self._untaken -= 1
+        elif self.ledger is not None and self.scopes:
             await self.ledger.give_back_call(self.scopes)
 
     # --- the steps ----------------------------------------------------------------------
@@ -304,10 +313,16 @@ class Budget:
         self._seconds += seconds
         if self.ledger is None or not (self.scopes or final):
             return None
-        usage, cost, calls, seconds = self._usage, self._cost, self._calls, self._seconds
-        self._usage, self._cost, self._calls, self._seconds = Usage(), 0.0, 0, 0.0
+        usage, cost, calls, seconds, untaken = (
+            self._usage,
+            self._cost,
+            self._calls,
+            self._seconds,
+            self._untaken,
+        )
+        self._usage, self._cost, self._calls, self._seconds, self._untaken = Usage(), 0.0, 0, 0.0, 0
         try:
-            states = await self.ledger.settle(self.run_id, self.scopes, usage, cost, seconds, calls)
+            states = await self.ledger.settle(self.run_id, self.scopes, usage, cost, seconds, calls, untaken)
         except (StoreError, OSError, _DatabaseError) as exc:
             # Only a run that shares a budget must stop: the others merely record what they spent.
             return f"the budget could not be recorded in the store ({exc})" if self.scopes else None

@@ -185,10 +185,18 @@ class Ledger:
             )
 
     async def settle(
-        self, run_id: str, scopes: list[str], usage: Usage, cost: float | None, time_s: float, calls: int
+        self,
+        run_id: str,
+        scopes: list[str],
+        usage: Usage,
+        cost: float | None,
+        time_s: float,
+        calls: int,
+        untaken: int = 0,
     ) -> list[ScopeState]:
         """Record what the run spent since it last settled (its holds given back); how its
-        scopes stand now."""
+        scopes stand now. ``untaken``: tool calls the scopes count now, not one by one by
+        ``take_call`` (none of them bounds tool calls)."""
         r, t = budget_runs, budget_scopes
         tokens, priced = usage.input_tokens + usage.output_tokens, cost or 0.0
         async with write_transaction(self.engine) as conn:
@@ -201,6 +209,7 @@ class Ledger:
                         spent_tokens=t.c.spent_tokens + tokens,
                         spent_cost=t.c.spent_cost + priced,
                         spent_time=t.c.spent_time + time_s,
+                        spent_calls=t.c.spent_calls + untaken,
                         held_tokens=_at_least_0(t.c.held_tokens - row["held_tokens"]),
                         held_cost=_at_least_0(t.c.held_cost - row["held_cost"]),
                         updated_at=time.time(),
