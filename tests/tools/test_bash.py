@@ -12,19 +12,34 @@ from steward.tools.base import ToolContext, ToolSettings
 from steward.tools.shell import MAX_TIMEOUT_S, CappedOutput, bash
 
 
-def alive(pid: int) -> bool:
-    """True while ``pid`` runs; a zombie waiting to be reaped counts as gone."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None: no such pid."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except FileNotFoundError:
+        return None
+
+
+def started(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks since boot): with the pid, which process it is. Pids are
+    reused, quickly on a busy machine whose pid_max is 32768."""
+    fields = _stat(pid)
+    return fields[19] if fields is not None else None
+
+
+def alive(pid: int, start: str | None = None) -> bool:
+    """True while ``pid`` runs; a zombie waiting to be reaped counts as gone, and so does another
+    process that took the pid since ``start`` (its start time) was read."""
+    fields = _stat(pid)
+    if fields is None or fields[0] == "Z":
         return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return start is None or fields[19] == start
 
 
-def gone_soon(pid: int, within_s: float = 60.0) -> bool:
+def gone_soon(pid: int, within_s: float = 60.0, start: str | None = None) -> bool:
     """Death after SIGKILL is asynchronous: allow the kernel a moment (a loaded machine, many)."""
     for _ in range(int(within_s / 0.02)):
-        if not alive(pid):
+        if not alive(pid, start):
             return True
         time.sleep(0.02)
     return False
@@ -122,11 +137,12 @@ async def test_cancellation_kills_the_whole_process_tree(ctx: ToolContext) -> No
             break
         await asyncio.sleep(0.02)
     shell, background = (int(pid) for pid in pids.read_text().split())
+    starts = started(shell), started(background)  # both run now: these are our processes
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert gone_soon(shell)
-    assert gone_soon(background)
+    assert gone_soon(shell, start=starts[0])
+    assert gone_soon(background, start=starts[1])
 
 
 async def test_long_output_keeps_head_and_tail_and_names_the_cut(workspace: Path) -> None:
