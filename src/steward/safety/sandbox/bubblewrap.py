@@ -54,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import fcntl
 import fnmatch
 import itertools
 import os
@@ -65,7 +66,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -279,6 +280,7 @@ class _Placeholders:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[Path, int] = {}
+        self._roots: dict[Path, Path] = {}  # a placeholder made here -> the workspace whose ledger notes it
 
     def acquire(
         self,
@@ -291,8 +293,7 @@ class _Placeholders:
         """Claim each path that is missing (creating it: an empty directory or file, which is far
         cheaper than bwrap making the mount point) or already a placeholder; return the claimed."""
         claimed: list[Path] = []
-        made: list[Path] = []
-        with self._lock:
+        with self._lock, _ledger_lock(root, make=True):
             for path, kind in [
                 *((d, "dir") for d in dirs),
                 *((f, "file") for f in files),
@@ -302,37 +303,64 @@ class _Placeholders:
                 if self._counts.get(path):
                     self._counts[path] += 1
                 elif kind and not os.path.lexists(path):
-                    if root is not None and not made:
-                        _note(root, [])  # the ledger first: .steward must not become a placeholder
+                    if root is not None:
+                        _note(root, [path])  # noted before it exists: no sweep takes it for stale
+                        self._roots[path] = root
                     _create_placeholder(path, kind)
                     self._counts[path] = 1
-                    made.append(path)
                 else:
                     continue
                 claimed.append(path)
-            if root is not None and made:
-                _note(root, made)
         return claimed
 
     def sweep(self, root: Path) -> None:
         """Remove the placeholders of processes now gone, and this process's own that none of
         its sandboxes holds: before every sandbox and every checkpoint, by whichever process
         comes next (a killed worker's are swept by the one that takes its job over)."""
-        with self._lock:
+        with self._lock, _ledger_lock(root):
             _sweep_stale(root, held=set(self._counts))
 
     def release(self, paths: Sequence[Path]) -> None:
-        with self._lock:
+        with self._lock, contextlib.ExitStack() as locks:
+            for root in sorted({self._roots[p] for p in paths if p in self._roots}):
+                locks.enter_context(_ledger_lock(root))
             for path in paths:
                 left = self._counts.get(path, 1) - 1
                 if left > 0:
                     self._counts[path] = left
                     continue
                 self._counts.pop(path, None)
+                self._roots.pop(path, None)
                 _remove_if_empty(path)
 
 
 _LEDGER = Path(".steward") / "placeholders"
+_LEDGER_LOCK = Path(".steward") / "placeholders.lock"
+
+
+@contextlib.contextmanager
+def _ledger_lock(root: Path | None, *, make: bool = False) -> Iterator[None]:
+    """Hold the workspace's placeholder lock, across processes (an flock), while placeholders
+    are made, swept or removed: two workers share one workspace, and a sweep reading the ledger
+    while another process makes a placeholder of the same name removed that one under its
+    command (bwrap then failed: "Can't find source path .../steward.toml"). Waits in the
+    kernel: every holder only touches a few small files. ``make``: create ``.steward`` (to make
+    placeholders); without it, a workspace with no ``.steward`` has no ledger and needs no lock."""
+    if root is None:
+        yield
+        return
+    try:
+        if make:
+            make_dir(root / _LEDGER_LOCK.parent)
+        fd = os.open(root / _LEDGER_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        yield  # best effort, as the ledger itself: a read-only workspace makes no placeholders
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _note(root: Path, made: Sequence[Path]) -> None:
@@ -360,7 +388,8 @@ def _sweep_stale(root: Path, held: set[Path]) -> None:
         lines = ledger.read_text(encoding="utf-8").splitlines()
     except OSError:
         return
-    kept = []
+    kept: list[str] = []
+    stale: list[Path] = []
     for line in lines[:10_000]:
         pid_text, _, path = line.partition(" ")
         if not path or not pid_text.isdigit():
@@ -369,7 +398,12 @@ def _sweep_stale(root: Path, held: set[Path]) -> None:
         if Path(path) in held or (pid != os.getpid() and pid_alive(pid)):
             kept.append(line)
         else:
-            _remove_if_empty(Path(path))
+            stale.append(Path(path))
+    # A path a live process noted again is that process's placeholder now, whoever made it first.
+    live = {Path(line.partition(" ")[2]) for line in kept}
+    for gone in stale:
+        if gone not in live:
+            _remove_if_empty(gone)
     if len(kept) != len(lines):
         with contextlib.suppress(OSError):
             ledger.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
