@@ -21,7 +21,9 @@ Inside the sandbox:
   that protection. A protected path that does not exist yet gets a read-only *placeholder*:
   an empty file or directory made in the workspace on the host as the mount point (bwrap would
   make it too, more slowly), removed after the command if it is still empty and no other
-  sandbox of this process uses it (counted per path). ``.git/hooks`` (when ``.git`` exists)
+  sandbox of this process (counted per path) or of another live process (noted in the
+  workspace's ledger) uses it, through fds beneath the workspace, never following a link
+  (:mod:`steward.safety.sandbox.placeholders`). ``.git/hooks`` (when ``.git`` exists)
   and ``.steward/`` are created for real instead. A ``.git/commondir`` cannot have a
   placeholder (an empty one breaks git), so one that appears during a command is removed
   afterwards and the call fails, saying so.
@@ -54,7 +56,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import fcntl
 import fnmatch
 import itertools
 import os
@@ -66,7 +67,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,6 +75,7 @@ from typing import TYPE_CHECKING
 from steward.errors import ToolError
 from steward.safety.checkpoints.scan import scanner_for
 from steward.safety.protected import Protection, find_protected
+from steward.safety.sandbox.placeholders import Claimed, Placeholders
 from steward.secret_paths import DEFAULT_SECRET_FILES
 from steward.state_dir import make_dir
 
@@ -265,182 +267,14 @@ def settings_from_config(
 
 
 # --- placeholders for protected paths that do not exist yet ---------------------------------
+# Made, noted, swept and removed through fds beneath the workspace (placeholders.py).
 
-
-class _Placeholders:
-    """Empty files and directories made in the workspace as mount points for missing protected
-    paths, counted per path across the sandboxes of this process, so that one command never
-    removes a placeholder another one still has mounted (the kernel would unmount it there).
-
-    Each one made is noted with this process's id in ``.steward/placeholders`` of its workspace:
-    a process killed mid-command cannot remove its placeholders, so the next process to use the
-    workspace removes those of processes that are gone (if still empty).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[Path, int] = {}
-        self._roots: dict[Path, Path] = {}  # a placeholder made here -> the workspace whose ledger notes it
-
-    def acquire(
-        self,
-        dirs: Sequence[Path],
-        files: Sequence[Path],
-        others: Sequence[Path],
-        root: Path | None = None,
-        commondirs: Sequence[Path] = (),
-    ) -> list[Path]:
-        """Claim each path that is missing (creating it: an empty directory or file, which is far
-        cheaper than bwrap making the mount point) or already a placeholder; return the claimed."""
-        claimed: list[Path] = []
-        with self._lock, _ledger_lock(root, make=True):
-            for path, kind in [
-                *((d, "dir") for d in dirs),
-                *((f, "file") for f in files),
-                *((c, "commondir") for c in commondirs),
-                *((o, "") for o in others),
-            ]:
-                if self._counts.get(path):
-                    self._counts[path] += 1
-                elif kind and not os.path.lexists(path):
-                    if root is not None:
-                        _note(root, [path])  # noted before it exists: no sweep takes it for stale
-                        self._roots[path] = root
-                    _create_placeholder(path, kind)
-                    self._counts[path] = 1
-                else:
-                    continue
-                claimed.append(path)
-        return claimed
-
-    def sweep(self, root: Path) -> None:
-        """Remove the placeholders of processes now gone, and this process's own that none of
-        its sandboxes holds: before every sandbox and every checkpoint, by whichever process
-        comes next (a killed worker's are swept by the one that takes its job over)."""
-        with self._lock, _ledger_lock(root):
-            _sweep_stale(root, held=set(self._counts))
-
-    def release(self, paths: Sequence[Path]) -> None:
-        with self._lock, contextlib.ExitStack() as locks:
-            for root in sorted({self._roots[p] for p in paths if p in self._roots}):
-                locks.enter_context(_ledger_lock(root))
-            for path in paths:
-                left = self._counts.get(path, 1) - 1
-                if left > 0:
-                    self._counts[path] = left
-                    continue
-                self._counts.pop(path, None)
-                self._roots.pop(path, None)
-                _remove_if_empty(path)
-
-
-_LEDGER = Path(".steward") / "placeholders"
-_LEDGER_LOCK = Path(".steward") / "placeholders.lock"
-
-
-@contextlib.contextmanager
-def _ledger_lock(root: Path | None, *, make: bool = False) -> Iterator[None]:
-    """Hold the workspace's placeholder lock, across processes (an flock), while placeholders
-    are made, swept or removed: two workers share one workspace, and a sweep reading the ledger
-    while another process makes a placeholder of the same name removed that one under its
-    command (bwrap then failed: "Can't find source path .../steward.toml"). Waits in the
-    kernel: every holder only touches a few small files. ``make``: create ``.steward`` (to make
-    placeholders); without it, a workspace with no ``.steward`` has no ledger and needs no lock."""
-    if root is None:
-        yield
-        return
-    try:
-        if make:
-            make_dir(root / _LEDGER_LOCK.parent)
-        fd = os.open(root / _LEDGER_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError:
-        yield  # best effort, as the ledger itself: a read-only workspace makes no placeholders
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
-
-
-def _note(root: Path, made: Sequence[Path]) -> None:
-    ledger = root / _LEDGER
-    try:
-        make_dir(ledger.parent)
-        if made:
-            with ledger.open("a", encoding="utf-8") as out:
-                out.writelines(f"{os.getpid()} {path}\n" for path in made)
-    except OSError:
-        pass  # best effort: without the note a killed process leaves an empty placeholder behind
+_PLACEHOLDERS = Placeholders()
 
 
 def sweep_placeholders(root: Path) -> None:
     """Remove the read-only placeholders that a killed process left in the workspace ``root``."""
     _PLACEHOLDERS.sweep(root)
-
-
-def _sweep_stale(root: Path, held: set[Path]) -> None:
-    """Remove the placeholders that processes now gone noted and could not remove themselves."""
-    from steward._proc import pid_alive
-
-    ledger = root / _LEDGER
-    try:
-        lines = ledger.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return
-    kept: list[str] = []
-    stale: list[Path] = []
-    for line in lines[:10_000]:
-        pid_text, _, path = line.partition(" ")
-        if not path or not pid_text.isdigit():
-            continue
-        pid = int(pid_text)
-        if Path(path) in held or (pid != os.getpid() and pid_alive(pid)):
-            kept.append(line)
-        else:
-            stale.append(Path(path))
-    # A path a live process noted again is that process's placeholder now, whoever made it first.
-    live = {Path(line.partition(" ")[2]) for line in kept}
-    for gone in stale:
-        if gone not in live:
-            _remove_if_empty(gone)
-    if len(kept) != len(lines):
-        with contextlib.suppress(OSError):
-            ledger.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
-
-
-_COMMONDIR_HERE = b".\n"
-"""A ``commondir`` placeholder's content: git reads it as "this directory", so git (inside
-and on the host) works as if there were none, while nothing else can be written there."""
-
-
-def _create_placeholder(path: Path, kind: str) -> None:
-    try:
-        if kind == "dir":
-            path.mkdir(mode=0o555)
-            return
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
-        try:
-            if kind == "commondir":
-                os.write(fd, _COMMONDIR_HERE)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass  # bwrap makes the mount point itself (from the empty source), or fails loudly
-
-
-def _remove_if_empty(path: Path) -> None:
-    """Remove a placeholder still as it was made (empty; a commondir's "this directory"),
-    walking from / with no symlink followed: a folder on its way that a command swapped for a
-    link (to a home directory) leads nowhere, rather than to a file of the same name there."""
-    from steward.tools._beneath import StrictTree
-
-    contents = (b"", _COMMONDIR_HERE) if path.name == "commondir" else (b"",)
-    with contextlib.suppress(OSError), StrictTree.open(Path("/")) as tree:
-        tree.remove_if_empty(str(path).lstrip("/"), contents)
-
-
-_PLACEHOLDERS = _Placeholders()
 
 
 # --- process limits: a pids cgroup under root -----------------------------------------------
@@ -754,17 +588,7 @@ class BubblewrapSandbox:
             raise ToolError(f"The workspace {str(root)!r} is not a directory that can be sandboxed.")
         scratch = _SCRATCH.files(self.settings.uid, self.settings.gid)
         _PLACEHOLDERS.sweep(root)  # before looking: a stale empty .git would pass for a repository
-        protection = find_protected(root, home_like=_is_home_like(root)) if writable else None
-        placeholders: list[Path] = []
-        if protection is not None:
-            _create_harmless(protection)
-            placeholders = _PLACEHOLDERS.acquire(
-                protection.missing_dirs,
-                protection.missing_files,
-                protection.existing,
-                root,
-                commondirs=protection.missing_commondirs,
-            )
+        protection, placeholders = _protect(root) if writable else (None, [])
         cgroup = None
         try:
             if host.cgroup is not None and self.settings.max_processes is not None:
@@ -867,6 +691,36 @@ class BubblewrapSandbox:
         if settings.max_processes is not None and host.nproc_by_rlimit:
             limits.append(f"--nproc={settings.max_processes}")
         return [host.prlimit, *limits, "--"] if limits else []
+
+
+_PROTECT_ATTEMPTS = 3
+
+
+def _protect(root: Path) -> tuple[Protection, list[Path]]:
+    """The workspace's protected paths and the placeholders claimed for them. Another worker
+    may remove its placeholder between the scan and the claim; the scan is then stale (its
+    mount would name a source that is gone: bwrap's "Can't find source path"), so it is done
+    again, a bounded number of times (after the last, bwrap makes the missing mount points)."""
+    for _retry in range(_PROTECT_ATTEMPTS - 1):
+        protection, claimed = _scan_and_claim(root)
+        if not claimed.vanished:
+            return protection, claimed.paths
+        _PLACEHOLDERS.release(claimed.paths)
+    protection, claimed = _scan_and_claim(root)
+    return protection, claimed.paths
+
+
+def _scan_and_claim(root: Path) -> tuple[Protection, Claimed]:
+    protection = find_protected(root, home_like=_is_home_like(root))
+    _create_harmless(protection)
+    claimed = _PLACEHOLDERS.acquire(
+        protection.missing_dirs,
+        protection.missing_files,
+        protection.existing,
+        root,
+        commondirs=protection.missing_commondirs,
+    )
+    return protection, claimed
 
 
 async def _undo_when_prepared(preparing: asyncio.Future[_Prepared], workspace: Path) -> None:
