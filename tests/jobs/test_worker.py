@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from steward.events import ToolResultEvent
 from steward.jobs.store import Job, JobStore
 from steward.store.events import open_store
 
@@ -60,6 +61,23 @@ async def all_jobs(db_url: str) -> list[Job]:
         return await JobStore(store.engine).list(limit=100)
 
 
+async def bash_results(db_url: str, run_ids: Sequence[str]) -> dict[str, list[ToolResultEvent]]:
+    """Each run's recorded bash results, in order."""
+    async with await open_store(db_url) as store:
+        return {
+            run_id: [
+                e for e in await store.events(run_id) if isinstance(e, ToolResultEvent) and e.tool == "bash"
+            ]
+            for run_id in run_ids
+        }
+
+
+def failed(results: Sequence[ToolResultEvent]) -> list[str]:
+    """What each failed call said: a sandbox that could not start (bwrap's "Can't find source
+    path" when a placeholder went under it) fails the call, which an end step would hide."""
+    return [f"{r.error_category}: {r.output}" for r in results if r.status != "completed" or r.error_category]
+
+
 def wait_for(db_url: str, done: int, timeout: float = 60) -> list[Job]:
     deadline = time.monotonic() + timeout
     jobs = asyncio.run(all_jobs(db_url))
@@ -91,6 +109,9 @@ def test_two_workers_finish_every_job_exactly_once(tmp_path: Path, db_url: str) 
     assert sorted(j.id for j in jobs) == sorted(ids)
     assert all(j.status == "done" and j.result == "appended" and j.run_id == j.id for j in jobs), jobs
     assert (workspace / "ran.txt").read_text() == "ran\n" * 4  # each job's call ran once
+    results = asyncio.run(bash_results(db_url, [j.run_id or j.id for j in jobs]))
+    assert all(len(calls) == 1 for calls in results.values()), results
+    assert [failed(calls) for calls in results.values()] == [[]] * 4
     listed = steward(env, workspace, "jobs", "list")
     assert listed.stdout.count(" done ") == 4
     shown = steward(env, workspace, "jobs", "show", ids[0][:8])
@@ -135,5 +156,7 @@ def test_a_killed_worker_s_job_is_taken_over_and_its_call_is_not_run_again(
     assert job.status == "done" and job.result == "finished after the takeover", job
     assert job.attempts == 1  # one worker lost
     assert (workspace / "ran.txt").read_text() == "ran\n"  # the interrupted call did not run twice
+    (calls,) = asyncio.run(bash_results(db_url, [job.run_id or job.id])).values()
+    assert [c.error_category for c in calls] == ["interrupted"]  # told the model, never run again
     shown = steward(env, workspace, "runs", "show", job.id)
     assert "Interrupted" in shown.stdout or "interrupted" in shown.stdout
