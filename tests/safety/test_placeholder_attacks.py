@@ -8,6 +8,7 @@ it, and swept by the next process after the one that made it was killed."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -235,3 +236,22 @@ def test_no_placeholder_is_made_through_a_link(workspace: Path, outside: Path) -
     assert snapshot(outside) == before
     places.release(claimed)
     assert snapshot(outside) == before
+
+
+def test_harmless_folders_are_not_made_through_a_link(workspace: Path, outside: Path) -> None:
+    """A nested repository's ``.git/hooks`` is made before each command; if a command of another
+    worker swapped the repository's folder for a link since the scan, nothing is made outside."""
+    from steward.safety.protected import find_protected
+    from steward.safety.sandbox.bubblewrap import _create_harmless
+
+    subprocess.run(["git", "init", "-q", str(workspace / "sub")], check=True)
+    shutil.rmtree(workspace / "sub" / ".git" / "hooks")
+    (outside / "sub").mkdir()
+    protection = find_protected(workspace)
+    hooks = workspace / "sub" / ".git" / "hooks"
+    assert hooks in protection.to_create  # the premise
+    swap_for_link(workspace / "sub", outside / "sub")
+    before = snapshot(outside)
+    _create_harmless(protection)
+    assert snapshot(outside) == before
+    assert hooks in protection.missing_dirs and (workspace / ".steward" / ".gitignore").is_file()

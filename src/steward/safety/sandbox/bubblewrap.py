@@ -75,9 +75,8 @@ from typing import TYPE_CHECKING
 from steward.errors import ToolError
 from steward.safety.checkpoints.scan import scanner_for
 from steward.safety.protected import Protection, find_protected
-from steward.safety.sandbox.placeholders import Claimed, Placeholders
+from steward.safety.sandbox.placeholders import Claimed, Placeholders, make_dirs
 from steward.secret_paths import DEFAULT_SECRET_FILES
-from steward.state_dir import make_dir
 
 if TYPE_CHECKING:
     from steward.config import Config, SandboxConfig
@@ -888,14 +887,11 @@ def _copy_etc(target: Path, uid: int, gid: int) -> None:
 
 def _create_harmless(protection: Protection) -> None:
     """Create the protected directories that are harmless to have (``.git/hooks``, ``.steward``),
-    so they are mounted read-only as they are; one that cannot be made gets a placeholder."""
-    for directory in protection.to_create:
-        try:
-            make_dir(directory)  # .steward gets its .gitignore
-        except OSError:
-            protection.missing_dirs.append(directory)
-        else:
-            protection.existing.append(directory)
+    so they are mounted read-only as they are; one that cannot be made gets a placeholder. Made
+    beneath the workspace's fd: a folder on the way swapped for a link leads nowhere."""
+    made = make_dirs(protection.root, protection.to_create)  # .steward gets its .gitignore
+    for directory, there in zip(protection.to_create, made, strict=True):
+        (protection.existing if there else protection.missing_dirs).append(directory)
     protection.to_create.clear()
 
 

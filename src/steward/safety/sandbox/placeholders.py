@@ -340,6 +340,47 @@ def _locked(root: Path, *, make: bool) -> Iterator[_Workspace | None]:
         yield workspace
 
 
+def make_dirs(root: Path, paths: Sequence[Path]) -> list[bool]:
+    """Make each directory (``.steward`` with its ``.gitignore``, a ``.git/hooks``, a hooks
+    path), missing folders on its way included, each step below ``root`` made and opened
+    without following a link; whether each is a directory of its own now. A link put on the
+    way (another worker's command swapping a folder for a link elsewhere) makes nothing."""
+    real = root.resolve(strict=False)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return [False] * len(paths)
+    try:
+        workspace = _Workspace(real, fd)
+        return [_make_dir(workspace, path) for path in paths]
+    finally:
+        os.close(fd)
+
+
+def _make_dir(workspace: _Workspace, path: Path) -> bool:
+    parts = workspace.parts(path)
+    if parts is None:
+        return False
+    if parts == (STATE_DIR,):
+        state = _state_dir(workspace.fd, make=True)
+        if state is not None:
+            os.close(state)
+        return state is not None
+    fd = os.dup(workspace.fd)
+    try:
+        for name in parts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o777, dir_fd=fd)
+            child = os.open(name, _DIR, dir_fd=fd)  # a directory of its own, not a link to one
+            os.close(fd)
+            fd = child
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 class Placeholders:
     """The placeholders of this process, counted per path across its sandboxes, so that one
     command never removes a placeholder another still has mounted (the kernel would unmount it
