@@ -1,9 +1,9 @@
 """The spans of a run's calls: ``chat {model}`` around the model, ``execute_tool {tool}`` around
 the toolset (a memory operation under ``remember``, ``recall`` and ``forget``).
 
-Each wrapper starts its span under whatever span is current (the step, made current by
-``RunTrace.events`` while the loop runs) and makes its own current while the call runs, so what
-the call does (an HTTP client's own instrumentation, a ``delegate`` call's job) nests under it.
+Each wrapper starts its span under the run's step (``RunTrace.parent``) and makes its own span
+current while the call runs, so what the call does (an HTTP client's own instrumentation, a
+``delegate`` call's job) nests under it.
 """
 
 from __future__ import annotations
@@ -80,7 +80,9 @@ class TracingModel(Model):
                 [{"type": "text", "content": request.system_text}]
             )
             attributes["gen_ai.input.messages"] = content.json(_messages(request))
-        span = self.trace.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
+        span = self.trace.tracer.start_span(
+            f"chat {model}", context=self.trace.parent(), kind=SpanKind.CLIENT, attributes=attributes
+        )
         items = self.wrapped.stream(request)
         current = trace.set_span_in_context(span)
         try:
@@ -170,7 +172,9 @@ class TracingToolset(WrapperToolset):
             attributes["gen_ai.tool.call.id"] = call_id
         if run.content is not None:
             attributes["gen_ai.tool.call.arguments"] = run.content.json(dict(arguments))
-        span = run.tracer.start_span(f"execute_tool {name}", kind=SpanKind.INTERNAL, attributes=attributes)
+        span = run.tracer.start_span(
+            f"execute_tool {name}", context=run.parent(), kind=SpanKind.INTERNAL, attributes=attributes
+        )
         token = otel_context.attach(trace.set_span_in_context(span))
         try:
             operation = MEMORY_OPERATIONS.get(name)

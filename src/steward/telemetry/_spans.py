@@ -2,10 +2,13 @@
 run's event stream; its model and toolset wrapped for the spans of its calls (``_calls``).
 
 Imported only when ``[telemetry]`` is on. The run's event stream (``RunTrace.events``) opens
-the ``invoke_agent`` span and a ``step`` span at each ``step`` event, and makes the step (or,
-between steps, the run) the current span only while it waits for the loop's next event: a
-context attached and detached around one ``await``, never across a ``yield``, so whoever reads
-the stream never runs inside the run's spans and nothing leaks between runs.
+the ``invoke_agent`` span and a ``step`` span at each ``step`` event. The step is never made the
+current span: a call's span names its parent (``RunTrace.parent``) and only the call's own span
+is current while the call runs. Whoever reads the stream never runs inside the run's spans, and
+nothing the loop schedules keeps a step's span alive: an ``asyncio`` timer captures the context
+current when it is made, and a cancelled one stays in the event loop's queue until the loop next
+turns, which a run with no I/O (a scripted model, in-process tools) may not do for its whole
+length; with the step current, each of its timers kept a span (and its attributes) alive.
 """
 
 from __future__ import annotations
@@ -148,7 +151,8 @@ class RunTrace:
         if step is not None:
             step.end()
 
-    def _current(self) -> otel_context.Context | None:
+    def parent(self) -> otel_context.Context | None:
+        """The context a call's span starts in: the step's (between steps, the run's)."""
         return self._step_context or self._run_context
 
     def seen(self, event: ev.Event) -> None:
@@ -157,9 +161,9 @@ class RunTrace:
             case ev.StepStart(step=n):
                 self._end_step()
                 self.step = self.tracer.start_span(
-                    "step", context=self._current(), attributes={"steward.step": n}
+                    "step", context=self.parent(), attributes={"steward.step": n}
                 )
-                self._step_context = trace.set_span_in_context(self.step)  # made once, attached per event
+                self._step_context = trace.set_span_in_context(self.step)  # once: its calls' parent
             case ev.PhaseEvent(phase=phase) if self.step is not None:
                 self.step.set_attribute("steward.phase", phase)
             case ev.ToolUse(tool=tool, call_id=call_id):
@@ -177,7 +181,6 @@ class RunTrace:
         self.begin(None)
         try:
             for _ in range(10**12):  # bounded by the run's own limits: it ends or pauses
-                token = otel_context.attach(self._current() or otel_context.get_current())
                 try:
                     event = await anext(stream, None)
                 except BaseException as exc:
@@ -185,8 +188,6 @@ class RunTrace:
                         mark_error(self.span, type(exc).__qualname__, str(exc))
                         self.failed = True
                     raise
-                finally:
-                    otel_context.detach(token)
                 if event is None:
                     return
                 if event.type in _TELLING:  # most events say nothing about spans: skip them cheaply

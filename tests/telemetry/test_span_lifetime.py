@@ -1,0 +1,81 @@
+"""A traced run keeps no span alive once it ended: what a step costs must not grow with the run.
+
+A run with no I/O (a function model, in-process tools) never lets asyncio's event loop turn, so
+the cancelled timers of its time limits stay queued until it ends, each holding the context that
+was current when it was made. Were a step's span current then, every step would leave its span
+(and its attributes) behind: memory, and garbage-collector work, growing with the run.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import Span, TracerProvider
+
+from steward import Agent, FunctionModel, Limits
+from steward.config import Config, TelemetrySettings
+from steward.events import StepStart
+from steward.models.base import AssistantMessage, ModelRequest, ToolCall
+from steward.telemetry import use_tracer_provider
+
+STEPS = 40
+
+
+@pytest.fixture
+def dropping() -> Iterator[None]:
+    """SDK spans that no exporter keeps: once ended, only a leak can hold them."""
+    provider = TracerProvider()
+    use_tracer_provider(provider)
+    try:
+        yield
+    finally:
+        use_tracer_provider(None)
+        provider.shutdown()
+
+
+async def lookup(key: str) -> str:  # async: run in the loop, no thread (no I/O at all)
+    """Look a key up.
+
+    Args:
+        key: The key.
+    """
+    return f"value of {key}"
+
+
+def replies() -> FunctionModel:
+    """A model that looks a new key up at each step, then ends."""
+    asked = [0]
+
+    def reply(request: ModelRequest) -> AssistantMessage:
+        asked[0] += 1
+        if asked[0] < STEPS:
+            return AssistantMessage(tool_calls=(ToolCall(f"c{asked[0]}", "lookup", {"key": f"k{asked[0]}"}),))
+        end = {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "ok"}
+        return AssistantMessage(tool_calls=(ToolCall("end", "agent_step", end),))
+
+    return FunctionModel(reply)
+
+
+def live_spans() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, Span))
+
+
+async def test_the_spans_alive_during_a_run_do_not_grow_with_its_steps(
+    dropping: None, tmp_path: Path
+) -> None:
+    config = Config(telemetry=TelemetrySettings(enabled=True))
+    limits = Limits(max_steps=STEPS + 5, repeat_stop=STEPS + 5, repeat_warning=STEPS + 4)
+    agent = Agent(replies(), tools=[lookup], builtin_tools=False, config=config, limits=limits, sandbox=False)
+    run = agent.start("look them up", workspace=tmp_path)
+    alive: dict[int, int] = {}
+    async for event in run.stream():
+        if isinstance(event, StepStart) and event.step in (5, STEPS):
+            alive[event.step] = live_spans()
+    assert run.snapshot().solved
+    # The run's span and its current step's, whatever the step: nothing left from earlier steps.
+    assert alive == {5: 2, STEPS: 2}
+    assert live_spans() == 0
