@@ -23,45 +23,27 @@ import tempfile
 import time
 from pathlib import Path
 
-from steward import Agent, FunctionModel, Limits, tool
+from _agent import ping_agent
 from steward.config import BudgetSettings, Config
-from steward.models.base import AssistantMessage, ModelRequest, ToolCall
 from steward.store.events import open_store
 
 MODES = ("off", "budget", "store", "store+tree")
 
 
-def make_agent(steps: int, mode: str, store: object) -> Agent:
-    calls = [0]
-
-    def reply(request: ModelRequest) -> AssistantMessage:
-        calls[0] += 1
-        if calls[0] <= steps:
-            return AssistantMessage(tool_calls=(ToolCall(f"c{calls[0]}", "ping", {"i": calls[0]}),))
-        end = {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "ok"}
-        return AssistantMessage(tool_calls=(ToolCall("end", "agent_step", end),))
-
-    @tool
-    async def ping(i: int) -> str:
-        """Return i."""
-        return str(i)
-
+def budget_of(mode: str) -> BudgetSettings:
     big = 10**12  # never reached: the accounting runs, the run is not stopped
-    budget = {
+    return {
         "off": BudgetSettings(),
         "budget": BudgetSettings(tokens=big, tool_calls=big),
         "store": BudgetSettings(),
         "store+tree": BudgetSettings(tree_tokens=big, tree_tool_calls=big),
     }[mode]
-    limits = Limits(max_steps=steps + 5, repeat_stop=steps + 5, repeat_warning=steps + 4)
-    return Agent(FunctionModel(reply), tools=[ping], builtin_tools=False, config=Config(budget=budget),
-                 limits=limits, sandbox=False, store=store, memory=False)  # type: ignore[arg-type]  # fmt: skip
 
 
 async def ms_per_step(steps: int, mode: str, workspace: Path) -> float:
     store = await open_store(f"sqlite:///{workspace / f'{mode}.db'}") if mode.startswith("store") else None
     try:
-        run = make_agent(steps, mode, store).start("ping", workspace=workspace)
+        run = ping_agent(steps, Config(budget=budget_of(mode)), store).start("ping", workspace=workspace)
         started = time.process_time()  # CPU time: the machine's load (other processes) stays out of it
         result = await run.result()
         took = time.process_time() - started

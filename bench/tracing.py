@@ -23,31 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from steward import Agent, FunctionModel, Limits, tool
+from _agent import ping_agent
 from steward.config import Config, TelemetrySettings
-from steward.models.base import AssistantMessage, ModelRequest, ToolCall
-
-
-def make_agent(steps: int, traced: bool) -> Agent:
-    calls = [0]
-
-    def reply(request: ModelRequest) -> AssistantMessage:
-        calls[0] += 1
-        if calls[0] <= steps:
-            return AssistantMessage(tool_calls=(ToolCall(f"c{calls[0]}", "ping", {"i": calls[0]}),))
-        end = {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "ok"}
-        return AssistantMessage(tool_calls=(ToolCall("end", "agent_step", end),))
-
-    @tool
-    async def ping(i: int) -> str:
-        """Return i."""
-        return str(i)
-
-    config = Config(telemetry=TelemetrySettings(enabled=traced))
-    # repeat_stop above the step count: the same tool each step is this bench's point, not stuck.
-    limits = Limits(max_steps=steps + 5, repeat_stop=steps + 5, repeat_warning=steps + 4)
-    return Agent(FunctionModel(reply), tools=[ping], builtin_tools=False, config=config, limits=limits,
-                 sandbox=False)  # fmt: skip
 
 
 async def ms_per_step(steps: int, mode: str, workspace: str) -> float:
@@ -68,7 +45,7 @@ async def ms_per_step(steps: int, mode: str, workspace: str) -> float:
         if mode == "memory":
             provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
         use_tracer_provider(provider)
-    agent = make_agent(steps, traced=mode != "off")
+    agent = ping_agent(steps, Config(telemetry=TelemetrySettings(enabled=mode != "off")))
     run = agent.start("ping", workspace=workspace)
     started = time.process_time()  # CPU time: the machine's load (other processes) stays out of it
     result = await run.result()
