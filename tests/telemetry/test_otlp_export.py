@@ -4,6 +4,7 @@ delegates to another persona, both run by a real worker, in one trace with the r
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -103,12 +104,12 @@ def test_a_delegated_child_s_run_hangs_under_the_parent_s_delegate_call_in_one_t
     assert (child.traceparent or "").split("-")[1:3] == [delegate.trace_id, delegate.span_id]
 
 
-def _steward_run(tmp_path: Path, collector: Receiver, extra: str = "") -> None:
+def _steward_run(tmp_path: Path, url: str, extra: str = "") -> subprocess.CompletedProcess[str]:
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "notes.txt").write_text("hello\n")
     (ws / "script.yaml").write_text(yaml.safe_dump(HELPER))
-    (ws / "steward.toml").write_text(f'[telemetry]\nenabled = true\nendpoint = "{collector.url}"\n{extra}')
+    (ws / "steward.toml").write_text(f'[telemetry]\nenabled = true\nendpoint = "{url}"\n{extra}')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "OTEL_"))}
     env |= {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_STATE_HOME": str(tmp_path / "state")}
     done = subprocess.run(
@@ -116,13 +117,14 @@ def _steward_run(tmp_path: Path, collector: Receiver, extra: str = "") -> None:
         cwd=ws, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    return done
 
 
 def test_a_short_steward_run_sends_its_spans_before_the_process_exits(
     tmp_path: Path, collector: Receiver
 ) -> None:
     """Spans are batched; a one-off ``steward run`` still delivers them (flushed at exit)."""
-    _steward_run(tmp_path, collector)
+    _steward_run(tmp_path, collector.url)
     spans = collector.wait_for(lambda got: any(s.name.startswith("invoke_agent") for s in got), timeout=30)
     (run,) = [s for s in spans if s.name.startswith("invoke_agent")]
     assert run.parent_id == "" and run.attributes["steward.run.end_status"] == "solved"
@@ -131,5 +133,21 @@ def test_a_short_steward_run_sends_its_spans_before_the_process_exits(
 
 
 def test_a_run_not_sampled_sends_nothing(tmp_path: Path, collector: Receiver) -> None:
-    _steward_run(tmp_path, collector, "sample_ratio = 0.0\n")
+    _steward_run(tmp_path, collector.url, "sample_ratio = 0.0\n")
     assert collector.spans == []  # the process has ended: whatever it would send was sent
+
+
+def test_with_no_collector_listening_a_run_still_exits_and_says_its_spans_were_not_sent(
+    tmp_path: Path,
+) -> None:
+    """The exporter would retry for its whole timeout at exit; a one-off run gives up soon, saying so."""
+    with socket.socket() as taken:  # a port nobody listens on once it is closed
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    done = _steward_run(tmp_path, url)  # waited on: the subprocess's own timeout is the only bound
+    warned = [line for line in done.stderr.splitlines() if "spans" in line and "not sent" in line]
+    assert warned == [
+        f"steward: spans not sent: the OpenTelemetry collector at {url}/v1/traces did not answer "
+        "(from [telemetry] endpoint; gave up at exit)"
+    ], done.stderr

@@ -3,8 +3,8 @@
 The collector is ``[telemetry] endpoint`` when set, else OpenTelemetry's own variables
 (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, the whole URL; ``OTEL_EXPORTER_OTLP_ENDPOINT``, the
 base), else ``http://localhost:4318``: as in OpenTelemetry's SDKs, what the configuration says
-comes before the variables. Spans are batched and sent in the background; the provider flushes
-them when the process exits.
+comes before the variables. Spans are batched and sent in the background; what is left is sent
+when the process exits, waiting a second or two at most (``_sending``).
 """
 
 from __future__ import annotations
@@ -128,7 +128,9 @@ def tracer(settings: TelemetrySettings) -> Tracer:
         from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
     except ImportError:
         raise ConfigError(missing_extra()) from None
-    url, _ = traces_url(settings)
+    from steward.telemetry._sending import Watched, flush_at_exit
+
+    url, source = traces_url(settings)
     sent = headers(settings)
     key = (url, tuple(sorted(sent.items())), settings.service_name, settings.sample_ratio)
     with _lock:
@@ -138,18 +140,12 @@ def tracer(settings: TelemetrySettings) -> Tracer:
             # sampled (a delegated job's) always is, so a trace is whole or absent.
             sampler = ParentBased(TraceIdRatioBased(settings.sample_ratio))
             resource = Resource.create({"service.name": settings.service_name})
-            provider = TracerProvider(resource=resource, sampler=sampler)
-            exporter = OTLPSpanExporter(endpoint=url, headers=sent, timeout=_EXPORT_TIMEOUT_S)
+            # Not the SDK's exit hook: it waits out the exporter's retries of a collector that is down.
+            provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
+            exporter = Watched(
+                OTLPSpanExporter(endpoint=url, headers=sent, timeout=_EXPORT_TIMEOUT_S), url, source
+            )
             provider.add_span_processor(BatchSpanProcessor(exporter))
+            flush_at_exit(provider, exporter)
             _providers[key] = provider
     return provider.get_tracer("steward", __version__)
-
-
-def flush(timeout_s: float = _EXPORT_TIMEOUT_S) -> None:
-    """Send what is batched now (a short-lived process that is about to end)."""
-    with _lock:
-        providers = [*_providers.values(), *_override]
-    for provider in providers:
-        force = getattr(provider, "force_flush", None)
-        if force is not None:
-            force(int(timeout_s * 1000))
