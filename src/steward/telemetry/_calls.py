@@ -45,7 +45,13 @@ class TracingModel(Model):
     def __init__(self, wrapped: Model, trace_: RunTrace) -> None:
         self.wrapped, self.trace = wrapped, trace_
         self.name = wrapped.name
-        self._named = provider_and_model(self.name)  # as the conventions name them, once
+        provider, model = provider_and_model(self.name)  # as the conventions name them, once
+        self._model, self._span_name = model, f"chat {model}"
+        self._attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model,
+        }
 
     def replayed(self) -> None:
         self.wrapped.replayed()
@@ -63,13 +69,8 @@ class TracingModel(Model):
         return self.wrapped.warnings()
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        provider, model = self._named
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": provider,
-            "gen_ai.request.model": model,
-            "steward.request.purpose": request.purpose,
-        }
+        model = self._model
+        attributes: dict[str, Any] = {**self._attributes, "steward.request.purpose": request.purpose}
         if request.max_tokens is not None:
             attributes["gen_ai.request.max_tokens"] = request.max_tokens
         if request.temperature is not None:
@@ -80,11 +81,12 @@ class TracingModel(Model):
                 [{"type": "text", "content": request.system_text}]
             )
             attributes["gen_ai.input.messages"] = content.json(_messages(request))
+        parent = self.trace.parent()
         span = self.trace.tracer.start_span(
-            f"chat {model}", context=self.trace.parent(), kind=SpanKind.CLIENT, attributes=attributes
+            self._span_name, context=parent, kind=SpanKind.CLIENT, attributes=attributes
         )
         items = self.wrapped.stream(request)
-        current = trace.set_span_in_context(span)
+        current = trace.set_span_in_context(span, parent)
         try:
             for _ in range(10**9):  # bounded by the provider's reply
                 token = otel_context.attach(current)
@@ -172,10 +174,11 @@ class TracingToolset(WrapperToolset):
             attributes["gen_ai.tool.call.id"] = call_id
         if run.content is not None:
             attributes["gen_ai.tool.call.arguments"] = run.content.json(dict(arguments))
+        parent = run.parent()
         span = run.tracer.start_span(
-            f"execute_tool {name}", context=run.parent(), kind=SpanKind.INTERNAL, attributes=attributes
+            f"execute_tool {name}", context=parent, kind=SpanKind.INTERNAL, attributes=attributes
         )
-        token = otel_context.attach(trace.set_span_in_context(span))
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
         try:
             operation = MEMORY_OPERATIONS.get(name)
             if operation is not None:

@@ -160,10 +160,9 @@ class RunTrace:
         match event:
             case ev.StepStart(step=n):
                 self._end_step()
-                self.step = self.tracer.start_span(
-                    "step", context=self.parent(), attributes={"steward.step": n}
-                )
-                self._step_context = trace.set_span_in_context(self.step)  # once: its calls' parent
+                parent = self._run_context
+                self.step = self.tracer.start_span("step", context=parent, attributes={"steward.step": n})
+                self._step_context = trace.set_span_in_context(self.step, parent)  # once: its calls' parent
             case ev.PhaseEvent(phase=phase) if self.step is not None:
                 self.step.set_attribute("steward.phase", phase)
             case ev.ToolUse(tool=tool, call_id=call_id):
