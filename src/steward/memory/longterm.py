@@ -566,6 +566,10 @@ class LongTermMemory:
     ) -> list[Found]:
         """``recall`` in one connection, ``generation`` the scope's as ``conn`` reads it."""
         conditions = [*visible_where(now), *_filters(tags, kinds)]
+        # The keyword list comes with its rows; the vector list's others are read under the
+        # same WHERE, so a candidate hidden, purged or expired meanwhile (or, were a backend
+        # ever wrong, of another scope) is dropped here.
+        by_words = [*scope_unindexed(scope), *conditions]
         vector_hits: list[tuple[int, float]] = []
         if vector is not None and self._embedder is not None:
             search = VectorQuery(
@@ -579,12 +583,15 @@ class LongTermMemory:
                 now=now,
                 generation=generation,
             )
-            vector_hits = await (await self._vector_index()).search(conn, search)
-        # The keyword list comes with its rows; the vector list's others are read under the
-        # same WHERE, so a candidate hidden, purged or expired meanwhile (or, were a backend
-        # ever wrong, of another scope) is dropped here.
-        by_words = [*scope_unindexed(scope), *conditions]
-        rows = {row["id"]: row for row in await keyword_rows(conn, query, by_words, ITEM_COLUMNS)}
+            index = await self._vector_index()
+            if conn.dialect.name == "postgresql":
+                vector_hits, word_rows = await self._both_lists(conn, index, search, query, by_words)
+            else:  # SQLite: one process's CPU does both either way
+                vector_hits = await index.search(conn, search)
+                word_rows = await keyword_rows(conn, query, by_words, ITEM_COLUMNS)
+        else:
+            word_rows = await keyword_rows(conn, query, by_words, ITEM_COLUMNS)
+        rows = {row["id"]: row for row in word_rows}
         settings = self._settings
         ranked = fuse_lists(
             list(rows), vector_hits, k=settings.rrf_k, keyword_weight=settings.keyword_weight
@@ -599,6 +606,31 @@ class LongTermMemory:
             (r for r in ranked if r.id in items), key=lambda r: (-r.score, -items[r.id].updated_at, -r.id)
         )
         return [Found(items[r.id], r.score, r.keyword_rank, r.vector_rank, r.similarity) for r in ordered[:k]]
+
+    async def _both_lists(
+        self,
+        conn: AsyncConnection,
+        index: VectorIndex,
+        search: VectorQuery,
+        query: str,
+        by_words: Sequence[sa.ColumnElement[bool]],
+    ) -> tuple[list[tuple[int, float]], list[sa.RowMapping]]:
+        """The vector list on ``conn`` and the keyword list on a second pooled connection, at
+        once: on PostgreSQL each is a server process of its own, so a hybrid recall waits for the
+        slower of the two instead of their sum. Should either
+        fail, the other is cancelled and its connection goes back to the pool."""
+
+        async def by_meaning() -> list[tuple[int, float]]:
+            return await index.search(conn, search)
+
+        async def by_words_elsewhere() -> list[sa.RowMapping]:
+            async with self._engine.connect() as other:
+                return await keyword_rows(other, query, by_words, ITEM_COLUMNS)
+
+        async with asyncio.TaskGroup() as group:
+            meaning = group.create_task(by_meaning())
+            words = group.create_task(by_words_elsewhere())
+        return meaning.result(), words.result()
 
     # --- vectors ----------------------------------------------------------------------------------
 
