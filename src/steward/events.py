@@ -241,6 +241,9 @@ class DoneEvent(Event):
     steps: int
     tool_calls: int
     usage: dict[str, int]
+    #: The tools offered after the run's start, e.g. found by ``discover_tools`` (OpenAI's
+    #: ``tools`` shape; None: none), so its export lists every tool the model saw.
+    offered: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)

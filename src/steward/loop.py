@@ -169,6 +169,7 @@ class Loop:
         st, folded = self.state, None
         try:
             tools = [*await self.toolset.get_tools(self.ctx), self.step_spec]
+            st.offered.note(tools)
             static = self.static_prompt
             if self.core_memory is not None and len(self.core_memory):
                 static += "\n\n" + self.core_memory.render()

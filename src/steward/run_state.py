@@ -31,6 +31,7 @@ from steward.events import (
 from steward.memory.transcript import Transcript
 from steward.memory.working import ErrorEntry, Step, WorkingMemory
 from steward.models.base import ToolCall, ToolResultMessage, Usage
+from steward.offered import OfferedLater
 from steward.phases import AGENT_STEP, EndStatus
 from steward.text import compact_json
 from steward.tools._code_calls import ProgramPaused
@@ -179,6 +180,8 @@ class RunState:
     #: Plain-text replies sent back since a tool call last succeeded, because the work was not
     #: done (``steward.ending``).
     unfinished_answers: int = 0
+    #: The tools offered after the first request, for the closing event (``steward.offered``).
+    offered: OfferedLater = field(default_factory=OfferedLater)
 
     # --- what a step leaves behind (the loop decides; these record) ---
 
@@ -187,7 +190,8 @@ class RunState:
         self.status, self.end_status, self.output = status, end_status, message
         c = self.counters
         return DoneEvent(status=status, end_status=end_status, message=message, steps=c.step,
-                         tool_calls=c.tool_calls, usage=self.usage.as_dict())  # fmt: skip
+                         tool_calls=c.tool_calls, usage=self.usage.as_dict(),
+                         offered=self.offered.tools())  # fmt: skip
 
     def reply(self, call: ToolCall, content: str, *, error: bool = False, observation: bool = False) -> None:
         """The result the model reads for ``call``."""

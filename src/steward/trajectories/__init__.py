@@ -11,7 +11,8 @@
 - ``phases``: one entry per message, the loop's phase of each assistant turn (``plan``,
   ``reason``, ``act``, ``verify``, ``reflect``, ``feedback``, ``end``) and None for the others.
   It sits beside ``messages``, not in them: OpenAI's upload rejects keys it does not know.
-- ``tools``: the tools offered to the model, as OpenAI's ``tools`` parameter.
+- ``tools``: every tool offered to the model during the run, each once, as OpenAI's ``tools``
+  parameter: those it started with, then those offered later (found by ``discover_tools``).
 - ``reward``: see ``reward``. ``run``: the run's id, goal, model, persona, counts and times.
 
 Everything comes from the store, which holds only redacted text (``steward.store.redaction``).
@@ -33,6 +34,7 @@ __all__ = [
     "arguments_json",
     "chat_record",
     "conversation",
+    "offered_tools",
     "record_of",
     "reward",
     "verified",
@@ -85,6 +87,18 @@ def verifier_command(events: Sequence[Event]) -> str:
     return ""
 
 
+def offered_tools(
+    at_start: Sequence[dict[str, Any]] | None, later: Sequence[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """The tools a run offered (its start's, then the later ones), each name once: its first schema."""
+    by_name: dict[str, dict[str, Any]] = {}
+    for tool in [*(at_start or ()), *(later or ())]:
+        function = tool.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        by_name.setdefault(str(name), tool)
+    return list(by_name.values())
+
+
 async def chat_record(store: EventStore, run_id: str, *, thinking: bool = False) -> dict[str, Any]:
     """One run (its id, or a unique prefix) as a training record (see the module's docstring);
     ``thinking`` adds each assistant turn's reasoning as ``reasoning_content``."""
@@ -112,7 +126,7 @@ def record_of(row: RunRow, events: Sequence[Event], *, thinking: bool = False) -
     usage = done.usage if done is not None else {}
     return {
         "messages": chat.messages,
-        "tools": list(start.tools or []),
+        "tools": offered_tools(start.tools, done.offered if done is not None else None),
         "phases": chat.phases,
         "reward": reward(outcome, check),
         "reward_source": "verifier" if check is not None else "outcome",
