@@ -1,6 +1,7 @@
 """The cost of OpenTelemetry tracing per loop step (issue 24).
 
     .venv/bin/python bench/tracing.py [--steps 50,1000] [--repeats 7]
+    .venv/bin/python bench/tracing.py --instructions [--modes off,noop,dropped]
 
 Each run calls a tiny tool at every step (the model is a function: no I/O), then ends. Four
 ways, interleaved so the machine's load falls on each alike: tracing off (the default: nothing
@@ -11,13 +12,21 @@ span kept by the SDK's in-memory exporter (a span per run, step, model call and 
 machine the other processes' share would drown the difference), and what tracing adds per step (µs, and as a
 share of the loop's own time off). Target: on costs <= 5 % of the loop's step; off costs nothing
 (no per-step code runs: the run's stream is wrapped only when tracing is on).
+
+``--instructions`` counts instructions instead of CPU time (valgrind's callgrind; repeatable
+whatever the machine's load, where CPU time moves by ±25 µs a step): each way runs in a child
+python at 50 and at 550 steps, callgrind counting only inside the measured run (the child runs
+it under ``sys.call_tracing``, which callgrind toggles on), and a step's instructions are
+(I(550) - I(50)) / 500, so what a run costs once cancels out.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,14 +64,44 @@ async def ms_per_step(steps: int, mode: str, workspace: str) -> float:
     return took * 1000 / (steps + 1)
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+MODES = ("off", "noop", "unsampled", "dropped", "memory")
+_FEW, _MANY = 50, 550  # the two step counts of --instructions
+
+
+def child(mode: str, steps: int) -> None:
+    """One measured run, the only code callgrind counts (``--toggle-collect=sys_call_tracing``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(ms_per_step(5, mode, tmp))  # warm: imports, the first provider
+        sys.call_tracing(lambda: asyncio.run(ms_per_step(steps, mode, tmp)), ())
+
+
+def instructions(mode: str, steps: int) -> int:
+    """Instructions of one run of ``steps`` steps in ``mode``, counted by callgrind in a child."""
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--cache-sim=no",
+         "--branch-sim=no", "--collect-atstart=no", "--toggle-collect=sys_call_tracing",
+         sys.executable, __file__, "--child", mode, str(steps)],
+        capture_output=True, text=True, check=True, timeout=1800,
+    )  # fmt: skip
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    assert found is not None, done.stderr
+    return int(found.group(1))
+
+
+def count_instructions(modes: list[str]) -> None:
+    per_step = {m: (instructions(m, _MANY) - instructions(m, _FEW)) / (_MANY - _FEW) for m in ["off", *modes]}
+    off = per_step["off"]
+    print(
+        f"python {sys.version.split()[0]}; instructions per step, (I({_MANY}) - I({_FEW})) / {_MANY - _FEW}"
     )
-    parser.add_argument("--steps", default="50,1000")
-    parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args()
-    modes = ("off", "noop", "unsampled", "dropped", "memory")
+    print(f"off: {off / 1000:.1f} k")
+    for m in modes:
+        added = per_step[m] - off
+        print(f"{m:>10}: +{added / 1000:.1f} k ({added / off * 100:.1f} %)")
+
+
+async def main(args: argparse.Namespace) -> None:
+    modes = MODES
     with tempfile.TemporaryDirectory() as tmp:
         workspace = str(Path(tmp))
         await ms_per_step(20, "memory", workspace)  # warm: imports, the first provider
@@ -82,4 +121,18 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", default="50,1000")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--instructions", action="store_true", help="count instructions (callgrind)")
+    parser.add_argument("--modes", default="noop,unsampled,dropped,memory", help="with --instructions")
+    parser.add_argument("--child", nargs=2, metavar=("MODE", "STEPS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]))
+    elif args.instructions:
+        count_instructions([m for m in args.modes.split(",") if m != "off"])
+    else:
+        asyncio.run(main(args))
