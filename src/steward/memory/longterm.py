@@ -158,6 +158,22 @@ def visible_where(now: float) -> list[sa.ColumnElement[bool]]:
     return [items.c.hidden_at.is_(None), sa.or_(items.c.expires_at.is_(None), items.c.expires_at > now)]
 
 
+def page_query(
+    scope: Scope | None, *, kind: str | None, visible_at: float | None, limit: int, before_id: int | None
+) -> sa.Select[Any]:
+    """One page of items, newest first: those of ``scope`` (None: every scope) older than
+    ``before_id``, visible at ``visible_at`` (None: hidden and expired ones too). A whole scope
+    walks ``ix_memory_scope_id`` from its newest item and stops at ``limit``: no scope is sorted."""
+    where = scope_where(scope) if scope is not None else []
+    if visible_at is not None:
+        where += visible_where(visible_at)
+    if kind is not None:
+        where.append(memory_items.c.kind == kind)
+    if before_id is not None:
+        where.append(memory_items.c.id < before_id)
+    return sa.select(*ITEM_COLUMNS).where(*where).order_by(memory_items.c.id.desc()).limit(max(limit, 0))
+
+
 def new_item(
     scope: Scope,
     text: str,
@@ -514,16 +530,10 @@ class LongTermMemory:
     ) -> list[MemoryItem]:
         """Items newest first (pages: ``before_id`` = the last id seen). Hidden and expired ones
         only with ``include_hidden``."""
-        where = scope_where(scope) if scope is not None else []
-        if not include_hidden:
-            where += visible_where(self._clock())
-        if kind is not None:
-            where.append(memory_items.c.kind == kind)
-        if before_id is not None:
-            where.append(memory_items.c.id < before_id)
-        query = sa.select(*ITEM_COLUMNS).where(*where).order_by(memory_items.c.id.desc()).limit(max(limit, 0))
+        now = None if include_hidden else self._clock()
+        query = page_query(scope, kind=kind, visible_at=now, limit=limit, before_id=before_id)
         async with self._engine.connect() as conn:
-            rows = (await conn.execute(query.limit(max(limit, 0)))).mappings().all()
+            rows = (await conn.execute(query)).mappings().all()
         return [row_item(row) for row in rows]
 
     async def recall(

@@ -113,6 +113,9 @@ memory_items = sa.Table(
     sa.Column("merged", sa.Integer, nullable=False, server_default="1"),  # writes folded into it
     sa.Index("ix_memory_scope", "scope_user", "scope_persona", "scope_workspace", "created_at"),
     sa.Index("ix_memory_hash", "content_hash"),
+    # A scope's items newest first (``memory list``, ``items``): the page read, not the scope sorted
+    # (migration 13).
+    sa.Index("ix_memory_scope_id", "scope_user", "scope_persona", "scope_workspace", "id"),
 )
 
 # Vectors by content hash and embedding model: changing the model embeds again, never mixes spaces.
@@ -441,6 +444,11 @@ def _v11_job_trace(conn: Connection) -> None:
         conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN traceparent TEXT"))
 
 
+def _v13_memory_scope_id(conn: Connection) -> None:
+    # A database made before version 13 lacks the index; one made later has it from _v9.
+    next(i for i in memory_items.indexes if i.name == "ix_memory_scope_id").create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_runs_and_events,
     _v2_resume_sessions_memory,
@@ -454,6 +462,7 @@ MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v10_notes,
     _v11_job_trace,
     _v12_budgets,
+    _v13_memory_scope_id,
 )
 LATEST_VERSION = len(MIGRATIONS)
 
