@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Span, TracerProvider
 
 from steward import Agent, FunctionModel, Limits
@@ -25,12 +26,14 @@ STEPS = 40
 
 
 @pytest.fixture
-def dropping() -> Iterator[None]:
-    """SDK spans that no exporter keeps: once ended, only a leak can hold them."""
-    provider = TracerProvider()
+def dropping() -> Iterator[Resource]:
+    """SDK spans that no exporter keeps: once ended, only a leak can hold them. Theirs is the
+    resource yielded (other tests' spans may still be alive in this process)."""
+    resource = Resource.create({"service.name": "span-lifetime-test"})
+    provider = TracerProvider(resource=resource)
     use_tracer_provider(provider)
     try:
-        yield
+        yield resource
     finally:
         use_tracer_provider(None)
         provider.shutdown()
@@ -59,13 +62,13 @@ def replies() -> FunctionModel:
     return FunctionModel(reply)
 
 
-def live_spans() -> int:
+def live_spans(resource: Resource) -> int:
     gc.collect()
-    return sum(1 for o in gc.get_objects() if isinstance(o, Span))
+    return sum(1 for o in gc.get_objects() if isinstance(o, Span) and o.resource is resource)
 
 
 async def test_the_spans_alive_during_a_run_do_not_grow_with_its_steps(
-    dropping: None, tmp_path: Path
+    dropping: Resource, tmp_path: Path
 ) -> None:
     config = Config(telemetry=TelemetrySettings(enabled=True))
     limits = Limits(max_steps=STEPS + 5, repeat_stop=STEPS + 5, repeat_warning=STEPS + 4)
@@ -74,8 +77,8 @@ async def test_the_spans_alive_during_a_run_do_not_grow_with_its_steps(
     alive: dict[int, int] = {}
     async for event in run.stream():
         if isinstance(event, StepStart) and event.step in (5, STEPS):
-            alive[event.step] = live_spans()
+            alive[event.step] = live_spans(dropping)
     assert run.snapshot().solved
     # The run's span and its current step's, whatever the step: nothing left from earlier steps.
     assert alive == {5: 2, STEPS: 2}
-    assert live_spans() == 0
+    assert live_spans(dropping) == 0
