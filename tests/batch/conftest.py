@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -82,5 +84,37 @@ def steward(steward_env: dict[str, str], tmp_path: Path) -> Steward:
             [sys.executable, "-m", "steward", *args], cwd=tmp_path, env=env or steward_env,
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
+
+    return run
+
+
+Interrupt = Callable[..., str]
+
+
+@pytest.fixture
+def interrupt(steward_env: dict[str, str], tmp_path: Path) -> Interrupt:
+    """``steward batch ARGS`` as a process in ``tmp_path``, stopped with Ctrl-C (SIGINT) once
+    ``ready()`` holds (``what`` says what it waits for); its stderr. It must exit 130 (stopped,
+    resumable); a process still there after the test's bound is killed."""
+
+    def run(*args: str, ready: Callable[[], bool], what: str) -> str:
+        started = subprocess.Popen(
+            [sys.executable, "-m", "steward", "batch", *args], cwd=tmp_path, env=steward_env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120  # a bound on failure only: ``ready`` is the event waited for
+            while not ready():
+                assert started.poll() is None, started.communicate()
+                assert time.monotonic() < deadline, f"{what} did not happen in 120 s"
+                time.sleep(0.05)
+            started.send_signal(signal.SIGINT)
+            _out, err = started.communicate(timeout=120)
+        finally:
+            if started.poll() is None:
+                started.kill()
+                started.communicate()
+        assert started.returncode == 130, err
+        return err
 
     return run

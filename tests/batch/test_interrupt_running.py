@@ -5,16 +5,14 @@ is not made twice."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 Steward = Callable[..., subprocess.CompletedProcess[str]]
+Interrupt = Callable[..., str]
 
 
 def _one_slow_task(root: Path) -> Path:
@@ -34,28 +32,15 @@ def _one_slow_task(root: Path) -> Path:
 
 
 def test_a_stopped_batch_resumes_its_run_without_repeating_the_call_in_flight(
-    tmp_path: Path, steward_env: dict[str, str], steward: Steward
+    tmp_path: Path, steward: Steward, interrupt: Interrupt
 ) -> None:
     tasks = _one_slow_task(tmp_path / "set")
     report = tmp_path / "report"
     workspace = report / "workspaces" / "slow" / "1"
-    started = subprocess.Popen(
-        [sys.executable, "-m", "steward", "batch", str(tasks), "--model", "scripted", "-j", "1", "-o", str(report)],
-        cwd=tmp_path, env=steward_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    err = interrupt(
+        str(tasks), "--model", "scripted", "-j", "1", "-o", str(report),
+        ready=(workspace / "started").exists, what="the attempt's first call",
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120  # a bound on failure only: the mark is the event waited for
-        while not (workspace / "started").exists():
-            assert started.poll() is None, started.communicate()
-            assert time.monotonic() < deadline, "the attempt's first call did not start in 120 s"
-            time.sleep(0.05)
-        started.send_signal(signal.SIGINT)
-        _out, err = started.communicate(timeout=120)
-    finally:
-        if started.poll() is None:
-            started.kill()
-            started.communicate()
-    assert started.returncode == 130, err
     assert "0 of 1 attempts settled" in err
     assert (workspace / "value.txt").read_text() == "old\n"  # stopped between the two steps
 
