@@ -15,7 +15,7 @@ import yaml
 from steward.agent import Agent
 from steward.jobs.api import Queue
 from steward.jobs.notify import Notifier
-from steward.jobs.store import Claim
+from steward.jobs.store import Claim, Job
 from steward.jobs.worker import Worker, WorkerSettings
 from steward.run import Run
 from steward.store.events import EventStore, open_store
@@ -47,10 +47,12 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return ws
 
 
-async def test_a_job_that_breaks_every_time_fails_after_max_attempts(db_url: str, workspace: Path) -> None:
+async def _served(db_url: str, workspace: Path, goal: str, breaks: int) -> tuple[Job, _Broken]:
+    """A job of ``goal`` (3 attempts at most) served to its end by a worker whose first ``breaks``
+    runs break off; the job as it ended, and the worker."""
     async with await open_store(db_url) as store, Queue(store) as queue:
-        handle = await queue.submit("closer", "break", workspace=workspace, max_attempts=3)
-        worker = _Broken(store, WorkerSettings(worker_id="broken"), breaks=10)
+        handle = await queue.submit("closer", goal, workspace=workspace, max_attempts=3)
+        worker = _Broken(store, WorkerSettings(worker_id="broken"), breaks=breaks)
         stop = asyncio.Event()
         serving = asyncio.create_task(worker.run(stop))
         try:
@@ -58,6 +60,11 @@ async def test_a_job_that_breaks_every_time_fails_after_max_attempts(db_url: str
         finally:
             stop.set()
             await serving
+    return job, worker
+
+
+async def test_a_job_that_breaks_every_time_fails_after_max_attempts(db_url: str, workspace: Path) -> None:
+    job, worker = await _served(db_url, workspace, "break", breaks=10)
     assert job.status == "failed", job
     assert worker.tries == 3 and job.attempts == 3  # given back twice, then failed: no fourth claim
     assert job.error is not None and "RuntimeError: broken on try 3" in job.error
@@ -65,15 +72,6 @@ async def test_a_job_that_breaks_every_time_fails_after_max_attempts(db_url: str
 
 
 async def test_a_job_given_back_once_goes_on_with_its_run(db_url: str, workspace: Path) -> None:
-    async with await open_store(db_url) as store, Queue(store) as queue:
-        handle = await queue.submit("closer", "break once", workspace=workspace, max_attempts=3)
-        worker = _Broken(store, WorkerSettings(worker_id="broken"), breaks=1)
-        stop = asyncio.Event()
-        serving = asyncio.create_task(worker.run(stop))
-        try:
-            job = await handle.wait(timeout=120)
-        finally:
-            stop.set()
-            await serving
+    job, worker = await _served(db_url, workspace, "break once", breaks=1)
     assert job.status == "done", job
     assert worker.tries == 2 and job.attempts == 1  # given back once, then run to its end
