@@ -360,18 +360,21 @@ def _v3_jobs(conn: Connection) -> None:
     jobs.create(conn)  # as the code declares it now: a new database gets the later columns here
 
 
+def _add_missing(conn: Connection, table: str, *columns: str) -> None:
+    """Each column (``"name TYPE"``) that ``table`` lacks, added: a database made before the
+    migration lacks them; one made after has them from the table's own creation."""
+    have = {c["name"] for c in sa.inspect(conn).get_columns(table)}
+    for column in columns:
+        if column.split()[0] not in have:
+            conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN {column}"))
+
+
 def _v4_job_replies(conn: Connection) -> None:
-    # A database made at version 3 lacks the column; one made later has it from _v3_jobs.
-    if "reply" not in {c["name"] for c in sa.inspect(conn).get_columns("jobs")}:
-        conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN reply TEXT"))
+    _add_missing(conn, "jobs", "reply TEXT")  # made by _v3_jobs in a database made later
 
 
 def _v5_job_sessions(conn: Connection) -> None:
-    # A database made before version 5 lacks the columns; one made later has them from _v3_jobs.
-    have = {c["name"] for c in sa.inspect(conn).get_columns("jobs")}
-    for column in ("session_id", "model", "mode"):
-        if column not in have:
-            conn.execute(sa.text(f"ALTER TABLE jobs ADD COLUMN {column} TEXT"))
+    _add_missing(conn, "jobs", "session_id TEXT", "model TEXT", "mode TEXT")
 
 
 def _v6_channel_messages(conn: Connection) -> None:
@@ -433,15 +436,13 @@ def _v10_notes(conn: Connection) -> None:
     notes.create(conn, checkfirst=True)
 
 
+def _v11_job_trace(conn: Connection) -> None:
+    _add_missing(conn, "jobs", "traceparent TEXT")
+
+
 def _v12_budgets(conn: Connection) -> None:
     budget_scopes.create(conn, checkfirst=True)
     budget_runs.create(conn, checkfirst=True)
-
-
-def _v11_job_trace(conn: Connection) -> None:
-    # A database made before version 11 lacks the column; one made later has it from _v3_jobs.
-    if "traceparent" not in {c["name"] for c in sa.inspect(conn).get_columns("jobs")}:
-        conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN traceparent TEXT"))
 
 
 def _v13_memory_scope_id(conn: Connection) -> None:
