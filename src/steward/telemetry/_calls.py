@@ -68,7 +68,12 @@ class TracingModel(Model):
     def warnings(self) -> list[str]:
         return self.wrapped.warnings()
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        if not self.trace.recording:  # a run left out: no span, the run's context current
+            return _in_context(self.wrapped.stream(request), self.trace.parent())
+        return self._traced(request)
+
+    async def _traced(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         model = self._model
         attributes: dict[str, Any] = {**self._attributes, "steward.request.purpose": request.purpose}
         if request.max_tokens is not None:
@@ -86,16 +91,17 @@ class TracingModel(Model):
             self._span_name, context=parent, kind=SpanKind.CLIENT, attributes=attributes
         )
         items = self.wrapped.stream(request)
+        next_item = items.__anext__
         current = trace.set_span_in_context(span, parent)
         try:
             for _ in range(10**9):  # bounded by the provider's reply
                 token = otel_context.attach(current)
                 try:
-                    item = await anext(items, None)
+                    item = await next_item()
+                except StopAsyncIteration:
+                    break
                 finally:
                     otel_context.detach(token)
-                if item is None:
-                    break
                 if isinstance(item, ModelResponse):
                     self._replied(span, item, model)
                 yield item
@@ -135,6 +141,27 @@ class TracingModel(Model):
             )
 
 
+async def _in_context(
+    items: AsyncIterator[StreamItem], current: otel_context.Context | None
+) -> AsyncIterator[StreamItem]:
+    """``items``, ``current`` made the current context while each is made."""
+    try:
+        for _ in range(10**9):  # bounded by the provider's reply
+            token = otel_context.attach(current) if current is not None else None
+            try:
+                item = await anext(items, None)
+            finally:
+                if token is not None:
+                    otel_context.detach(token)
+            if item is None:
+                return
+            yield item
+    finally:
+        close = getattr(items, "aclose", None)
+        if close is not None:
+            await close()
+
+
 def _call_part(call: ToolCall) -> dict[str, Any]:
     return {"type": "tool_call", "id": call.id, "name": call.name, "arguments": dict(call.arguments)}
 
@@ -165,6 +192,8 @@ class TracingToolset(WrapperToolset):
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         run = self.trace
+        if not run.recording:
+            return await self._untraced(name, arguments, ctx)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": name,
@@ -200,6 +229,17 @@ class TracingToolset(WrapperToolset):
         finally:
             otel_context.detach(token)
             span.end()
+
+    async def _untraced(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        """A call of a run left out: no span, the run's context current (a delegated job follows it)."""
+        current = self.trace.parent()
+        if current is None:
+            return await self.wrapped.call_tool(name, arguments, ctx)
+        token = otel_context.attach(current)
+        try:
+            return await self.wrapped.call_tool(name, arguments, ctx)
+        finally:
+            otel_context.detach(token)
 
     async def _memory(
         self, operation: str, name: str, arguments: Mapping[str, Any], ctx: ToolContext

@@ -70,6 +70,11 @@ class RunTrace:
         self.call: tuple[str, str] | None = None  # (tool, call id) the loop announced last
         self.usage = [0, 0]
         self.failed = False  # the run span has its error.type already
+        # Whether the run's span records (sampled, a real provider). A run left out (a sampler's
+        # no, a no-op provider) makes no step or call spans: with the sampler parent-based, as
+        # Steward's is, they would not record either; its calls run with the run's span current,
+        # so a delegated job and an HTTP client's spans follow the same decision.
+        self.recording = True
         self._run_context: otel_context.Context | None = None  # the spans as contexts, made once
         self._step_context: otel_context.Context | None = None
 
@@ -113,6 +118,7 @@ class RunTrace:
             f"invoke_agent {self.agent}", context=parent, kind=SpanKind.INTERNAL, attributes=attributes
         )
         self._run_context = trace.set_span_in_context(self.span)
+        self.recording = self.span.is_recording()
         self.usage, self.failed = [0, 0], False
         if self.first is None:
             self.first = _traceparent_of(self.span)
@@ -158,7 +164,7 @@ class RunTrace:
     def seen(self, event: ev.Event) -> None:
         """What the run's events say about its spans."""
         match event:
-            case ev.StepStart(step=n):
+            case ev.StepStart(step=n) if self.recording:
                 self._end_step()
                 parent = self._run_context
                 self.step = self.tracer.start_span("step", context=parent, attributes={"steward.step": n})
@@ -178,18 +184,19 @@ class RunTrace:
     async def events(self, stream: AsyncIterator[ev.Event]) -> AsyncIterator[ev.Event]:
         """``stream``, its stretch of running traced; closing this closes ``stream``."""
         self.begin(None)
+        next_event = stream.__anext__  # not anext(stream, None): no awaitable made per event
         try:
             for _ in range(10**12):  # bounded by the run's own limits: it ends or pauses
                 try:
-                    event = await anext(stream, None)
+                    event = await next_event()
+                except StopAsyncIteration:
+                    return
                 except BaseException as exc:
                     if self.span is not None and not isinstance(exc, GeneratorExit):
                         mark_error(self.span, type(exc).__qualname__, str(exc))
                         self.failed = True
                     raise
-                if event is None:
-                    return
-                if event.type in _TELLING:  # most events say nothing about spans: skip them cheaply
+                if self.recording and event.type in _TELLING:  # most events say nothing about spans
                     self.seen(event)
                 yield event
         finally:
