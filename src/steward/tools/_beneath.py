@@ -720,29 +720,6 @@ class StrictTree:
         finally:
             os.close(parent)
 
-    def remove_if_empty(self, path: str, contents: tuple[bytes, ...] = (b"",)) -> bool:
-        """Remove ``path`` when it is an empty directory, or a regular file holding exactly one
-        of ``contents`` (a placeholder); whether it was removed."""
-        if (found := self._parent_if_there(path)) is None:
-            return False
-        parent, name = found
-        try:
-            info = _lstat_at(parent, name)
-            if info is not None and stat.S_ISDIR(info.st_mode):
-                with contextlib.suppress(OSError):  # not empty: someone put something in it
-                    os.rmdir(name, dir_fd=parent)
-                    return True
-                return False
-            longest = max(map(len, contents))
-            if info is None or not stat.S_ISREG(info.st_mode) or info.st_size > longest:
-                return False
-            if self.read(path, limit=longest + 1) not in contents:
-                return False
-            os.unlink(name, dir_fd=parent)
-            return True
-        finally:
-            os.close(parent)
-
     def remove_empty_parents(self, path: str, stop: str = "") -> None:
         """Remove the directories above ``path`` that are left empty, up to ``stop`` (kept)."""
         parts = _split(path)[:-1]
