@@ -3,42 +3,26 @@ approval card lists what would leave the machine, and approving pushes that comm
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 from tests.tools.test_forge_repo import FORGE_URL, git
 
 # The server tests' kit, imported as they import it (`server_kit`, on mypy's path too).
 sys.path.insert(0, str(Path(__file__).parents[1] / "server" / "kit"))
+from page_kit import browser, page
 from server_kit import Deployment, Server
 
-CHROMIUM = shutil.which("chromium")
-WAIT_MS = 30_000
+__all__ = ["browser", "page"]  # the fixtures, used by name
+
 PUSH: dict[str, Any] = {"tool": "git_push", "args": {}}
 END = {
     "agent_step": {"phase": "end", "summary": "pushed", "end_status": "solved", "end_message": "pushed it"}
 }
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if CHROMIUM is None:
-        reason = "chromium is not installed (apt-get install chromium) so the page cannot be tested"
-        if os.environ.get("STEWARD_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"{reason}; STEWARD_REQUIRE_BROWSER=1 makes that a failure")
-        pytest.skip(f"{reason}; set STEWARD_REQUIRE_BROWSER=1 to fail instead")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 @pytest.fixture
@@ -80,7 +64,7 @@ def start_run(server: Server) -> str:
 
 
 def test_a_push_is_approved_in_the_page_after_it_shows_what_leaves(
-    deployment: Deployment, browser: Browser
+    deployment: Deployment, page: Page
 ) -> None:
     remote, sha = repository(deployment)
     deployment.persona(
@@ -88,20 +72,14 @@ def test_a_push_is_approved_in_the_page_after_it_shows_what_leaves(
     )
     server = deployment.start()
     run_id = start_run(server)
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    page: Page = context.new_page()
-    page.set_default_timeout(WAIT_MS)
-    try:
-        page.goto(f"{server.url}/#token={deployment.token}&run={run_id}")
-        card = page.get_by_test_id("approval-card")
-        expect(card.get_by_test_id("approval-tool")).to_have_text("git_push")
-        detail = card.get_by_test_id("approval-detail")
-        expect(detail).to_contain_text(f"commit {sha[:12]} to branch 'fix' of origin ({remote})")
-        expect(detail).to_contain_text("Fix the widget count")
-        expect(detail).to_contain_text("fix.py")
-        assert git(remote, "for-each-ref", "refs/heads/fix") == ""  # nothing left yet
-        page.get_by_test_id("approve").click()
-        expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "done")
-    finally:
-        context.close()
+    page.goto(f"{server.url}/#token={deployment.token}&run={run_id}")
+    card = page.get_by_test_id("approval-card")
+    expect(card.get_by_test_id("approval-tool")).to_have_text("git_push")
+    detail = card.get_by_test_id("approval-detail")
+    expect(detail).to_contain_text(f"commit {sha[:12]} to branch 'fix' of origin ({remote})")
+    expect(detail).to_contain_text("Fix the widget count")
+    expect(detail).to_contain_text("fix.py")
+    assert git(remote, "for-each-ref", "refs/heads/fix") == ""  # nothing left yet
+    page.get_by_test_id("approve").click()
+    expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "done")
     assert git(remote, "rev-parse", "refs/heads/fix") == sha

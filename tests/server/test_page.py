@@ -9,23 +9,21 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, Route, expect, sync_playwright
+from page_kit import browser, page
+from playwright.sync_api import Page, Route, expect
 from server_kit import Deployment, Server, wait_for
+
+__all__ = ["browser", "page"]  # the fixtures, used by name
 
 
 def ended(message: str) -> dict[str, Any]:
     """A scripted reply that ends the run solved with ``message`` (agent_step end)."""
     return {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": message}}
 
-
-CHROMIUM = shutil.which("chromium")
-WAIT_MS = 30_000  # a scripted run takes a second or two; this bounds a broken one
 
 PLAN = {
     "agent_step": {
@@ -55,48 +53,9 @@ ASK_BASH = '[policy]\nask = ["bash"]\napproval_timeout_s = 600\n'
 TOOLS = '["bash", "read_file"]'
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if CHROMIUM is None:
-        reason = "chromium is not installed (apt-get install chromium) so the page cannot be tested"
-        if os.environ.get("STEWARD_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"{reason}; STEWARD_REQUIRE_BROWSER=1 makes that a failure")
-        pytest.skip(f"{reason}; set STEWARD_REQUIRE_BROWSER=1 to fail instead")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    """A fresh browser context; the test fails on any script error or failed request in it.
-
-    Tests ask for it after their server, so it closes first: a server stopped while the page
-    still follows a run waits for that stream (up to its graceful-shutdown limit).
-    """
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    opened = context.new_page()
-    opened.set_default_timeout(WAIT_MS)
-    problems: list[str] = []
-    opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    opened.on("console", lambda message: _console_error(message, problems))
-    try:
-        yield opened
-    finally:
-        context.close()
-    assert not problems, problems
-
-
-def _console_error(message: ConsoleMessage, problems: list[str]) -> None:
-    # Expected failed requests: the server stopped on purpose, cutting the stream and refusing
-    # the reconnects (the reconnect test), or a wrong token (the token test). The browser logs
-    # those whatever the page does.
-    expected = ("ERR_CONNECTION_REFUSED", "ERR_INCOMPLETE_CHUNKED_ENCODING", "status of 401")
-    if message.type == "error" and not any(text in message.text for text in expected):
-        problems.append(f"console: {message.text}")
+# Failed requests the browser logs whatever the page does: the server stopped on purpose, cutting
+# the stream and refusing the reconnects (the reconnect test), or a wrong token (the token test).
+EXPECTED_CONSOLE_ERRORS = ("ERR_CONNECTION_REFUSED", "ERR_INCOMPLETE_CHUNKED_ENCODING", "status of 401")
 
 
 @pytest.fixture

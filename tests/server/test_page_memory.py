@@ -9,59 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import shutil
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Dialog, Locator, Page, expect, sync_playwright
+from page_kit import browser, page
+from playwright.sync_api import Dialog, Locator, Page, expect
 from server_kit import Deployment, Server, sse
 
 from steward.config import MemorySettings
 from steward.memory.longterm import LongTermMemory, Scope
 from steward.store.events import open_store
 
-CHROMIUM = shutil.which("chromium")
-WAIT_MS = 30_000  # bounds a broken page; a working one answers in well under a second
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if CHROMIUM is None:
-        reason = "chromium is not installed (apt-get install chromium) so the page cannot be tested"
-        if os.environ.get("STEWARD_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"{reason}; STEWARD_REQUIRE_BROWSER=1 makes that a failure")
-        pytest.skip(f"{reason}; set STEWARD_REQUIRE_BROWSER=1 to fail instead")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    """A fresh browser context; the test fails on any script error or console error in it."""
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    opened = context.new_page()
-    opened.set_default_timeout(WAIT_MS)
-    problems: list[str] = []
-    opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    opened.on("console", lambda message: _console_error(message, problems))
-    try:
-        yield opened
-    finally:
-        context.close()
-    assert not problems, problems
-
-
-def _console_error(message: ConsoleMessage, problems: list[str]) -> None:
-    if message.type == "error":
-        problems.append(f"console: {message.text}")
+__all__ = ["browser", "page"]  # the fixtures, used by name
 
 
 def remember(deployment: Deployment, *items: tuple[Scope, str]) -> list[int]:
