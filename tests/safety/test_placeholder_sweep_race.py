@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from steward.safety.sandbox.bubblewrap import _PLACEHOLDERS, sweep_placeholders
@@ -24,6 +26,29 @@ print("released", flush=True)
 """
 
 
+@contextmanager
+def another_process_holding(workspace: Path) -> Iterator[Callable[[], None]]:
+    """A second process that has made the workspace's steward.toml placeholder; the function
+    yielded makes it release the placeholder (and waits until it has)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(workspace)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdin is not None
+    stdin, stdout = holder.stdin, holder.stdout
+
+    def release() -> None:
+        stdin.write("\n")
+        stdin.flush()
+        assert stdout.readline().strip() == "released"
+
+    try:
+        assert stdout.readline().strip() == "held"
+        yield release
+    finally:
+        holder.communicate(timeout=60)
+
+
 def test_a_stale_line_of_this_process_does_not_sweep_another_process_s_placeholder(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -32,21 +57,11 @@ def test_a_stale_line_of_this_process_does_not_sweep_another_process_s_placehold
     mine = _PLACEHOLDERS.acquire([], [placeholder], [], workspace).paths
     _PLACEHOLDERS.release(mine)
     assert mine == [placeholder] and not placeholder.exists()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(workspace)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdin is not None
-        assert holder.stdout.readline().strip() == "held"
+    with another_process_holding(workspace) as release:
         assert placeholder.exists()
         sweep_placeholders(workspace)  # this process's line is stale, the other's is live
         assert placeholder.exists(), "the live placeholder of another process was swept"
-        holder.stdin.write("\n")
-        holder.stdin.flush()
-        assert holder.stdout.readline().strip() == "released"
-    finally:
-        holder.communicate(timeout=60)
+        release()
     assert not placeholder.exists()
     sweep_placeholders(workspace)
     assert (workspace / ".steward" / "placeholders").read_text() == ""  # both lines gone now
@@ -58,21 +73,11 @@ def test_a_placeholder_another_process_made_stays_while_this_one_relies_on_it(tm
     workspace = tmp_path / "ws"
     workspace.mkdir()
     placeholder = workspace / "steward.toml"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(workspace)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdin is not None
-        assert holder.stdout.readline().strip() == "held"
+    with another_process_holding(workspace) as release:
         claimed = _PLACEHOLDERS.acquire([], [], [placeholder], workspace)  # found existing by the scan
         assert claimed.paths == [placeholder] and claimed.vanished == []
-        holder.stdin.write("\n")
-        holder.stdin.flush()
-        assert holder.stdout.readline().strip() == "released"
+        release()
         assert placeholder.exists(), "the other process removed a placeholder this one still holds"
-    finally:
-        holder.communicate(timeout=60)
     _PLACEHOLDERS.release(claimed.paths)
     assert not placeholder.exists()
     assert (workspace / ".steward" / "placeholders").read_text() == ""
