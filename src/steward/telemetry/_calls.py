@@ -145,16 +145,17 @@ async def _in_context(
     items: AsyncIterator[StreamItem], current: otel_context.Context | None
 ) -> AsyncIterator[StreamItem]:
     """``items``, ``current`` made the current context while each is made."""
+    next_item = items.__anext__  # not anext(items, None): no awaitable made per item
     try:
         for _ in range(10**9):  # bounded by the provider's reply
             token = otel_context.attach(current) if current is not None else None
             try:
-                item = await anext(items, None)
+                item = await next_item()
+            except StopAsyncIteration:
+                return
             finally:
                 if token is not None:
                     otel_context.detach(token)
-            if item is None:
-                return
             yield item
     finally:
         close = getattr(items, "aclose", None)
