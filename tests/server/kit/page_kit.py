@@ -14,10 +14,13 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
 CHROMIUM = shutil.which("chromium")
 WAIT_MS = 30_000  # a scripted run takes a second or two; this bounds a broken one
+# Assertions wait as long as actions do: Playwright's own 5 s default failed a page test whose
+# server was starting a run on a machine busy with other work.
+expect.set_options(timeout=WAIT_MS)
 
 
 @pytest.fixture(scope="module")
