@@ -78,6 +78,10 @@ class Budget:
     _untaken: int = 0  # tool calls the shared scopes count when the run settles (none bounds them)
     _seconds: float = 0.0
     _due: bool = True  # the budgets are checked before the next step
+    # Below these (tokens, USD, seconds, tool calls) no budget the run keeps alone is near a
+    # signal: a step then skips working out each budget's share (None: not worked out yet).
+    _quiet: tuple[int, float, float, int] | None = None
+    _caps: tuple[int, float] | None = None  # ``_local_caps``, once worked out
 
     # --- counting (the wrappers) -------------------------------------------------------
 
@@ -89,8 +93,9 @@ class Budget:
         self.last_input, self.last_output = usage.input_tokens, usage.output_tokens
         cost = self.cost_of(usage)
         self.spent.add_usage(usage, cost)
-        self._usage.add(usage)
-        self._cost = None if cost is None or self._cost is None else self._cost + cost
+        if self.ledger is not None:  # what the next settle records in the store
+            self._usage.add(usage)
+            self._cost = None if cost is None or self._cost is None else self._cost + cost
 
     def holds(self) -> bool:
         """Whether a model call holds its share first (some budget bounds tokens or money)."""
@@ -107,16 +112,35 @@ class Budget:
     def hold_local(self, request: ModelRequest) -> None:
         """``before_call`` for a run whose budgets are all its own (none shared in the store):
         not a coroutine, as most runs call it every step."""
-        if self.holds():  # some budget bounds tokens or money
-            tokens, cost = self._call_size(request)
-            self._refuse(self._no_room(tokens, cost), tokens)
+        caps = self._caps
+        if caps is None:
+            caps = self._caps = self._local_caps()
+        if caps[0] or caps[1]:  # some budget bounds tokens or money
+            tokens = self._call_tokens(request)
+            # The least token and money limits first: each budget is looked at only near one.
+            if self.spent.tokens + tokens > caps[0] or caps[1] < float("inf"):
+                cost = 0.0 if self.rates is None else self.rates.cost(Usage(input_tokens=tokens))
+                self._refuse(self._no_room(tokens, cost), tokens)
+
+    def _local_caps(self) -> tuple[int, float]:
+        """The least token limit (0: none) and the least money limit (0: none) of the budgets a
+        run keeps alone, ``inf`` in place of a limit the other is set without."""
+        budgets = (self.limits, *self.shared.values())  # as `_no_room` looks at them
+        tokens = min((b.tokens for b in budgets if b.tokens), default=0)
+        cost = min((b.cost_usd for b in budgets if b.cost_usd), default=0.0)
+        if tokens or cost:
+            return tokens or 2**62, cost or float("inf")
+        return 0, 0.0
 
     def _call_size(self, request: ModelRequest) -> tuple[int, float]:
+        tokens = self._call_tokens(request)
+        return tokens, 0.0 if self.rates is None else self.rates.cost(Usage(input_tokens=tokens))
+
+    def _call_tokens(self, request: ModelRequest) -> int:
         # What the call may take: its prompt (no less than the last one's, as the provider
         # counted it) and a reply at most the request's cap, expected near the longest so far.
         expected = min(request.max_tokens or _OUTPUT_GUESS, max(_OUTPUT_GUESS, 2 * self.longest_output))
-        tokens = self._prompt_tokens(request) + expected
-        return tokens, 0.0 if self.rates is None else self.rates.cost(Usage(input_tokens=tokens))
+        return self._prompt_tokens(request) + expected
 
     def _refuse(self, refused: str | None, tokens: int) -> None:
         if refused is not None:
@@ -225,6 +249,8 @@ class Budget:
             why = failed = await self._settle(seconds, final=final)
         if failed is None and isinstance(outcome, rs.Fail) and self.refused is not None:
             why = self.refused  # the model call was not made: the budget ends the run, not a failure
+        if why is None and self._below_signals():  # the common step: nothing near any signal
+            return [outcome]
         standing = self._standing()  # each budget's share used, worked out once for both checks
         warnings: list[ev.Event | rs.Outcome] = [*self._warnings(loop, standing)]
         if why is None and isinstance(outcome, rs.Continue):
@@ -232,6 +258,34 @@ class Budget:
         if why is not None and not isinstance(outcome, rs.Finish | rs.Pause):
             return warnings + await self._stop(loop, why, failed is not None)
         return [*warnings, outcome]
+
+    def _below_signals(self) -> bool:
+        """Whether what the run spent is below every amount at which one of its budgets would
+        warn or end it: a few comparisons a step instead of each budget's share. Only for
+        budgets compared with this run's own spending (none shared in the store)."""
+        if self.ledger is not None and self.scopes:  # the scopes' spending comes from the store
+            return False
+        quiet = self._quiet
+        if quiet is None:
+            quiet = self._quiet = self._thresholds()
+        s = self.spent
+        return (
+            s.tokens < quiet[0] and s.cost_usd < quiet[1] and s.time_s < quiet[2] and s.tool_calls < quiet[3]
+        )
+
+    def _thresholds(self) -> tuple[int, float, float, int]:
+        """The least amount, per dimension, at which a budget warns (or, warned, ends the run);
+        a hair low, so that a share rounded up to ``warn_at`` is still worked out in full."""
+        found: list[float] = [float("inf")] * 4
+        budgets = [("this run's", self.limits)]
+        if self.ledger is None:  # no store: the run is its own tree and session
+            budgets += [(_label(key, self.run_id), limits) for key, limits in self.shared.items()]
+        for label, limits in budgets:
+            share = 1.0 if label in self.raised else min(self.warn_at, 1.0)
+            for n, limit in enumerate((limits.tokens, limits.cost_usd, limits.time_s, limits.tool_calls)):
+                if limit > 0:
+                    found[n] = min(found[n], share * limit * (1 - 1e-9))
+        return int(min(found[0], 2**62)), found[1], found[2], int(min(found[3], 2**62))
 
     def _exhausted(self, standing: list[Standing] | None = None) -> str | None:
         for label, limits, spent, used in self._standing() if standing is None else standing:
@@ -254,6 +308,7 @@ class Budget:
             if used is None or used[1] < self.warn_at or used[1] >= 1.0 or label in self.raised:
                 continue
             self.raised.add(label)
+            self._quiet = None  # this budget now matters again only at its end
             message = (
                 f"{label.capitalize()} budget is {used[1]:.0%} used ({spent.describe()} of "
                 f"{limits.describe(used[0])}). Finish the most important part now and end the run with "
