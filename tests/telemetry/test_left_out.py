@@ -13,10 +13,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.util.types import Attributes
+from tests.telemetry.lookups import looking_up
 
-from steward import Agent, FunctionModel, Limits
+from steward import Agent, Limits
 from steward.config import Config, TelemetrySettings
-from steward.models.base import AssistantMessage, ModelRequest, ToolCall
 from steward.telemetry import current_traceparent, use_tracer_provider
 
 STEPS = 6
@@ -70,26 +70,15 @@ async def lookup(key: str) -> str:
     return f"value of {key}"
 
 
-def replies() -> FunctionModel:
-    asked = [0]
-
-    def reply(request: ModelRequest) -> AssistantMessage:
-        asked[0] += 1
-        if asked[0] < STEPS:
-            return AssistantMessage(tool_calls=(ToolCall(f"c{asked[0]}", "lookup", {"key": f"k{asked[0]}"}),))
-        end = {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "ok"}
-        return AssistantMessage(tool_calls=(ToolCall("end", "agent_step", end),))
-
-    return FunctionModel(reply)
-
-
 async def test_a_run_left_out_asks_its_sampler_once_and_its_calls_carry_its_unsampled_trace(
     sampler: Counting, tmp_path: Path
 ) -> None:
     seen_in_tool.clear()
     config = Config(telemetry=TelemetrySettings(enabled=True))
     limits = Limits(max_steps=STEPS + 5, repeat_stop=STEPS + 5, repeat_warning=STEPS + 4)
-    agent = Agent(replies(), tools=[lookup], builtin_tools=False, config=config, limits=limits, sandbox=False)
+    agent = Agent(
+        looking_up(STEPS), tools=[lookup], builtin_tools=False, config=config, limits=limits, sandbox=False
+    )
     result = await agent.start("look them up", workspace=tmp_path).result()
     assert result.solved, result.output
     assert sampler.asked == ["invoke_agent steward"]  # no step, chat or tool span was started

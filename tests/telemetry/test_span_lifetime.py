@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Span, TracerProvider
+from tests.telemetry.lookups import looking_up
 
-from steward import Agent, FunctionModel, Limits
+from steward import Agent, Limits
 from steward.config import Config, TelemetrySettings
 from steward.events import StepStart
-from steward.models.base import AssistantMessage, ModelRequest, ToolCall
 from steward.telemetry import use_tracer_provider
 
 STEPS = 40
@@ -48,20 +48,6 @@ async def lookup(key: str) -> str:  # async: run in the loop, no thread (no I/O 
     return f"value of {key}"
 
 
-def replies() -> FunctionModel:
-    """A model that looks a new key up at each step, then ends."""
-    asked = [0]
-
-    def reply(request: ModelRequest) -> AssistantMessage:
-        asked[0] += 1
-        if asked[0] < STEPS:
-            return AssistantMessage(tool_calls=(ToolCall(f"c{asked[0]}", "lookup", {"key": f"k{asked[0]}"}),))
-        end = {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "ok"}
-        return AssistantMessage(tool_calls=(ToolCall("end", "agent_step", end),))
-
-    return FunctionModel(reply)
-
-
 def live_spans(resource: Resource) -> int:
     gc.collect()
     # type(), not isinstance(): isinstance reads ``__class__``, which some objects of other
@@ -74,7 +60,9 @@ async def test_the_spans_alive_during_a_run_do_not_grow_with_its_steps(
 ) -> None:
     config = Config(telemetry=TelemetrySettings(enabled=True))
     limits = Limits(max_steps=STEPS + 5, repeat_stop=STEPS + 5, repeat_warning=STEPS + 4)
-    agent = Agent(replies(), tools=[lookup], builtin_tools=False, config=config, limits=limits, sandbox=False)
+    agent = Agent(
+        looking_up(STEPS), tools=[lookup], builtin_tools=False, config=config, limits=limits, sandbox=False
+    )
     run = agent.start("look them up", workspace=tmp_path)
     alive: dict[int, int] = {}
     async for event in run.stream():
