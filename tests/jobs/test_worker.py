@@ -146,7 +146,7 @@ def test_a_killed_worker_s_job_is_taken_over_and_its_call_is_not_run_again(
     assert (workspace / "started").exists()
     first.kill()  # mid-call: no chance to release anything
     first.communicate(timeout=30)
-    second = start_worker(env, workspace, "--lease", "2")
+    second = start_worker(env, workspace, "--lease", "60")  # its own lease must not lapse under load
     try:
         jobs = wait_for(db_url, done=1, timeout=60)
     finally:
