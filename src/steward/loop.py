@@ -11,9 +11,9 @@ live elsewhere: they consume the events, or hand the loop a recorded model, tool
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
 from steward import events as ev
 from steward import run_state as rs
@@ -36,6 +36,19 @@ if TYPE_CHECKING:
     from steward.memory.blocks import CoreMemory
 
 Items = AsyncIterator[ev.Event | rs.Outcome]
+
+
+class StepGuard(Protocol):
+    """What a run's budgets (``steward.budget``) do around each of its steps: hooks the loop
+    calls, not a layer every event of a step passes through."""
+
+    def before(self, loop: Loop, steps: Items) -> Items:
+        """The step's items: ``steps`` as they are, or with a check around them."""
+        ...
+
+    def after(self, loop: Loop, outcome: rs.Outcome) -> Awaitable[tuple[Sequence[ev.Event], rs.Outcome]]:
+        """What follows the step: events, and its outcome (``outcome``, or one that replaces it)."""
+        ...
 
 
 class Loop:
@@ -62,6 +75,7 @@ class Loop:
         self.modes: rs.ModeSource = rs.NO_SWITCH  # mode switches asked while it runs (a step takes them)
         self.step_spec = AGENT_STEP_SPEC  # the agent_step tool offered: full or compact (``steward.phases``)
         self.ending: Callable[[Loop, Items], Items] | None = None  # an answer's ending checked (continuation)
+        self.guard: StepGuard | None = None  # around each step, after the ending's check (budgets)
 
     def emit(self, event: ev.Event) -> ev.Event:
         st = self.state
@@ -82,18 +96,20 @@ class Loop:
             outcome: rs.Outcome = rs.CONTINUE
             if (mode := self.modes.take()) is not None:
                 yield self.emit(ev.ModeEvent(mode=mode))
-            steps = self._resume() if self.state.resume is not None else self._step()
-            async for item in steps if self.ending is None else self.ending(self, steps):
+            async for item in self._steps():
                 if isinstance(item, ev.Event):
                     yield item
                 else:
                     outcome = item
-            if not isinstance(outcome, rs.Continue):
-                # Waiting for a human is not running: the clock stops before the wait is announced.
-                self.clock.stop()
+            if self.guard is not None:
+                after, outcome = await self.guard.after(self, outcome)
+                for event in after:
+                    yield event
+            if isinstance(outcome, rs.Continue):
+                continue
+            # Waiting for a human is not running: the clock stops before the wait is announced.
+            self.clock.stop()
             match outcome:
-                case rs.Continue():
-                    continue
                 case rs.Finish(end_status=status, message=message):
                     yield self._finish("done", status, message)
                     return
@@ -102,12 +118,19 @@ class Loop:
                     for event in pending.events():
                         yield self.emit(event)
                     return
-                case rs.Fail(code=code, message=message):
-                    yield self.emit(ev.ErrorEvent(code=code, message=message, recoverable=False))
-                    yield self._finish("failed", None, message)
+                case _:  # a failure, the one outcome left
+                    yield self.emit(
+                        ev.ErrorEvent(code=outcome.code, message=outcome.message, recoverable=False)
+                    )
+                    yield self._finish("failed", None, outcome.message)
                     return
-                case _:
-                    assert_never(outcome)
+
+    def _steps(self) -> Items:
+        """The next step's items (or an approved call's), through the ending's check and the guard."""
+        steps = self._resume() if self.state.resume is not None else self._step()
+        if self.ending is not None:
+            steps = self.ending(self, steps)
+        return steps if self.guard is None else self.guard.before(self, steps)
 
     def cancel(self) -> ev.Event:
         """Mark the run cancelled and return its closing ``done`` event."""

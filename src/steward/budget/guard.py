@@ -1,21 +1,23 @@
-"""One run's budgets, kept by wrappers around its model, its toolset and its steps.
+"""One run's budgets, kept by wrappers around its model and its toolset and by the loop's step
+hooks.
 
-``BudgetedModel`` counts every reply's usage (and, when the run shares a budget in the store,
-holds what a call may cost before making it); ``BudgetedToolset`` counts tool calls; the step
-wrapper (``Budget.checked``, in the loop's ``ending`` slot) records each step, tells the agent
-once when a budget is 80 % used, and ends the run ``partial`` with its progress when one is
-used up. The loop itself knows nothing of budgets.
+``BudgetedModel`` checks that a model call fits before it is made (when the run shares a budget
+in the store, it holds what the call may cost there); ``BudgetedToolset`` counts tool calls;
+the step hooks (``Budget.before`` and ``Budget.after``, the loop's ``guard``) count what each
+step used from the run's own usage (what the loop and compaction record: no layer around each
+streamed piece), record it, tell the agent once when a budget is 80 % used, and end the run
+``partial`` with its progress when one is used up. The loop itself knows nothing of budgets.
 
 While a run is rebuilt from its log the wrappers are not called (the recorded replies and
-results stand in for the model and the tools), so nothing is counted twice; the step wrapper
-then only repeats the budget signals the log has where it has them. Live again, the run goes
-on from what its row in the store says it spent.
+results stand in for the model and the tools) and what the log's replies used is not counted
+again; the hooks then only repeat the budget signals the log has where it has them. Live
+again, the run goes on from what its row in the store says it spent.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +26,15 @@ from steward import run_state as rs
 from steward.budget.limits import BudgetLimits, Dimension, Spent
 from steward.budget.prices import Rates
 from steward.errors import ApprovalRequired, ModelError, StoreError
-from steward.models.base import AssistantMessage, Model, ModelRequest, ModelResponse, StreamItem, Usage
+from steward.models.base import (
+    AssistantMessage,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    StreamItem,
+    ToolSpec,
+    Usage,
+)
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
@@ -35,7 +45,8 @@ if TYPE_CHECKING:
 Items = AsyncIterator[ev.Event | rs.Outcome]
 Standing = tuple[str, BudgetLimits, Spent, "tuple[Dimension, float] | None"]
 """A budget that applies: its label, limits, what is spent against it and the share used."""
-Ending = Callable[["Loop", Items], Items]
+After = tuple[Sequence[ev.Event], rs.Outcome]
+"""What follows a step (``Budget.after``): its budget signals and its outcome."""
 
 BUDGET_WARNING = "budget_warning"
 """The code of the signal a run gets when one of its budgets is ``warn_at`` (80 %) used."""
@@ -71,7 +82,6 @@ class Budget:
     last_output: int = 0
     last_estimate: int = 0  # the last prompt as estimated here
     opened: bool = False
-    inner: Ending | None = None  # the ending check it wraps (continuation)
     _usage: Usage = field(default_factory=Usage)  # since the last settle
     _cost: float | None = 0.0
     _calls: int = 0
@@ -82,15 +92,43 @@ class Budget:
     # signal: a step then skips working out each budget's share (None: not worked out yet).
     _quiet: tuple[int, float, float, int] | None = None
     _caps: tuple[int, float] | None = None  # ``_local_caps``, once worked out
+    # The step under way: when it started, the log it is rebuilt from (None: live), whether the
+    # check before it ended the run.
+    _started: float = 0.0
+    _replay: Replay | None = None
+    _stopped: bool = False
+    _seen: Usage = field(default_factory=Usage)  # the run's usage when last counted
+    _aside: Usage | None = None  # this step's calls for summaries (not what the next prompt holds)
+    _went_live: bool = False  # a step rebuilt from the log made a live model call (the log ended)
 
     # --- counting (the wrappers) -------------------------------------------------------
 
     def cost_of(self, usage: Usage) -> float | None:
         return self.rates.cost(usage) if self.rates is not None else None
 
+    def count(self, now: Usage) -> None:
+        """Count what the run used since the last count: ``now`` is its usage (the loop's and
+        compaction's calls, as the run's state adds them up)."""
+        seen = self._seen
+        same = now.requests == seen.requests and now.input_tokens == seen.input_tokens
+        if same and now.output_tokens == seen.output_tokens:
+            return  # no model call since (a step that carried out an approved call)
+        self._seen = _copy(now)
+        usage = Usage(
+            now.input_tokens - seen.input_tokens, now.output_tokens - seen.output_tokens,
+            now.cache_read_tokens - seen.cache_read_tokens, now.cache_write_tokens - seen.cache_write_tokens,
+            now.requests - seen.requests,
+        )  # fmt: skip
+        step_input, step_output = usage.input_tokens, usage.output_tokens
+        if (aside := self._aside) is not None:  # what the next prompt estimate starts from: the step's reply
+            self._aside = None
+            step_input, step_output = step_input - aside.input_tokens, step_output - aside.output_tokens
+        if step_input > 0 or step_output > 0:
+            self.longest_output = max(self.longest_output, step_output)
+            self.last_input, self.last_output = step_input, step_output
+        self.used(usage)
+
     def used(self, usage: Usage) -> None:
-        self.longest_output = max(self.longest_output, usage.output_tokens)
-        self.last_input, self.last_output = usage.input_tokens, usage.output_tokens
         cost = self.cost_of(usage)
         self.spent.add_usage(usage, cost)
         if self.ledger is not None:  # what the next settle records in the store
@@ -206,38 +244,48 @@ class Budget:
 
     # --- the steps ----------------------------------------------------------------------
 
-    def wrap(self, inner: Ending | None) -> Ending:
-        self.inner = inner
-        return self.checked
+    def before(self, loop: Loop, steps: Items) -> Items:
+        """The loop's hook before a step: ``steps`` as they are, unless this is the first live
+        step or the first after a wait, which first checks that the budgets have room."""
+        self._replay = None if loop.stamp is None else _replaying(loop)
+        self._started = time.monotonic()
+        if self._due and self._replay is None:
+            return self._checked_first(loop, steps)
+        return steps
 
-    async def checked(self, loop: Loop, steps: Items) -> Items:
-        """One step, within the budgets: not started when one is used up; recorded after."""
-        replay = None if loop.stamp is None else _replaying(loop)
-        if replay is None and self._due:  # first live step, or after a wait: check before going on
-            self._due = False
-            failed = await self._open()
-            why = failed or self._exhausted()
-            if why is not None:
-                await steps.aclose()  # type: ignore[attr-defined]  # never started: nothing runs
-                for item in await self._stop(loop, why, failed is not None):
-                    yield item
-                return
-        started = time.monotonic()
-        outcome: rs.Outcome = rs.CONTINUE
-        async for item in steps if self.inner is None else self.inner(loop, steps):
-            if isinstance(item, ev.Event):
-                yield item
-            else:
-                outcome = item
-        after = self._recorded_warnings(loop, replay) if replay is not None else None
-        for item in (
-            after if after is not None else await self._after(loop, outcome, time.monotonic() - started)
-        ):
+    async def _checked_first(self, loop: Loop, steps: Items) -> Items:
+        self._due = False
+        failed = await self._open()
+        why = failed or self._exhausted()
+        if why is not None:
+            self._stopped = True
+            await steps.aclose()  # type: ignore[attr-defined]  # never started: nothing runs
+            events, end = await self._stop(loop, why, failed is not None)
+            for event in events:
+                yield event
+            yield end
+            return
+        self._started = time.monotonic()  # (the store's reading is not the step's time)
+        async for item in steps:
             yield item
-        if after is not None:
-            yield outcome
 
-    async def _after(self, loop: Loop, outcome: rs.Outcome, seconds: float) -> list[ev.Event | rs.Outcome]:
+    def after(self, loop: Loop, outcome: rs.Outcome) -> Coroutine[Any, Any, After]:
+        """The loop's hook after a step: what it used counted and recorded; its warnings and its
+        outcome (or the budget's end)."""
+        if (replay := self._replay) is not None:  # rebuilt from the log: counted when it was live
+            if self._went_live:  # the log ended within the step: what it used live counts
+                self._went_live = False
+                self.count(loop.state.usage)
+            else:
+                self._seen = _copy(loop.state.usage)
+            return _ready((self._recorded_warnings(loop, replay), outcome))
+        if self._stopped:  # the check before the step ended the run: nothing ran
+            self._stopped = False
+            return _ready(((), outcome))
+        self.count(loop.state.usage)
+        return self._after(loop, outcome, time.monotonic() - self._started)
+
+    async def _after(self, loop: Loop, outcome: rs.Outcome, seconds: float) -> After:
         """A live step's spending recorded; its warnings, then its outcome (or the budget's end)."""
         final = not isinstance(outcome, rs.Continue)
         self._due = final  # a step that goes on is checked here; one that waits, when it goes on
@@ -250,14 +298,15 @@ class Budget:
         if failed is None and isinstance(outcome, rs.Fail) and self.refused is not None:
             why = self.refused  # the model call was not made: the budget ends the run, not a failure
         if why is None and self._below_signals():  # the common step: nothing near any signal
-            return [outcome]
+            return (), outcome
         standing = self._standing()  # each budget's share used, worked out once for both checks
-        warnings: list[ev.Event | rs.Outcome] = [*self._warnings(loop, standing)]
+        warnings = self._warnings(loop, standing)
         if why is None and isinstance(outcome, rs.Continue):
             why = self._exhausted(standing)
         if why is not None and not isinstance(outcome, rs.Finish | rs.Pause):
-            return warnings + await self._stop(loop, why, failed is not None)
-        return [*warnings, outcome]
+            events, end = await self._stop(loop, why, failed is not None)
+            return [*warnings, *events], end
+        return warnings, outcome
 
     def _below_signals(self) -> bool:
         """Whether what the run spent is below every amount at which one of its budgets would
@@ -330,13 +379,13 @@ class Budget:
             out.append(loop.emit(signal))
         return out
 
-    async def _stop(self, loop: Loop, why: str, failed: bool) -> list[ev.Event | rs.Outcome]:
+    async def _stop(self, loop: Loop, why: str, failed: bool) -> After:
         st = loop.state
         if failed:
-            return [rs.Fail("store_error", why)]
+            return (), rs.Fail("store_error", why)
         message = f"Stopped: {why}. " + rs.progress_report(st)
         signal = loop.emit(ev.SignalEvent(code=BUDGET_EXHAUSTED, level="warning", message=why))
-        return [signal, rs.Finish("partial", message)]
+        return (signal,), rs.Finish("partial", message)
 
     # --- the store ----------------------------------------------------------------------
 
@@ -390,9 +439,9 @@ class Budget:
         """Put the budget around ``loop``'s model, toolset and steps."""
         from steward.clock import RunClock
 
-        loop.model = BudgetedModel(loop.model, self)
+        loop.model = BudgetedModel(loop.model, self, loop.state.usage)
         loop.toolset = BudgetedToolset(loop.toolset, self)
-        loop.ending = self.wrap(loop.ending)
+        loop.guard = self
         if (limit := self.limits.time_s) and isinstance(loop.clock, RunClock):
             # The clock cuts a model call or a tool (and its processes) short at the limit.
             current = loop.settings.run_timeout_s
@@ -419,6 +468,15 @@ def _label(scope: str, run_id: str) -> str:
             return "the session's"
         case _:
             return f"the {scope} scope's"
+
+
+def _copy(usage: Usage) -> Usage:
+    return Usage(usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens,
+                 usage.requests)  # fmt: skip
+
+
+async def _ready(after: After) -> After:
+    return after
 
 
 def _new_chars(request: ModelRequest) -> int:
@@ -449,30 +507,75 @@ def _replaying(loop: Loop) -> Replay | None:
 
 
 class BudgetedModel(Model):
-    """``model`` whose calls are counted against the run's budgets."""
+    """``model`` whose calls are checked against the run's budgets before they are made. What
+    a call used is counted after the step, from the run's usage (``Budget.count``): its stream
+    is handed on as it is, not through one more layer per streamed piece."""
 
-    def __init__(self, model: Model, budget: Budget) -> None:
+    def __init__(self, model: Model, budget: Budget, run_usage: Usage) -> None:
         self.model, self.budget, self.name = model, budget, model.name
+        self.run_usage = run_usage  # the run's usage, as the loop and compaction add to it
 
     def replayed(self) -> None:
         self.model.replayed()
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         budget = self.budget
-        if budget.ledger is None or not budget.scopes:
-            budget.hold_local(request)  # (no coroutine: the common case)
-        else:
-            await budget.before_call(request)
-        stream = self.model.stream(request)
+        if budget._replay is not None and not budget._went_live:
+            # The log ended within a step being rebuilt: from here on what the run uses is live.
+            budget._went_live = True
+            budget._seen = _copy(self.run_usage)
+        if budget.ledger is not None and budget.scopes:
+            return self._held(request)
+        try:
+            budget.hold_local(request)  # (not a coroutine: the common case)
+        except BudgetExceededError as exc:
+            # Raised where a stream's failures are, when it is read: a wrapper's span still ends.
+            return _failing(exc)
+        if request.purpose != "step":
+            return self._aside(self.model.stream(request))
+        return self.model.stream(request)
+
+    async def _held(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        """A call that first holds what it may cost in the store's scopes."""
+        await self.budget.before_call(request)
+        stream = (
+            self.model.stream(request)
+            if request.purpose == "step"
+            else self._aside(self.model.stream(request))
+        )
+        try:
+            async for item in stream:
+                yield item
+        finally:
+            await _close(stream)
+
+    async def _aside(self, stream: AsyncIterator[StreamItem]) -> AsyncIterator[StreamItem]:
+        """A call for a summary (compaction): counted with the step, but kept out of what the
+        next prompt is estimated from."""
+        budget = self.budget
         try:
             async for item in stream:
                 if isinstance(item, ModelResponse):
-                    self.budget.used(item.usage)
+                    if budget._aside is None:
+                        budget._aside = Usage()
+                    budget._aside.add(item.usage)
                 yield item
         finally:
-            close = getattr(stream, "aclose", None)
-            if close is not None:
-                await close()
+            await _close(stream)
+
+
+async def _failing(exc: BudgetExceededError) -> AsyncIterator[StreamItem]:
+    """A stream that fails with ``exc`` when first read."""
+    none: tuple[StreamItem, ...] = ()
+    for item in none:  # (an async generator: nothing runs before it is read)
+        yield item
+    raise exc
+
+
+async def _close(stream: AsyncIterator[StreamItem]) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
 
 
 class BudgetedToolset(WrapperToolset):
@@ -481,6 +584,9 @@ class BudgetedToolset(WrapperToolset):
     def __init__(self, wrapped: Toolset, budget: Budget) -> None:
         super().__init__(wrapped)
         self.budget = budget
+
+    def get_tools(self, ctx: ToolContext) -> Coroutine[Any, Any, Sequence[ToolSpec]]:
+        return self.wrapped.get_tools(ctx)  # handed on as it is: no coroutine of its own each step
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         budget = self.budget
