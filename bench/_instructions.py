@@ -8,7 +8,8 @@ cancelled out:
     per_step(lambda n: [sys.executable, __file__, "--child", mode, str(n)])
 
 The child must run exactly ``n`` steps of the way being measured and exit. Python's hash seed is
-fixed in the child so that two counts of the same command agree to within a few in a million.
+fixed in the child, and BLAS kept to one thread, so that two counts of the same command agree to
+within a few in a million.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ def count(command: Sequence[str], *, timeout_s: float = 1800) -> int:
     """The instructions ``command`` executes (its whole process, under callgrind)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        # One BLAS thread: numpy's OpenBLAS (imported along the way) otherwise starts worker
+        # threads whose spinning, counted with the process, varies from count to count by
+        # millions of instructions with the machine's load.
+        env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command],
             check=True, env=env, timeout=timeout_s, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -49,7 +53,12 @@ def total(callgrind_out: str) -> int:
     raise ValueError("no summary or totals line in the callgrind output")
 
 
-def per_step(command: Callable[[int], Sequence[str]], low: int = LOW, high: int = HIGH) -> float:
+def per_step(
+    command: Callable[[int], Sequence[str]], low: int = LOW, high: int = HIGH, *, counts: int = 1
+) -> float:
     """Instructions one step costs: ``(I(high) - I(low)) / (high - low)`` for ``command(n)``,
-    the command that runs ``n`` steps."""
-    return (count(command(high)) - count(command(low))) / (high - low)
+    the command that runs ``n`` steps. With ``counts`` above 1, each I is the least of that many
+    counts: what still varies (now and then a count a few million higher, from waits on the
+    loaded machine) only ever adds instructions."""
+    least = [min(count(command(n)) for _ in range(max(1, counts))) for n in (high, low)]
+    return (least[0] - least[1]) / (high - low)

@@ -1,7 +1,7 @@
 """The cost of budget accounting per loop step (issue 24).
 
     .venv/bin/python bench/budget.py [--steps 50,1000] [--repeats 7] [--no-store]
-    .venv/bin/python bench/budget.py --instructions [--no-store]
+    .venv/bin/python bench/budget.py --instructions [--counts 3] [--no-store]
 
 Each run calls a tiny tool at every step (the model is a function: no I/O), then ends. Without
 a store, two ways, interleaved so the machine's load falls on each alike: no budget (nothing
@@ -16,7 +16,8 @@ step). Target: the in-memory accounting costs <= 5 % of the loop's step.
 ``--instructions`` counts instructions instead (valgrind's callgrind, ``bench/_instructions.py``):
 each way runs in a child python at 50 and 550 steps and a step costs the difference / 500, a
 figure the machine's load does not move (CPU time on a shared machine wanders by +-25 µs a step,
-more than the 5 % looked for). Slow: a few minutes a way.
+more than the 5 % looked for). Each count is the least of ``--counts`` (default 3): now and then
+one comes out a few million instructions higher (some 6k a step). Slow: a few minutes a way.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ async def ms_per_step(steps: int, mode: str, workspace: Path) -> float:
     return took * 1000 / (steps + 1)
 
 
-def instructions(modes: tuple[str, ...]) -> None:
+def instructions(modes: tuple[str, ...], counts: int) -> None:
     """Print each way's instructions per step, and what the budget adds to the way without."""
     per: dict[str, float] = {}
     for mode in modes:
@@ -69,10 +70,11 @@ def instructions(modes: tuple[str, ...]) -> None:
         def command(n: int, mode: str = mode) -> list[str]:
             return [sys.executable, __file__, "--child", mode, "--steps", str(n)]
 
-        per[mode] = _instructions.per_step(command)
+        per[mode] = _instructions.per_step(command, counts=counts)
     low, high = _instructions.LOW, _instructions.HIGH
     print(
-        f"python {sys.version.split()[0]}; instructions per step, callgrind, (I({high}) - I({low})) / {high - low}"
+        f"python {sys.version.split()[0]}; instructions per step, callgrind, (I({high}) - I({low})) / "
+        f"{high - low}, each I the least of {counts} counts"
     )
     for mode in modes:
         base = "store" if mode == "store+tree" else "off"
@@ -98,13 +100,16 @@ async def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--no-store", action="store_true", help="only the in-memory ways (quicker)")
     parser.add_argument("--instructions", action="store_true", help="count instructions (callgrind)")
+    parser.add_argument(
+        "--counts", type=int, default=3, help="callgrind counts per figure (the least is kept)"
+    )
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)  # one run, under callgrind
     args = parser.parse_args()
     modes = MODES[:2] if args.no_store else MODES
     if args.child is not None:
         await child(args.child, int(args.steps))
     elif args.instructions:
-        instructions(modes)
+        instructions(modes, args.counts)
     else:
         await timed(modes, args.steps, args.repeats)
 

@@ -38,16 +38,19 @@ def end_step(message: str = "looked everything up") -> ToolCall:
 
 
 class LookupModel(Model):
-    """Calls ``lookup`` ``calls`` times (one per reply), then ends the run solved."""
+    """Calls ``tool`` (``lookup``) ``calls`` times (one per reply), then ends the run solved. A
+    summary asked of it (compaction) gets a reply with no text, and the same usage."""
 
-    def __init__(self, calls: int, *, name: str = "openai:gpt-4o-mini", usage: Usage = USAGE) -> None:
-        self.calls, self.name, self.usage = calls, name, usage
+    def __init__(
+        self, calls: int, *, name: str = "openai:gpt-4o-mini", usage: Usage = USAGE, tool: str = "lookup"
+    ) -> None:
+        self.calls, self.name, self.usage, self.tool = calls, name, usage, tool
         self.requests: list[ModelRequest] = []
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         self.requests.append(request)
         done = sum(isinstance(m, ToolResultMessage) for m in request.messages)
-        call = ToolCall(f"c{done}", "lookup", {"key": str(done)}) if done < self.calls else end_step()
+        call = ToolCall(f"c{done}", self.tool, {"key": str(done)}) if done < self.calls else end_step()
         u = self.usage
         usage = Usage(u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens, 1)
         yield ModelResponse(AssistantMessage(tool_calls=(call,)), usage, model=self.name)

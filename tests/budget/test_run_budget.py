@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tests.budget.models import USAGE, LookupModel, lookup
 
-from steward import Agent
+from steward import Agent, tool
 from steward.budget.guard import BUDGET_EXHAUSTED, BUDGET_WARNING
 from steward.budget.ledger import Ledger
 from steward.config import BudgetSettings, Config
@@ -172,3 +172,46 @@ async def test_a_shared_budget_without_a_call_limit_still_counts_the_calls_once(
     totals = await Ledger(store.engine).run(run.id)
     assert totals is not None and totals.tool_calls == 3
     assert scope.spent.tool_calls == 3 and scope.spent.tokens == totals.tokens > 0
+
+
+@tool
+def long_lookup(key: str) -> str:
+    """Look a key up (a long answer: its output is compacted by a summary call).
+
+    Args:
+        key: The key.
+    """
+    return f"value of {key}: " + "a long answer, " * 600
+
+
+async def test_the_summaries_compaction_asks_for_count_too(store: EventStore, tmp_path: Path) -> None:
+    """Each long output is summarised by the run's model: those calls are spent like the steps'."""
+    model = LookupModel(calls=3, tool="long_lookup")
+    config = Config(budget=BudgetSettings(tokens=10**9))
+    a = Agent(model, tools=[long_lookup], builtin_tools=False, config=config, store=store, sandbox=False)
+    events = await events_of(a, tmp_path)
+    summaries = [r for r in model.requests if r.purpose != "step"]
+    compactions = [e for e in events if e.type == "compaction"]
+    assert len(summaries) == len(compactions) == 3, "each long output was summarised"
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.end_status == "solved"
+    totals = await Ledger(store.engine).run(events[0].run_id)
+    assert totals is not None and totals.usage.requests == 4 + 3  # the 4 steps' replies and 3 summaries
+    assert totals.tokens == 7 * (USAGE.input_tokens + USAGE.output_tokens)
+    assert totals.cost_usd == pytest.approx(7 * STEP_COST)
+
+
+async def test_a_summary_that_would_not_fit_is_not_asked_for(tmp_path: Path) -> None:
+    """Without a store: the summary's call is checked before it is made, as a step's is; the
+    output then stays as an excerpt, and the run ends partial at its next step."""
+    per_call = USAGE.input_tokens + USAGE.output_tokens
+    model = LookupModel(calls=5, tool="long_lookup")
+    config = Config(budget=BudgetSettings(tokens=int(1.5 * per_call)))
+    a = Agent(model, tools=[long_lookup], builtin_tools=False, config=config, sandbox=False)
+    events = await events_of(a, tmp_path)
+    assert not [r for r in model.requests if r.purpose != "step"], "no room was left for a summary"
+    assert len(model.requests) == 1
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.end_status == "partial"
+    (stop,) = signals(events, BUDGET_EXHAUSTED)
+    assert "no room for another model call" in stop.message

@@ -97,7 +97,8 @@ class Budget:
     _started: float = 0.0
     _replay: Replay | None = None
     _stopped: bool = False
-    _seen: Usage = field(default_factory=Usage)  # the run's usage when last counted
+    run_usage: Usage = field(default_factory=Usage)  # the run's state's, as the loop and compaction add to it
+    _seen: Usage = field(default_factory=Usage)  # ``run_usage`` when last counted
     _aside: Usage | None = None  # this step's calls for summaries (not what the next prompt holds)
     _went_live: bool = False  # a step rebuilt from the log made a live model call (the log ended)
 
@@ -150,6 +151,7 @@ class Budget:
     def hold_local(self, request: ModelRequest) -> None:
         """``before_call`` for a run whose budgets are all its own (none shared in the store):
         not a coroutine, as most runs call it every step."""
+        self.count(self.run_usage)  # a call within a step (a summary) comes after the step's reply
         caps = self._caps
         if caps is None:
             caps = self._caps = self._local_caps()
@@ -275,14 +277,14 @@ class Budget:
         if (replay := self._replay) is not None:  # rebuilt from the log: counted when it was live
             if self._went_live:  # the log ended within the step: what it used live counts
                 self._went_live = False
-                self.count(loop.state.usage)
+                self.count(self.run_usage)
             else:
-                self._seen = _copy(loop.state.usage)
+                self._seen = _copy(self.run_usage)
             return _ready((self._recorded_warnings(loop, replay), outcome))
         if self._stopped:  # the check before the step ended the run: nothing ran
             self._stopped = False
             return _ready(((), outcome))
-        self.count(loop.state.usage)
+        self.count(self.run_usage)
         return self._after(loop, outcome, time.monotonic() - self._started)
 
     async def _after(self, loop: Loop, outcome: rs.Outcome, seconds: float) -> After:
@@ -439,7 +441,8 @@ class Budget:
         """Put the budget around ``loop``'s model, toolset and steps."""
         from steward.clock import RunClock
 
-        loop.model = BudgetedModel(loop.model, self, loop.state.usage)
+        self.run_usage = loop.state.usage
+        loop.model = BudgetedModel(loop.model, self)
         loop.toolset = BudgetedToolset(loop.toolset, self)
         loop.guard = self
         if (limit := self.limits.time_s) and isinstance(loop.clock, RunClock):
@@ -511,9 +514,8 @@ class BudgetedModel(Model):
     a call used is counted after the step, from the run's usage (``Budget.count``): its stream
     is handed on as it is, not through one more layer per streamed piece."""
 
-    def __init__(self, model: Model, budget: Budget, run_usage: Usage) -> None:
+    def __init__(self, model: Model, budget: Budget) -> None:
         self.model, self.budget, self.name = model, budget, model.name
-        self.run_usage = run_usage  # the run's usage, as the loop and compaction add to it
 
     def replayed(self) -> None:
         self.model.replayed()
@@ -523,7 +525,7 @@ class BudgetedModel(Model):
         if budget._replay is not None and not budget._went_live:
             # The log ended within a step being rebuilt: from here on what the run uses is live.
             budget._went_live = True
-            budget._seen = _copy(self.run_usage)
+            budget._seen = _copy(budget.run_usage)
         if budget.ledger is not None and budget.scopes:
             return self._held(request)
         try:
