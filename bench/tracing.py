@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.server
+import os
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -36,14 +39,52 @@ from _agent import ping_agent
 from steward.config import Config, TelemetrySettings
 
 
+class _Collector(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector that takes every request (the bench's sends go somewhere real)."""
+
+    requests = 0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        type(self).requests += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def collector() -> str:
+    """A local collector on a thread of this (unmeasured) process; its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def _exporter_cpu_s() -> float:
+    """CPU seconds of the span exporter processes this process started (``otlp``)."""
+    from steward.telemetry import _export
+
+    total = 0.0
+    for made in _export._providers.values():
+        process = getattr(getattr(made, "_sink", None), "_process", None)
+        if process is not None:
+            fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 async def ms_per_step(steps: int, mode: str, workspace: str) -> float:
     from steward.telemetry import use_tracer_provider
 
+    endpoint = os.environ.get("STEWARD_BENCH_COLLECTOR", "")
     if mode == "noop":
         from opentelemetry.trace import NoOpTracerProvider
 
         use_tracer_provider(NoOpTracerProvider())
-    elif mode != "off":
+    elif mode not in ("off", "otlp"):
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -54,7 +95,9 @@ async def ms_per_step(steps: int, mode: str, workspace: str) -> float:
         if mode == "memory":
             provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
         use_tracer_provider(provider)
-    agent = ping_agent(steps, Config(telemetry=TelemetrySettings(enabled=mode != "off")))
+    # "otlp": Steward's own spans, sent by its exporter process to a collector on loopback.
+    telemetry = TelemetrySettings(enabled=mode != "off", endpoint=endpoint if mode == "otlp" else "")
+    agent = ping_agent(steps, Config(telemetry=telemetry))
     run = agent.start("ping", workspace=workspace)
     started = time.process_time()  # CPU time: the machine's load (other processes) stays out of it
     result = await run.result()
@@ -64,7 +107,7 @@ async def ms_per_step(steps: int, mode: str, workspace: str) -> float:
     return took * 1000 / (steps + 1)
 
 
-MODES = ("off", "noop", "unsampled", "dropped", "memory")
+MODES = ("off", "noop", "unsampled", "dropped", "memory", "otlp")
 _FEW, _MANY = 50, 550  # the two step counts of --instructions
 
 
@@ -89,6 +132,7 @@ def instructions(mode: str, steps: int) -> int:
 
 
 def count_instructions(modes: list[str]) -> None:
+    os.environ["STEWARD_BENCH_COLLECTOR"] = collector()  # here: callgrind counts only the child
     per_step = {m: (instructions(m, _MANY) - instructions(m, _FEW)) / (_MANY - _FEW) for m in ["off", *modes]}
     off = per_step["off"]
     print(
@@ -102,6 +146,7 @@ def count_instructions(modes: list[str]) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     modes = MODES
+    os.environ["STEWARD_BENCH_COLLECTOR"] = collector()
     with tempfile.TemporaryDirectory() as tmp:
         workspace = str(Path(tmp))
         await ms_per_step(20, "memory", workspace)  # warm: imports, the first provider
@@ -118,6 +163,12 @@ async def main(args: argparse.Namespace) -> None:
                 f"{steps:>6} {off:>8.3f} "
                 + " ".join(f"{a * 1000:>12.1f} {a / off * 100:>8.1f}%" for a in added)
             )
+        # Where the sending went: another process, on another core; its CPU in all, per span.
+        spans = sum(4 * int(s) + 2 for s in args.steps.split(",")) * args.repeats  # run, step, chat, tool
+        print(
+            f"otlp: the exporter process used {_exporter_cpu_s() * 1000:.0f} ms CPU for about {spans} spans "
+            f"({_Collector.requests} requests to the collector)"
+        )
 
 
 if __name__ == "__main__":
@@ -127,7 +178,7 @@ if __name__ == "__main__":
     parser.add_argument("--steps", default="50,1000")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--instructions", action="store_true", help="count instructions (callgrind)")
-    parser.add_argument("--modes", default="noop,unsampled,dropped,memory", help="with --instructions")
+    parser.add_argument("--modes", default="noop,unsampled,dropped,memory,otlp", help="with --instructions")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "STEPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -24,6 +24,8 @@ class Received:
     parent_id: str  # "" for a root span
     attributes: dict[str, Any]
     service: str
+    kind: int = 0  # OTLP's SpanKind: 1 internal, 3 client
+    status: int = 0  # OTLP's status code: 0 unset, 1 ok, 2 error
 
 
 @dataclass
@@ -70,6 +72,8 @@ def _received(span: Any, service: str) -> Received:
         parent_id=span.parent_span_id.hex(),
         attributes={a.key: _value(a.value) for a in span.attributes},
         service=service,
+        kind=span.kind,
+        status=span.status.code,
     )
 
 

@@ -9,6 +9,7 @@ current while the call runs, so what the call does (an HTTP client's own instrum
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ MEMORY_OPERATIONS: Mapping[str, str] = {
     "forget": "delete_memory",
 }
 _MEMORY_STORE = "steward.long_term"
+_INSTRUMENTATION = "opentelemetry.instrumentation"  # the package instrumentations load
 _ITEM_REF = re.compile(r"\bm(\d+)\b")  # how memory tools name an item (``archival.item_ref``)
 
 
@@ -92,16 +94,20 @@ class TracingModel(Model):
         )
         items = self.wrapped.stream(request)
         next_item = items.__anext__
-        current = trace.set_span_in_context(span, parent)
+        # The span is made current while the provider works only for what reads it there: an
+        # HTTP client's instrumentation (``opentelemetry.instrumentation.*``, loaded by the
+        # application). Steward's own code reads no context under a model call.
+        current = trace.set_span_in_context(span, parent) if _INSTRUMENTATION in sys.modules else None
         try:
             for _ in range(10**9):  # bounded by the provider's reply
-                token = otel_context.attach(current)
+                token = otel_context.attach(current) if current is not None else None
                 try:
                     item = await next_item()
                 except StopAsyncIteration:
                     break
                 finally:
-                    otel_context.detach(token)
+                    if token is not None:
+                        otel_context.detach(token)
                 if isinstance(item, ModelResponse):
                     self._replied(span, item, model)
                 yield item

@@ -3,8 +3,8 @@
 The collector is ``[telemetry] endpoint`` when set, else OpenTelemetry's own variables
 (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, the whole URL; ``OTEL_EXPORTER_OTLP_ENDPOINT``, the
 base), else ``http://localhost:4318``: as in OpenTelemetry's SDKs, what the configuration says
-comes before the variables. Spans are batched and sent in the background; what is left is sent
-when the process exits, waiting a second or two at most (``_sending``).
+comes before the variables. Spans are batched and sent by a helper process; what is left is sent
+when the process exits, waiting a second or two at most (``_light``).
 """
 
 from __future__ import annotations
@@ -113,39 +113,24 @@ def missing_extra() -> str:
 
 
 def tracer(settings: TelemetrySettings) -> Tracer:
-    """Steward's tracer for ``settings``: the application's provider, or one exporting over
-    OTLP/HTTP (made once per collector, headers and service name)."""
+    """Steward's tracer for ``settings``: the application's provider, or Steward's own light
+    spans sent over OTLP/HTTP by a helper process (``_light``; one per collector, headers,
+    service name and sampling ratio)."""
     from steward import __version__
 
     with _lock:
         if _override:
             return _override[0].get_tracer("steward", __version__)  # type: ignore[no-any-return]
-    try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-    except ImportError:
-        raise ConfigError(missing_extra()) from None
-    from steward.telemetry._sending import Watched, flush_at_exit
+    if not installed():  # the helper process sends with the SDK's exporter
+        raise ConfigError(missing_extra())
+    from steward.telemetry._light import LightTracer, Sink
 
     url, source = traces_url(settings)
     sent = headers(settings)
     key = (url, tuple(sorted(sent.items())), settings.service_name, settings.sample_ratio)
     with _lock:
-        provider = _providers.get(key)
-        if provider is None:
-            # A run not sampled makes non-recording spans (nearly free); a run whose parent was
-            # sampled (a delegated job's) always is, so a trace is whole or absent.
-            sampler = ParentBased(TraceIdRatioBased(settings.sample_ratio))
-            resource = Resource.create({"service.name": settings.service_name})
-            # Not the SDK's exit hook: it waits out the exporter's retries of a collector that is down.
-            provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
-            exporter = Watched(
-                OTLPSpanExporter(endpoint=url, headers=sent, timeout=_EXPORT_TIMEOUT_S), url, source
-            )
-            provider.add_span_processor(BatchSpanProcessor(exporter))
-            flush_at_exit(provider, exporter)
-            _providers[key] = provider
-    return provider.get_tracer("steward", __version__)
+        made = _providers.get(key)
+        if made is None:
+            sink = Sink(url, source, sent, settings.service_name, _EXPORT_TIMEOUT_S)
+            made = _providers[key] = LightTracer(sink, settings.sample_ratio)
+    return made

@@ -151,6 +151,9 @@ class RunTrace:
         if st.status in ("failed", "cancelled") and not self.failed:
             mark_error(span, st.status, st.output)
         span.end()
+        flush = getattr(self.tracer, "flush", None)  # Steward's light spans: sent at the run's end
+        if flush is not None:
+            flush()
 
     def _end_step(self) -> None:
         step, self.step, self._step_context = self.step, None, None
