@@ -13,14 +13,14 @@ from tests.memory.conftest import Clock
 
 from steward.memory.batch import NewItem
 from steward.memory.longterm import LongTermMemory, Scope
-from steward.memory.pgsearch import selective_query
+from steward.memory.pgsearch import selective_lexemes
 
 HOME = Scope(user="ada", persona="", workspace="/projects/app")
 
 
-async def _chosen(engine: AsyncEngine, terms: list[str]) -> str:
+async def _chosen(engine: AsyncEngine, terms: list[str]) -> list[str]:
     async with engine.connect() as conn:
-        return str((await conn.execute(sa.select(selective_query(terms)))).scalar_one())
+        return list((await conn.execute(sa.select(selective_lexemes(terms)))).scalar_one())
 
 
 async def _analyze(engine: AsyncEngine) -> None:
@@ -35,10 +35,10 @@ async def test_common_words_are_left_out_when_rarer_ones_are_there(engine: Async
     await memory.remember_many(HOME, [NewItem(f"note {n} about the weekly reports") for n in range(300)])
     target = await memory.remember(HOME, "the weekly report goes to Grace on Fridays")
     await _analyze(engine)
-    assert await _chosen(engine, ["weekly", "report", "grace"]) == "grace"
-    assert await _chosen(engine, ["weekly", "reporting"]) == "weekly or reporting"  # all common: all kept
+    assert await _chosen(engine, ["weekly", "report", "grace"]) == ["grace"]
+    assert await _chosen(engine, ["weekly", "reporting"]) == ["report", "week"]  # all common: all kept
     # A word PostgreSQL drops (it has no lexeme) is never kept alone.
-    assert await _chosen(engine, ["weekly", "the"]) == "weekly or the"
+    assert await _chosen(engine, ["weekly", "the"]) == ["week"]
     found = await memory.recall(HOME, "who gets the weekly report, Grace?", k=3)
     assert found[0].item.id == target.item.id
 
@@ -48,11 +48,11 @@ async def test_a_small_or_unanalysed_store_keeps_every_word(engine: AsyncEngine,
         pytest.skip("PostgreSQL's keyword ranking")
     memory = LongTermMemory(engine, clock=clock)
     await memory.remember_many(HOME, [NewItem(f"note {n} about the weekly report") for n in range(300)])
-    assert await _chosen(engine, ["weekly", "grace"]) == "weekly or grace"  # no statistics yet
+    assert await _chosen(engine, ["weekly", "grace"]) == ["grace", "week"]  # no statistics yet
     async with engine.begin() as conn:
         await conn.execute(sa.text("DELETE FROM memory_items WHERE id > 50"))
     await _analyze(engine)
-    assert await _chosen(engine, ["weekly", "grace"]) == "weekly or grace"  # 50 items
+    assert await _chosen(engine, ["weekly", "grace"]) == ["grace", "week"]  # 50 items
 
 
 async def test_a_query_of_operators_and_quotes_is_only_words(engine: AsyncEngine, clock: Clock) -> None:
@@ -94,11 +94,14 @@ async def test_the_statistics_are_read_once_a_recall_however_many_words(
     finally:
         sa.event.remove(engine.sync_engine, "before_cursor_execute", record)
     assert found[0].item.id == target.item.id
-    [(statement, parameters)] = [(s, p) for s, p in seen if "tsv @@" in s]
-    async with engine.connect() as conn:
-        raw = (await conn.get_raw_connection()).driver_connection
-        assert raw is not None
-        value = await raw.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", *parameters)
-    [plan] = value if isinstance(value, list) else json.loads(value)  # the driver may decode it
-    # Before: once per word, and again for the ranking (16 reads for these 8 words).
-    assert _scans_of(plan["Plan"], "pg_statistic") == 1
+    # The best matches of the store, then (fewer than asked for: one item holds "grace") all.
+    ranked = [(s, p) for s, p in seen if "memory_terms" in s]
+    assert len(ranked) == 2
+    for statement, parameters in ranked:
+        async with engine.connect() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            assert raw is not None
+            value = await raw.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", *parameters)
+        [plan] = value if isinstance(value, list) else json.loads(value)  # the driver may decode it
+        # Before: once per word, and again for the ranking (16 reads for these 8 words).
+        assert _scans_of(plan["Plan"], "pg_statistic") == 1

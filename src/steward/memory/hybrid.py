@@ -1,6 +1,6 @@
 """Keyword search over memory items, and the fusion of the keyword and vector lists.
 
-The keyword list is BM25 on SQLite (FTS5's ``bm25()``) and ``ts_rank`` on PostgreSQL. The
+The keyword list is BM25 on SQLite (FTS5's ``bm25()``) and on PostgreSQL (``memory_terms``). The
 user's words never reach either query language as syntax: the query is cut into words (letters,
 digits), each word is quoted (FTS5) or passed as a bound parameter joined by ``or``
 (``websearch_to_tsquery``, which never fails on its input), so ``text:*``, ``NEAR``, quotes and
@@ -119,8 +119,15 @@ async def keyword_rows(
         return rows
     from steward.memory.pgsearch import keyword_select
 
-    select = keyword_select(terms, where, columns)
-    return list((await conn.execute(select.limit(limit))).mappings().all())
+    # As on SQLite: the best OVERFETCH x limit matches of the store, then every match when the
+    # scope and filters leave fewer than ``limit`` of them.
+    rows = []
+    for best in (limit * OVERFETCH, None):
+        select = keyword_select(terms, where, columns, top=best).limit(limit)
+        rows = list((await conn.execute(select)).mappings().all())
+        if len(rows) >= limit:
+            break
+    return rows
 
 
 #: A word found in more than this share of the items is left out of the keyword query when
