@@ -31,7 +31,8 @@ async def test_a_server_still_loading_its_model_is_asked_again_until_it_answers(
     # the same busy answer twice is not a request that fails every time.
     loading = FakeReply.error(503, "Loading model", headers={"retry-after-ms": "1"})
     server.add(loading, loading, FakeReply(text="Ready."))
-    items = await items_of(make_openai(max_retries=2), ask())
+    # The call's own deadline is NEVER: this test is about what is sent again, not how fast.
+    items = await items_of(make_openai(max_retries=2, timeout=NEVER), ask())
     (response,) = [item for item in items if isinstance(item, ModelResponse)]
     assert response.message.text == "Ready." and len(server.requests) == 3
 

@@ -510,14 +510,18 @@ async def test_a_rebuilt_run_offers_the_tools_it_had_found(tmp_path: Path) -> No
         original = first.start("weather", workspace=tmp_path)
         assert (await original.result()).question == "Which city?"
         assert "weather__get_forecast" in before["weather"][1]
+        await first.aclose()  # its process ends here: nothing of it runs on beside the second
 
         after: dict[str, list[list[str]]] = {}
         # A new process, in effect: nothing shared with the first but the store.
         second = Agent(
             by_goal({"weather": script}, after), tools=user_tools(), builtin_tools=False, store=store
         )
-        rebuilt = await second.resume(original.id)
-        result = await rebuilt.answer("Paris")
+        try:
+            rebuilt = await second.resume(original.id)
+            result = await rebuilt.answer("Paris")
+        finally:
+            await second.aclose()
     finally:
         await store.close()
 

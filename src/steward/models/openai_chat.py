@@ -125,6 +125,9 @@ class OpenAIChatModel(Model):
         return self._endpoint in _WHOLE_REPLY_ENDPOINTS
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        # The SDK's first import and client (half a CPU-second, many seconds on a loaded machine)
+        # are this process's start, not the server's answer: the call's deadline starts after.
+        self._get_client().chat.completions  # noqa: B018 - reading it loads the SDK's chat part
         deadline = deadline_after(self._timeout)
         if not self._streams(request):
             if self._stream is None and not self._noticed:  # fallen back, maybe by another model
