@@ -100,6 +100,10 @@ def test_a_batch_reports_pass_at_k_from_each_attempts_verifier(
     assert all(n["reward"] < 1 for n in notes)
     assert "| add | 2/4 | 0.500 | 1.000 |" in (report_dir / "report.md").read_text()
     assert "pass@1 0.500 · pass@4 0.667" in done.stdout
+    # Printed to a pipe, the table is whole: no figure is cut short, each time keeps its unit.
+    assert "…" not in done.stdout
+    rows = [line for line in done.stdout.splitlines() if line.startswith("│ ")]
+    assert len(rows) == 3 and all(row.rstrip("│ ").endswith(" s") for row in rows)
     # One job per attempt, each ended: nothing ran twice.
     jobs = _jobs(db_url)
     assert len(jobs) == 12

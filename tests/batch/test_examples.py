@@ -38,22 +38,30 @@ def test_every_shipped_verifier_fails_on_its_template(tmp_path: Path) -> None:
 
 
 def test_the_scripted_solutions_pass_every_verifier(tmp_path: Path, steward: Steward) -> None:
-    done = steward("batch", str(EXAMPLES), "--model", "scripted", "-j", "2", "-o", str(tmp_path / "report"))
+    # As the README runs it: two attempts (a pass@2 column), the table printed to a pipe.
+    done = steward(
+        "batch", str(EXAMPLES), "--model", "scripted", "--attempts", "2", "-j", "2",
+        "-o", str(tmp_path / "report"),
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     failed = [(a["task"], a["verify"]) for a in report["attempts"] if not a["passed"]]
     assert failed == []
-    assert report["summary"]["settled"] == len(load_tasks(EXAMPLES))
+    assert report["summary"]["settled"] == 2 * len(load_tasks(EXAMPLES))
     assert report["summary"]["pass@1"] == 1.0
-    _loads_with_datasets(tmp_path / "report", tmp_path / "hf", len(load_tasks(EXAMPLES)))
+    # Printed to a pipe, the table is whole: no figure is cut short, each time keeps its unit.
+    assert "…" not in done.stdout
+    rows = [line for line in done.stdout.splitlines() if line.startswith("│ ")]
+    assert len(rows) == len(load_tasks(EXAMPLES)) and all(row.rstrip("│ ").endswith(" s") for row in rows)
+    _loads_with_datasets(tmp_path / "report", tmp_path / "hf", len(load_tasks(EXAMPLES)), attempts=2)
 
 
-def _loads_with_datasets(report: Path, cache: Path, count: int) -> None:
+def _loads_with_datasets(report: Path, cache: Path, count: int, *, attempts: int) -> None:
     """The trajectories of every task, together, and the task rows load as Hugging Face datasets."""
     datasets = pytest.importorskip("datasets")
     files = sorted(str(f) for f in (report / "trajectories").glob("*.jsonl"))
     runs = datasets.load_dataset("json", data_files=files, split="train", cache_dir=str(cache))
-    assert runs.num_rows == count
+    assert runs.num_rows == count * attempts
     assert {"messages", "tools", "reward", "task"} <= set(runs.column_names)
     assert set(runs["reward"]) == {1.0}
     tasks = datasets.load_dataset(

@@ -351,6 +351,7 @@ async def _follow(follower: Follower, stop: asyncio.Event, console: Console) -> 
 
 def _print_table(manifest: Manifest, rows: list[TaskFigures], total: dict[str, Any]) -> None:
     from rich.console import Console
+    from rich.measure import Measurement
     from rich.table import Table
 
     from steward.batch.report import MEANS, headers, ratio, table_rows
@@ -359,11 +360,20 @@ def _print_table(manifest: Manifest, rows: list[TaskFigures], total: dict[str, A
         title=f"batch {manifest.id}: {manifest.persona} on {manifest.model or 'the configured model'}"
     )
     for name in headers(manifest):
-        table.add_column(name, justify="left" if name == "task" else "right", no_wrap=True)
+        if name == "task":  # a long task id folds onto a second line; a figure is never cut
+            table.add_column(name, justify="left", overflow="fold", min_width=8)
+        else:
+            table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     for cells in table_rows(manifest, rows):
         table.add_row(*cells)
     k = manifest.attempts
     at_k = f" · pass@{k} {ratio(total[f'pass@{k}'])}" if k > 1 else ""
     settled = f"{total['settled']}/{total['attempts']} attempts settled"
     table.caption = f"pass@1 {ratio(total['pass@1'])}{at_k} · {settled}\n{MEANS}"
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        # A pipe or a file has no width of its own: the table keeps its whole width there
+        # (rich would cut it to 80 columns, and the time column's figures to "2.2…").
+        natural = Measurement.get(console, console.options.update(max_width=10_000), table).maximum
+        console = Console(width=max(console.width, natural))
+    console.print(table)
