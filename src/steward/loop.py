@@ -76,6 +76,9 @@ class Loop:
         self.step_spec = AGENT_STEP_SPEC  # the agent_step tool offered: full or compact (``steward.phases``)
         self.ending: Callable[[Loop, Items], Items] | None = None  # an answer's ending checked (continuation)
         self.guard: StepGuard | None = None  # around each step, after the ending's check (budgets)
+        #: Told of every event as it is numbered, after ``stamp`` (tracing: a call, where a layer
+        #: around the run's stream would cost a generator step per event).
+        self.watch: Callable[[ev.Event], None] | None = None
 
     def emit(self, event: ev.Event) -> ev.Event:
         st = self.state
@@ -88,6 +91,8 @@ class Loop:
         event.seq = st.seq
         if self.stamp is not None:
             self.stamp(event)
+        if self.watch is not None:
+            self.watch(event)
         return event
 
     async def run(self) -> AsyncIterator[ev.Event]:

@@ -164,12 +164,59 @@ class Run:
         durable only at a barrier (before a tool runs, when the run waits or ends), so a crash
         can lose only events the run can make again, never the record of a side effect.
         """
-        events = self.trace.events(events) if self.trace is not None else events
-        store = self._store
-        if store is None:
-            async for event in events:
-                yield event
-            return
+        trace = self._trace_open()
+        try:
+            store = self._store
+            if store is None:
+                try:
+                    async for event in events:
+                        yield event
+                finally:
+                    if trace is not None:  # the loop's own cleanup first: the span reads how it ended
+                        await _aclose(events)
+                return
+            st = self._loop.state
+            log = await self._opened(store)
+            try:
+                async for event in events:
+                    if event.seq > log.last_seq:
+                        log.add(event)
+                        if event.type in _BARRIERS:
+                            if event.type in ("waiting", "done"):  # one transaction with the event
+                                log.status(st.status, st.end_status, output=st.output)
+                            await log.flush()
+                    elif event.seq:  # rebuilt from the log: recorded and shown before
+                        continue
+                    yield event
+            finally:
+                await self._close(events, log)
+        except BaseException as exc:
+            self._trace_failed(trace, exc)
+            raise
+        finally:
+            self._trace_close(trace)
+
+    def _trace_open(self) -> RunTrace | None:
+        """Open the traced stretch's span (when traced); the loop then tells the trace of each
+        event it numbers: no layer around the stream (a generator step per event costs more)."""
+        trace = self.trace
+        if trace is not None:
+            trace.begin(None)
+            self._loop.watch = trace.watch
+        return trace
+
+    @staticmethod
+    def _trace_failed(trace: RunTrace | None, exc: BaseException) -> None:
+        if trace is not None:
+            trace.failed_with(exc)
+
+    def _trace_close(self, trace: RunTrace | None) -> None:
+        if trace is not None:
+            self._loop.watch = None
+            trace.end()
+
+    async def _opened(self, store: EventStore) -> RunLog:
+        """The run's log in ``store``, the run's row made first when it is new."""
         st = self._loop.state
         if self._log is None:
             if self._prepare is not None:
@@ -182,19 +229,7 @@ class Run:
         log = self._log
         if st.status == "running":  # going on (again): this process owns the run now
             log.status("running", owner=process_owner())
-        try:
-            async for event in events:
-                if event.seq > log.last_seq:
-                    log.add(event)
-                    if event.type in _BARRIERS:
-                        if event.type in ("waiting", "done"):  # one transaction with the event
-                            log.status(st.status, st.end_status, output=st.output)
-                        await log.flush()
-                elif event.seq:  # rebuilt from the log: recorded and shown before
-                    continue
-                yield event
-        finally:
-            await self._close(events, log)
+        return log
 
     async def _close(self, events: AsyncIterator[Event], log: RunLog) -> None:
         """After a stream: record how the run stands now (and a cancellation, as its ending)."""
@@ -408,3 +443,9 @@ async def _prepend(first: Event, rest: AsyncIterator[Event]) -> AsyncIterator[Ev
         close = getattr(rest, "aclose", None)
         if close is not None:
             await close()
+
+
+async def _aclose(stream: AsyncIterator[Event]) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()

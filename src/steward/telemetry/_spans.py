@@ -1,8 +1,9 @@
 """The spans of one run: ``invoke_agent`` and ``step`` (GenAI semantic conventions), from the
 run's event stream; its model and toolset wrapped for the spans of its calls (``_calls``).
 
-Imported only when ``[telemetry]`` is on. The run's event stream (``RunTrace.events``) opens
-the ``invoke_agent`` span and a ``step`` span at each ``step`` event. The step is never made the
+Imported only when ``[telemetry]`` is on. A stretch of the run's stream (``Run._recorded``)
+opens the ``invoke_agent`` span, and the loop tells ``RunTrace.watch`` of each event it numbers:
+a ``step`` span starts at each ``step`` event. The step is never made the
 current span: a call's span names its parent (``RunTrace.parent``) and only the call's own span
 is current while the call runs. Whoever reads the stream never runs inside the run's spans, and
 nothing the loop schedules keeps a step's span alive: an ``asyncio`` timer captures the context
@@ -13,7 +14,7 @@ length; with the step current, each of its timers kept a span (and its attribute
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -94,6 +95,8 @@ class RunTrace:
     def begin(self, parent: otel_context.Context | None) -> None:
         """Open the span of a stretch of running, under ``parent`` (default: what is current,
         else this run's first span)."""
+        if (resume := self.state.resume) is not None:  # an answered approval: its call runs first
+            self.call = (resume.approval.tool, resume.approval.call.id)  # (decided before the stream)
         if self.span is not None:
             return
         if parent is None and not trace.get_current_span().get_span_context().is_valid:
@@ -122,8 +125,6 @@ class RunTrace:
         self.usage, self.failed = [0, 0], False
         if self.first is None:
             self.first = _traceparent_of(self.span)
-        if st.resume is not None:  # an answered approval: its call runs first, announced before
-            self.call = (st.resume.approval.tool, st.resume.approval.call.id)
 
     def join(self, traceparent: str | None) -> str | None:
         """Go on in a job's trace (its ``traceparent``); for a job that has none yet, the
@@ -184,29 +185,16 @@ class RunTrace:
             case _:
                 pass
 
-    async def events(self, stream: AsyncIterator[ev.Event]) -> AsyncIterator[ev.Event]:
-        """``stream``, its stretch of running traced; closing this closes ``stream``."""
-        self.begin(None)
-        next_event = stream.__anext__  # not anext(stream, None): no awaitable made per event
-        try:
-            for _ in range(10**12):  # bounded by the run's own limits: it ends or pauses
-                try:
-                    event = await next_event()
-                except StopAsyncIteration:
-                    return
-                except BaseException as exc:
-                    if self.span is not None and not isinstance(exc, GeneratorExit):
-                        mark_error(self.span, type(exc).__qualname__, str(exc))
-                        self.failed = True
-                    raise
-                if self.recording and event.type in _TELLING:  # most events say nothing about spans
-                    self.seen(event)
-                yield event
-        finally:
-            close = getattr(stream, "aclose", None)
-            if close is not None:
-                await close()
-            self.end()
+    def watch(self, event: ev.Event) -> None:
+        """Each event the loop numbers (``Loop.watch``): most say nothing about spans."""
+        if self.recording and event.type in _TELLING:
+            self.seen(event)
+
+    def failed_with(self, exc: BaseException) -> None:
+        """The run's stream raised ``exc`` (not a close): its span says so."""
+        if self.span is not None and not isinstance(exc, GeneratorExit):
+            mark_error(self.span, type(exc).__qualname__, str(exc))
+            self.failed = True
 
     def tool_call_id(self, name: str) -> str | None:
         if self.call is not None and self.call[0] == name:
