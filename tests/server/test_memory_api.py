@@ -150,6 +150,11 @@ def test_a_hidden_item_is_never_recalled_but_shown_and_listed_with_hidden(
         assert ids_of(client.get("/v1/memory", params={"hidden": "true"})) == [item]
         assert client.get(f"/v1/memory/{item}").json()["hidden_at"] is not None
         assert client.delete(f"/v1/memory/{item}").status_code == 200  # hiding twice is no error
+        # The id as the tools, `steward memory list` and the page show it.
+        named = client.get(f"/v1/memory/m{item}")
+        assert named.status_code == 200 and named.json()["id"] == item
+        assert client.delete(f"/v1/memory/m{item}").status_code == 200
+        assert client.get("/v1/memory/m999").status_code == 404
     assert stored_texts(deployment) == ["the printer is on floor two"]  # kept
 
 

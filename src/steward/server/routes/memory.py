@@ -279,6 +279,8 @@ async def export_memory(
     return StreamingResponse(lines(), media_type="application/x-ndjson", headers=headers)
 
 
+# The tools, the CLI and the page name an item m12: that form is the same route (unlisted).
+@router.get("/memory/m{item_id:int}", response_model=s.MemoryItem, include_in_schema=False)
 @router.get("/memory/{item_id:int}", response_model=s.MemoryItem)
 async def show_memory(item_id: ItemId, memory: Memory) -> s.MemoryItem:
     """One item, hidden or not."""
@@ -288,6 +290,7 @@ async def show_memory(item_id: ItemId, memory: Memory) -> s.MemoryItem:
     return _item_out(item)
 
 
+@router.delete("/memory/m{item_id:int}", response_model=s.MemoryForgotten, include_in_schema=False)
 @router.delete("/memory/{item_id:int}", response_model=s.MemoryForgotten)
 async def forget_memory(
     item_id: ItemId,
