@@ -91,4 +91,4 @@ def test_estimated_tokens_are_shown_as_estimated(cli: Any, tmp_path: Path) -> No
     asyncio.run(record())
     shown = cli("runs", "show", "run-est")
     assert shown.returncode == 0, shown.stderr
-    assert "■ answered · 1 steps · ~1,234 tokens (estimated) · hi" in shown.stdout
+    assert "■ answered · 1 step · ~1,234 tokens (estimated) · hi" in shown.stdout

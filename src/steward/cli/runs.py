@@ -152,7 +152,7 @@ def _gate_line(d: dict[str, object]) -> str:
 
 
 def _timeline_line(kind: str, d: dict[str, object]) -> str | None:  # noqa: PLR0911 - one line per kind
-    from steward.cli.render import tokens_label
+    from steward.cli.render import _count, tokens_label
 
     match kind:
         case "phase":
@@ -179,7 +179,10 @@ def _timeline_line(kind: str, d: dict[str, object]) -> str | None:  # noqa: PLR0
             return f"          answered: {_short(d['answer'])}"
         case "done":
             tokens = tokens_label(usage) if isinstance(usage := d.get("usage"), dict) else ""
-            counts = f"{d['steps']} steps" + (f" · {tokens}" if tokens else "")
+            steps = d["steps"]
+            counts = (_count(steps, "step") if isinstance(steps, int) else f"{steps} steps") + (
+                f" · {tokens}" if tokens else ""
+            )
             return f"■ {d['end_status'] or d['status']} · {counts} · {_short(d['message'])}"
         case "rewind":
             changed = len(d["restored"]) + len(d["removed"])  # type: ignore[arg-type]
