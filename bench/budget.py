@@ -5,10 +5,11 @@
 
 Each run calls a tiny tool at every step (the model is a function: no I/O), then ends. Without
 a store, two ways, interleaved so the machine's load falls on each alike: no budget (nothing
-wrapped) and a run budget in tokens and tool calls (the model, toolset and step wrappers,
-counting in memory). With a SQLite store, two more: a run that only records what it spent
-(one small write per step) and one whose tree budget is kept in the store (a hold before each
-model call and a settle after: two write transactions per step). Printed per N: the median CPU
+wrapped) and a run budget in tokens and tool calls (the model and toolset wrappers and the
+loop's step hooks, counting in memory). With a SQLite store, two more: a run that only records
+what it spent (one small write when it ends) and one whose tree budget is kept in the store (a
+hold before each model call, each tool call taken, a settle after: three write transactions per
+step, as the tree bounds tool calls). Printed per N: the median CPU
 ms per step (CPU time, not wall time: on a loaded machine the other processes' share would
 drown the difference) and what the budget adds per step (µs, and as a share of the loop's own
 step). Target: the in-memory accounting costs <= 5 % of the loop's step.
