@@ -79,6 +79,7 @@ class Loop:
         #: Told of every event as it is numbered, after ``stamp`` (tracing: a call, where a layer
         #: around the run's stream would cost a generator step per event).
         self.watch: Callable[[ev.Event], None] | None = None
+        self.watched: frozenset[str] = frozenset()  # the event types ``watch`` is told of
 
     def emit(self, event: ev.Event) -> ev.Event:
         st = self.state
@@ -91,7 +92,7 @@ class Loop:
         event.seq = st.seq
         if self.stamp is not None:
             self.stamp(event)
-        if self.watch is not None:
+        if self.watch is not None and event.type in self.watched:
             self.watch(event)
         return event
 

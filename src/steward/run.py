@@ -202,7 +202,7 @@ class Run:
         trace = self.trace
         if trace is not None:
             trace.begin(None)
-            self._loop.watch = trace.watch
+            self._loop.watch, self._loop.watched = trace.watch, trace.WATCHED
         return trace
 
     @staticmethod

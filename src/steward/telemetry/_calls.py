@@ -19,7 +19,7 @@ from opentelemetry.trace import SpanKind
 
 from steward.errors import ApprovalRequired
 from steward.models.base import Model, ModelRequest, ModelResponse, StreamItem, ToolCall
-from steward.telemetry._common import mark_error, provider_and_model
+from steward.telemetry._common import in_context, mark_error, provider_and_model
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
@@ -206,15 +206,15 @@ class TracingToolset(WrapperToolset):
             "gen_ai.tool.name": name,
             "gen_ai.tool.type": "function",
         }
-        if (call_id := run.tool_call_id(name)) is not None:
-            attributes["gen_ai.tool.call.id"] = call_id
+        if (call := run.call) is not None and call[0] == name:
+            attributes["gen_ai.tool.call.id"] = call[1]
         if run.content is not None:
             attributes["gen_ai.tool.call.arguments"] = run.content.json(dict(arguments))
-        parent = run.parent()
+        parent = run._step_context or run._run_context  # ``run.parent()``, without the call
         span = run.tracer.start_span(
             f"execute_tool {name}", context=parent, kind=SpanKind.INTERNAL, attributes=attributes
         )
-        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        token = otel_context.attach(in_context(span, parent))
         try:
             operation = MEMORY_OPERATIONS.get(name)
             if operation is not None:

@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace.propagation import _SPAN_KEY
 
 if TYPE_CHECKING:
     from steward.safety.secrets.values import SecretWatch
@@ -23,6 +25,12 @@ def provider_and_model(name: str) -> tuple[str, str]:
     if not sep:
         return "steward", name
     return _PROVIDER_NAMES.get(provider, provider), model
+
+
+def in_context(span: Span, parent: Context | None) -> Context:
+    """``parent`` (or an empty context) with ``span`` current: ``trace.set_span_in_context``
+    made in one step (a copy of a few keys), since a traced step makes two of them."""
+    return Context({**parent, _SPAN_KEY: span} if parent is not None else {_SPAN_KEY: span})
 
 
 def mark_error(span: Span, kind: str, message: str = "") -> None:

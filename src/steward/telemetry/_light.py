@@ -45,6 +45,7 @@ _log = logging.getLogger(__name__)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _LOW_64 = (1 << 64) - 1
+_INTERNAL, _CLIENT = SpanKind.INTERNAL, SpanKind.CLIENT
 #: A batch goes to the helper when it holds this many spans, or when its first span ended this
 #: long ago: a long-lived worker's spans arrive within about a second, a burst in few writes.
 BATCH_SPANS = 256
@@ -162,13 +163,21 @@ class LightSpan:
         if self._ended:
             return
         self._ended = True
-        self._sink.add(
+        kind = self.kind  # its value without the enum's property call (and Enum's Python __hash__)
+        value = 0 if kind is _INTERNAL else 2 if kind is _CLIENT else kind.value
+        end = end_time or time.time_ns()
+        sink = self._sink
+        spans = sink.spans  # ``Sink.add``, written out: one call less a span
+        spans.append(
             (
-                self.name, self.kind.value, self.trace_id, self.span_id, self.parent_id,
-                self.remote_parent, self.start, end_time or time.time_ns(), self.attributes,
-                self._status, self._events,
+                self.name, value, self.trace_id, self.span_id, self.parent_id, self.remote_parent,
+                self.start, end, self.attributes, self._status, self._events,
             )
         )  # fmt: skip
+        if len(spans) == 1:
+            sink.first_ns = end
+        elif len(spans) >= BATCH_SPANS or end - sink.first_ns > BATCH_NS:
+            sink.flush()
 
 
 Span.register(LightSpan)
@@ -255,26 +264,18 @@ class Sink:
 
         self.url, self.source = url, source
         self._setup = (url, dict(headers), service, float(timeout_s), __version__)
-        self._spans: list[tuple[Any, ...]] = []
-        self._first_ns = 0  # when the batch's first span ended
+        self.spans: list[tuple[Any, ...]] = []
+        self.first_ns = 0  # when the batch's first span ended
         self._lock = threading.Lock()  # one writer of the pipe at a time
         self._process: subprocess.Popen[bytes] | None = None
         self._pending = bytearray()  # written to the pipe when it has room
         self._broken = False  # the helper could not start or went away: spans are dropped
         self._dropped = 0
 
-    def add(self, record: tuple[Any, ...]) -> None:
-        spans = self._spans
-        spans.append(record)
-        if len(spans) == 1:
-            self._first_ns = record[7]
-        elif len(spans) >= BATCH_SPANS or record[7] - self._first_ns > BATCH_NS:
-            self.flush()
-
     def flush(self) -> None:
         """Send the spans held here to the helper (without waiting for the pipe)."""
         with self._lock:
-            spans, self._spans = self._spans, []
+            spans, self.spans = self.spans, []
             if not spans or self._broken:
                 self._dropped += len(spans)
                 return
@@ -379,7 +380,7 @@ class Sink:
     def forget_after_fork(self) -> None:
         """In a forked child: the parent's helper and batch are not this process's."""
         self._lock = threading.Lock()
-        self._spans, self._pending, self._process, self._broken = [], bytearray(), None, False
+        self.spans, self._pending, self._process, self._broken = [], bytearray(), None, False
 
 
 def _wait_writable(fd: int, seconds: float) -> None:

@@ -24,7 +24,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from steward import events as ev
 from steward.telemetry._calls import TracingModel, TracingToolset
-from steward.telemetry._common import Content, mark_error, provider_and_model
+from steward.telemetry._common import Content, in_context, mark_error, provider_and_model
 from steward.telemetry._export import tracer
 
 if TYPE_CHECKING:
@@ -169,10 +169,13 @@ class RunTrace:
         """What the run's events say about its spans."""
         match event:
             case ev.StepStart(step=n) if self.recording:
-                self._end_step()
+                if self.step is not None:
+                    self.step.end()
                 parent = self._run_context
-                self.step = self.tracer.start_span("step", context=parent, attributes={"steward.step": n})
-                self._step_context = trace.set_span_in_context(self.step, parent)  # once: its calls' parent
+                self.step = step = self.tracer.start_span(
+                    "step", context=parent, attributes={"steward.step": n}
+                )
+                self._step_context = in_context(step, parent)  # once: its calls' parent
             case ev.PhaseEvent(phase=phase) if self.step is not None:
                 self.step.set_attribute("steward.phase", phase)
             case ev.ToolUse(tool=tool, call_id=call_id):
@@ -185,9 +188,12 @@ class RunTrace:
             case _:
                 pass
 
+    #: The events ``watch`` is told of (``Loop.watched``): the loop leaves the others out.
+    WATCHED = _TELLING
+
     def watch(self, event: ev.Event) -> None:
-        """Each event the loop numbers (``Loop.watch``): most say nothing about spans."""
-        if self.recording and event.type in _TELLING:
+        """An event the loop numbers (``Loop.watch``), of a type in ``WATCHED``."""
+        if self.recording:
             self.seen(event)
 
     def failed_with(self, exc: BaseException) -> None:
@@ -195,11 +201,6 @@ class RunTrace:
         if self.span is not None and not isinstance(exc, GeneratorExit):
             mark_error(self.span, type(exc).__qualname__, str(exc))
             self.failed = True
-
-    def tool_call_id(self, name: str) -> str | None:
-        if self.call is not None and self.call[0] == name:
-            return self.call[1]
-        return None
 
 
 def _traceparent_of(span: Span) -> str | None:
