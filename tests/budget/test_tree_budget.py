@@ -169,5 +169,5 @@ def test_a_job_its_budget_stops_cancels_the_jobs_it_left_running(fleet: Fleet) -
     assert answered.returncode == 0, answered.stderr
     jobs = fleet.wait_until(lambda jobs: all(j.ended for j in jobs if j.id in (lead, kid)), what="both end")
     parent, child_job = (next(j for j in jobs if j.id == i) for i in (lead, kid))
-    assert parent.status == "failed" and "budget of 1 tool calls is used up" in (parent.error or ""), parent
+    assert parent.status == "failed" and "budget of 1 tool call is used up" in (parent.error or ""), parent
     assert child_job.status == "cancelled" and lead in (child_job.error or ""), child_job

@@ -212,7 +212,7 @@ class Budget:
         may not run, or None. Not a coroutine: most runs count their calls here, every step."""
         limit = self.limits.tool_calls
         if limit and self.spent.tool_calls >= limit:
-            return f"this run's budget of {limit} tool calls is used up"
+            return f"this run's budget of {limit} tool call{'' if limit == 1 else 's'} is used up"
         self.spent.tool_calls += 1
         self._calls += 1
         return None
@@ -229,7 +229,7 @@ class Budget:
             return refused
         limit = self.limits.tool_calls
         if limit and self.spent.tool_calls >= limit:
-            return f"this run's budget of {limit} tool calls is used up"
+            return f"this run's budget of {limit} tool call{'' if limit == 1 else 's'} is used up"
         if scope := await self.ledger.take_call(self.scopes):
             return f"{_label(scope, self.run_id)} budget of tool calls is used up"
         self.spent.tool_calls += 1

@@ -45,7 +45,9 @@ class BudgetLimits:
         return best
 
     def describe(self, dimension: Dimension) -> str:
-        return f"{getattr(self, dimension):g} {_UNITS[dimension]}"
+        value = getattr(self, dimension)
+        unit = "tool call" if dimension == "tool_calls" and value == 1 else _UNITS[dimension]
+        return f"{value:g} {unit}"
 
 
 @dataclass(slots=True)
@@ -74,4 +76,5 @@ class Spent:
 
     def describe(self) -> str:
         cost = "unknown" if self.unpriced and not self.cost_usd else f"${self.cost_usd:.4f}"
-        return f"{self.tokens} tokens, {cost}, {self.time_s:.1f} s, {self.tool_calls} tool calls"
+        calls = "1 tool call" if self.tool_calls == 1 else f"{self.tool_calls:,} tool calls"
+        return f"{self.tokens:,} tokens, {cost}, {self.time_s:.1f} s, {calls}"

@@ -126,17 +126,23 @@ def lines(cost: RunCost) -> list[str]:
     cached = f", {u.cache_read_tokens:,} of them cached" if u.cache_read_tokens else ""
     head = (
         f"spent: {cost.tokens:,} tokens ({u.input_tokens:,} in{cached}, {u.output_tokens:,} out), "
-        f"{money(cost.cost_usd)}, {cost.time_s:.1f} s, {cost.tool_calls} tool calls"
+        f"{money(cost.cost_usd)}, {cost.time_s:.1f} s, {_counted(cost.tool_calls, 'tool call')}"
     )
     if cost.cost_usd is None and cost.model:
         head += f' (no price for {cost.model}: add [prices."{cost.model}"])'
     out = [head]
-    for title, table, unit in (("per phase", cost.phases, "steps"), ("per tool", cost.tools, "calls")):
+    for title, table, unit in (("per phase", cost.phases, "step"), ("per tool", cost.tools, "call")):
         if table:
             out.append(f"  {title}:")
             out += [
-                f"    {line.name:<14} {line.count:>4} {unit:<5} {line.tokens:>9,} tokens  "
+                f"    {line.name:<14} {line.count:>4} {unit + ('' if line.count == 1 else 's'):<5} "
+                f"{line.tokens:>9,} tokens  "
                 f"{money(line.cost_usd):>12}  {line.time_s:>7.1f} s"
                 for line in table.values()
             ]
     return out
+
+
+def _counted(count: int, noun: str) -> str:
+    """``1 tool call``, ``2 tool calls``."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
