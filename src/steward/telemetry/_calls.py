@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from steward.errors import ApprovalRequired
@@ -92,22 +91,20 @@ class TracingModel(Model):
         span = self.trace.tracer.start_span(
             self._span_name, context=parent, kind=SpanKind.CLIENT, attributes=attributes
         )
-        items = self.wrapped.stream(request)
-        next_item = items.__anext__
         # The span is made current while the provider works only for what reads it there: an
         # HTTP client's instrumentation (``opentelemetry.instrumentation.*``, loaded by the
-        # application). Steward's own code reads no context under a model call.
-        current = trace.set_span_in_context(span, parent) if _INSTRUMENTATION in sys.modules else None
+        # application). Steward's own code reads no context under a model call, so the stream
+        # gets no layer of its own otherwise.
+        items = self.wrapped.stream(request)
+        if _INSTRUMENTATION in sys.modules:
+            items = _in_context(items, in_context(span, parent))
+        next_item = items.__anext__
         try:
             for _ in range(10**9):  # bounded by the provider's reply
-                token = otel_context.attach(current) if current is not None else None
                 try:
                     item = await next_item()
                 except StopAsyncIteration:
                     break
-                finally:
-                    if token is not None:
-                        otel_context.detach(token)
                 if isinstance(item, ModelResponse):
                     self._replied(span, item, model)
                 yield item
