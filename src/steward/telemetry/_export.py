@@ -121,8 +121,6 @@ def tracer(settings: TelemetrySettings) -> Tracer:
     with _lock:
         if _override:
             return _override[0].get_tracer("steward", __version__)  # type: ignore[no-any-return]
-    if not installed():  # the helper process sends with the SDK's exporter
-        raise ConfigError(missing_extra())
     from steward.telemetry._light import LightTracer, Sink
 
     url, source = traces_url(settings)
@@ -131,6 +129,8 @@ def tracer(settings: TelemetrySettings) -> Tracer:
     with _lock:
         made = _providers.get(key)
         if made is None:
+            if not installed():  # the helper process sends with the SDK's exporter
+                raise ConfigError(missing_extra())
             sink = Sink(url, source, sent, settings.service_name, _EXPORT_TIMEOUT_S)
             made = _providers[key] = LightTracer(sink, settings.sample_ratio)
     return made
