@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind
 
 from steward.errors import ApprovalRequired
 from steward.models.base import Model, ModelRequest, ModelResponse, StreamItem, ToolCall
-from steward.telemetry._common import in_context, mark_error, provider_and_model
+from steward.telemetry._common import attach, detach, in_context, mark_error, provider_and_model
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ MEMORY_OPERATIONS: Mapping[str, str] = {
 _MEMORY_STORE = "steward.long_term"
 _INSTRUMENTATION = "opentelemetry.instrumentation"  # the package instrumentations load
 _ITEM_REF = re.compile(r"\bm(\d+)\b")  # how memory tools name an item (``archival.item_ref``)
+_INTERNAL, _CLIENT = SpanKind.INTERNAL.value, SpanKind.CLIENT.value  # as ``RunTrace.child`` takes them
 
 
 # --- the model ----------------------------------------------------------------------------
@@ -70,12 +71,25 @@ class TracingModel(Model):
         return self.wrapped.warnings()
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        if not self.trace.recording:  # a run left out: no span, the run's context current
-            return _in_context(self.wrapped.stream(request), self.trace.parent())
-        return self._traced(request)
+        run = self.trace
+        if not run.recording:  # a run left out: no span, the run's context current
+            return _in_context(self.wrapped.stream(request), run.parent())
+        span = run.child(run.under, self._span_name, _CLIENT, self._attributes_of(request))
+        try:
+            items = self.wrapped.stream(request)
+        except BaseException as exc:
+            mark_error(span, type(exc).__qualname__, str(exc))
+            span.end()
+            raise
+        # The span is made current while the provider works only for what reads it there: an
+        # HTTP client's instrumentation (``opentelemetry.instrumentation.*``, loaded by the
+        # application). Steward's own code reads no context under a model call, so the stream
+        # gets no layer of its own otherwise.
+        if _INSTRUMENTATION in sys.modules:
+            items = _in_context(items, in_context(span, run._run_context))
+        return _ChatStream(self, span, items)
 
-    async def _traced(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        model = self._model
+    def _attributes_of(self, request: ModelRequest) -> dict[str, Any]:
         attributes: dict[str, Any] = {**self._attributes, "steward.request.purpose": request.purpose}
         if request.max_tokens is not None:
             attributes["gen_ai.request.max_tokens"] = request.max_tokens
@@ -87,54 +101,27 @@ class TracingModel(Model):
                 [{"type": "text", "content": request.system_text}]
             )
             attributes["gen_ai.input.messages"] = content.json(_messages(request))
-        parent = self.trace.parent()
-        span = self.trace.tracer.start_span(
-            self._span_name, context=parent, kind=SpanKind.CLIENT, attributes=attributes
-        )
-        # The span is made current while the provider works only for what reads it there: an
-        # HTTP client's instrumentation (``opentelemetry.instrumentation.*``, loaded by the
-        # application). Steward's own code reads no context under a model call, so the stream
-        # gets no layer of its own otherwise.
-        items = self.wrapped.stream(request)
-        if _INSTRUMENTATION in sys.modules:
-            items = _in_context(items, in_context(span, parent))
-        next_item = items.__anext__
-        try:
-            for _ in range(10**9):  # bounded by the provider's reply
-                try:
-                    item = await next_item()
-                except StopAsyncIteration:
-                    break
-                if isinstance(item, ModelResponse):
-                    self._replied(span, item, model)
-                yield item
-        except BaseException as exc:
-            if not isinstance(exc, GeneratorExit):
-                mark_error(span, type(exc).__qualname__, str(exc))
-            raise
-        finally:
-            close = getattr(items, "aclose", None)
-            if close is not None:
-                await close()
-            span.end()
+        return attributes
 
-    def _replied(self, span: Span, response: ModelResponse, model: str) -> None:
-        usage = response.usage
-        replied: dict[str, Any] = {
-            "gen_ai.response.model": response.model or model,
-            "gen_ai.usage.input_tokens": usage.input_tokens,
-            "gen_ai.usage.output_tokens": usage.output_tokens,
-        }
+    def _replied(self, span: Span, response: ModelResponse) -> None:
+        run, usage = self.trace, response.usage
+        # A light span's attributes are its own dict until it ends: written into, not merged.
+        replied: dict[str, Any] = span.attributes if run.light else {}  # type: ignore[attr-defined]
+        replied["gen_ai.response.model"] = response.model or self._model
+        replied["gen_ai.usage.input_tokens"] = usage.input_tokens
+        replied["gen_ai.usage.output_tokens"] = usage.output_tokens
         if usage.cache_read_tokens:
             replied["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
         if usage.cache_write_tokens:
             replied["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
         if response.stop_reason:
             replied["gen_ai.response.finish_reasons"] = [response.stop_reason]
-        span.set_attributes(replied)
-        self.trace.usage[0] += usage.input_tokens
-        self.trace.usage[1] += usage.output_tokens
-        content = self.trace.content
+        if not run.light:
+            span.set_attributes(replied)
+        counted = run.usage
+        counted[0] += usage.input_tokens
+        counted[1] += usage.output_tokens
+        content = run.content
         if content is not None:
             message = response.message
             parts: list[dict[str, Any]] = [{"type": "text", "content": message.text}] if message.text else []
@@ -142,6 +129,43 @@ class TracingModel(Model):
             span.set_attribute(
                 "gen_ai.output.messages", content.json([{"role": "assistant", "parts": parts}])
             )
+
+
+class _ChatStream:
+    """The stream of one model call in its ``chat {model}`` span (started with the call): the
+    span ends with the stream (its end, an error, or ``aclose``, which every reader of a model's
+    stream in Steward calls). A class, not an async generator: a generator's frame per item and
+    asyncio's hooks for each generator cost more than the span itself."""
+
+    __slots__ = ("_items", "_model", "_next", "_span")
+
+    def __init__(self, model: TracingModel, span: Span, items: AsyncIterator[StreamItem]) -> None:
+        self._model, self._span, self._items, self._next = model, span, items, items.__anext__
+
+    def __aiter__(self) -> _ChatStream:
+        return self
+
+    async def __anext__(self) -> StreamItem:
+        try:
+            item = await self._next()
+        except StopAsyncIteration:
+            self._span.end()
+            raise
+        except BaseException as exc:
+            mark_error(self._span, type(exc).__qualname__, str(exc))
+            self._span.end()
+            raise
+        if type(item) is ModelResponse:
+            self._model._replied(self._span, item)
+        return item
+
+    async def aclose(self) -> None:
+        try:
+            close = getattr(self._items, "aclose", None)
+            if close is not None:
+                await close()
+        finally:
+            self._span.end()
 
 
 async def _in_context(
@@ -207,11 +231,8 @@ class TracingToolset(WrapperToolset):
             attributes["gen_ai.tool.call.id"] = call[1]
         if run.content is not None:
             attributes["gen_ai.tool.call.arguments"] = run.content.json(dict(arguments))
-        parent = run._step_context or run._run_context  # ``run.parent()``, without the call
-        span = run.tracer.start_span(
-            f"execute_tool {name}", context=parent, kind=SpanKind.INTERNAL, attributes=attributes
-        )
-        token = otel_context.attach(in_context(span, parent))
+        span = run.child(run.under, f"execute_tool {name}", _INTERNAL, attributes)
+        token = attach(in_context(span, run._run_context))
         try:
             operation = MEMORY_OPERATIONS.get(name)
             if operation is not None:
@@ -231,7 +252,7 @@ class TracingToolset(WrapperToolset):
                 span.set_attribute("gen_ai.tool.call.result", run.content.text(result.content))
             return result
         finally:
-            otel_context.detach(token)
+            detach(token)
             span.end()
 
     async def _untraced(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
@@ -239,11 +260,11 @@ class TracingToolset(WrapperToolset):
         current = self.trace.parent()
         if current is None:
             return await self.wrapped.call_tool(name, arguments, ctx)
-        token = otel_context.attach(current)
+        token = attach(current)
         try:
             return await self.wrapped.call_tool(name, arguments, ctx)
         finally:
-            otel_context.detach(token)
+            detach(token)
 
     async def _memory(
         self, operation: str, name: str, arguments: Mapping[str, Any], ctx: ToolContext

@@ -1,10 +1,10 @@
-"""The span exporter process: spans as tuples on stdin, sent over OTLP/HTTP by the SDK's exporter.
+"""The span exporter process: span records on stdin, sent over OTLP/HTTP by the SDK's exporter.
 
 Started by ``steward.telemetry._light.Sink`` (``python -m steward.telemetry._child``). Its stdin
 carries length-prefixed ``marshal`` frames: first the setup (url, headers, service name, timeout,
-Steward's version), then batches of span tuples, as ``LightSpan.end`` makes them. A reader
+Steward's version), then batches of span records, as ``LightSpan.end`` hands them on. A reader
 thread drains the pipe at once, so that the run's process never waits on it; the main thread
-turns tuples into the SDK's ``ReadableSpan``s and exports them. When stdin closes (the run's
+turns records into the SDK's ``ReadableSpan``s and exports them. When stdin closes (the run's
 process exits, or dies), what is left is sent, and one word on stdout says whether the collector
 took the last batches: ``ok`` or ``failed``.
 """
@@ -58,7 +58,7 @@ def main() -> int:
     kinds = {kind.value: kind for kind in SpanKind}
     codes = {code.value: code for code in StatusCode}
 
-    def readable(record: tuple[Any, ...]) -> ReadableSpan:
+    def readable(record: list[Any]) -> ReadableSpan:
         name, kind, trace_id, span_id, parent_id, remote, start, end, attributes, status, events = record
         parent = SpanContext(trace_id, parent_id, remote, sampled) if parent_id else None
         return ReadableSpan(
@@ -67,7 +67,7 @@ def main() -> int:
             None, Status(codes.get(status[0], StatusCode.UNSET), status[1]), start, end, scope,
         )  # fmt: skip
 
-    batches: queue.Queue[list[tuple[Any, ...]] | None] = queue.Queue()
+    batches: queue.Queue[list[list[Any]] | None] = queue.Queue()
 
     def read() -> None:
         for batch in found:
@@ -80,7 +80,7 @@ def main() -> int:
         if not more:
             break
         first = batches.get()
-        spans: list[tuple[Any, ...]] = []
+        spans: list[list[Any]] = []
         for batch in (first, *_waiting(batches)):
             if batch is None:
                 more = False
@@ -102,7 +102,7 @@ def main() -> int:
     return 0
 
 
-def _waiting(batches: queue.Queue[list[tuple[Any, ...]] | None]) -> Iterator[list[tuple[Any, ...]] | None]:
+def _waiting(batches: queue.Queue[list[list[Any]] | None]) -> Iterator[list[list[Any]] | None]:
     """The batches already queued (without waiting), at most a thousand."""
     for _ in range(1000):
         try:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextvars import Token
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import context as otel_context
 from opentelemetry.context import Context
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.trace.propagation import _SPAN_KEY
 
@@ -31,6 +34,21 @@ def in_context(span: Span, parent: Context | None) -> Context:
     """``parent`` (or an empty context) with ``span`` current: ``trace.set_span_in_context``
     made in one step (a copy of a few keys), since a traced step makes two of them."""
     return Context({**parent, _SPAN_KEY: span} if parent is not None else {_SPAN_KEY: span})
+
+
+def _attach_detach() -> tuple[Callable[[Context], Token[Context]], Callable[[Token[Context]], None]]:
+    """``opentelemetry.context.attach`` and ``detach``, or, where the runtime context is the
+    default one (a ``ContextVar``), that variable's ``set`` and ``reset`` themselves: the same
+    effect without the two layers of calls around them, for a context made current at every
+    tool call."""
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    current = getattr(runtime, "_current_context", None)
+    if type(runtime) is ContextVarsRuntimeContext and current is not None:
+        return current.set, current.reset
+    return otel_context.attach, otel_context.detach
+
+
+attach, detach = _attach_detach()
 
 
 def mark_error(span: Span, kind: str, message: str = "") -> None:

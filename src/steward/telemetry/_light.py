@@ -4,11 +4,12 @@ OpenTelemetry's SDK builds a span with a sampler, validated attributes, locks an
 about 160 k instructions a span, three to four spans a step, more than half of a loop's step
 (bench/tracing.py). Where spans go to the collector ``[telemetry]`` names (no application
 provider), Steward makes its own spans instead: an ``opentelemetry.trace.Span`` that keeps its
-fields as they are given and, when it ends, becomes one tuple in a list. The list goes, a batch
-at a time, down a pipe to a helper process (``python -m steward.telemetry._child``), which builds
-the SDK's spans from the tuples and sends them with the SDK's OTLP exporter: the wire format is
-the SDK's, the encoding and the HTTP happen on another core, and the run's process pays a tuple
-and, once a batch, a write.
+fields in one list, its record, made whole at its start; when it ends, the record joins the
+batch. The batch goes down a pipe to a helper process (``python -m steward.telemetry._child``),
+which builds the SDK's spans from the records and sends them with the SDK's OTLP exporter: the
+wire format is the SDK's, the encoding and the HTTP happen on another core, and the run's
+process pays a record and, once a batch, a write. Steward's own spans of steps and calls are
+made under their parent span directly (``child_span``), without the API's context.
 
 Sampling is the SDK's ``ParentBased(TraceIdRatioBased(ratio))``, decided once per trace: a root
 span records when the low 64 bits of its trace id fall under ratio * 2**64; a span whose parent
@@ -46,8 +47,9 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _LOW_64 = (1 << 64) - 1
 _INTERNAL, _CLIENT = SpanKind.INTERNAL, SpanKind.CLIENT
-#: A batch goes to the helper when it holds this many spans, or when its first span ended this
-#: long ago: a long-lived worker's spans arrive within about a second, a burst in few writes.
+#: A batch goes to the helper when it holds this many spans, or when a span ends this long after
+#: the last batch went (the first span at once: the helper starts while the run goes on): a
+#: long-lived worker's spans arrive within about a second, a burst in few writes.
 BATCH_SPANS = 256
 BATCH_NS = 1_000_000_000
 #: Bytes the pipe may hold back (a helper that cannot keep up) before batches are dropped.
@@ -63,78 +65,88 @@ def _new_id(bits: int) -> int:
     return 1
 
 
+#: A span's record, the list ``end`` hands to the ``Sink`` (and the helper reads): made whole at
+#: the start, so that ending a span is a time and an append.
+NAME, KIND, TRACE_ID, SPAN_ID, PARENT_ID, REMOTE, START, END, ATTRIBUTES, STATUS, EVENTS = range(11)
+_UNSET = (0, None)  # a status: code (``StatusCode`` value), description
+
+
 class LightSpan:
-    """A recording span whose end appends one tuple to its ``Sink``: an ``opentelemetry.trace.Span``
-    by registration (``Span.register``), a plain slotted class by make-up, since an ABC subclass
-    with its instance dict costs three times as much to make.
+    """A recording span whose end appends its record (a list) to its ``Sink``: an
+    ``opentelemetry.trace.Span`` by registration (``Span.register``), a plain slotted class by
+    make-up, since an ABC subclass with its instance dict costs three times as much to make.
+    Made by ``child_span`` or ``LightTracer.start_span``, not by calling the class.
 
     The attributes dict given at the start is kept, not copied (Steward's callers make a fresh
-    one for each span), and values are kept as given: Steward sets only strings, numbers, booleans
-    and lists of strings, which is what OTLP carries."""
+    one for each span, and may write into it until the end), and values are kept as given:
+    Steward sets only strings, numbers, booleans and lists of strings, which is what OTLP carries."""
 
-    __slots__ = (
-        "_context", "_ended", "_events", "_sink", "_status", "attributes", "kind", "name", "parent_id",
-        "remote_parent", "span_id", "start", "trace_id",
-    )  # fmt: skip
+    # ``_context`` is left unset until asked for (a traceparent, a foreign child's parent).
+    __slots__ = ("_context", "_record", "_sink", "attributes")
 
-    def __init__(
-        self,
-        sink: Sink,
-        name: str,
-        kind: SpanKind,
-        trace_id: int,
-        parent_id: int,
-        remote_parent: bool,
-        attributes: dict[str, Any],
-        start: int,
-    ) -> None:
-        self._sink, self.name, self.kind = sink, name, kind
-        # Zero is the one invalid id: a draw of 64 zero bits (2**-64) becomes 1.
-        self.trace_id, self.span_id, self.parent_id = trace_id, random.getrandbits(64) or 1, parent_id
-        self.remote_parent, self.attributes, self.start = remote_parent, attributes, start
-        self._status: tuple[int, str | None] = (0, None)
-        self._events: list[tuple[str, dict[str, Any], int]] | None = None
-        self._ended = False
-        self._context: SpanContext | None = None
+    _context: SpanContext
+    _record: list[Any]
+    _sink: Sink
+    attributes: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self._record[NAME]  # type: ignore[no-any-return]
+
+    @property
+    def trace_id(self) -> int:
+        return self._record[TRACE_ID]  # type: ignore[no-any-return]
+
+    @property
+    def span_id(self) -> int:
+        return self._record[SPAN_ID]  # type: ignore[no-any-return]
+
+    @property
+    def parent_id(self) -> int:
+        return self._record[PARENT_ID]  # type: ignore[no-any-return]
 
     def get_span_context(self) -> SpanContext:
-        made = self._context
-        if made is None:  # made when asked (a traceparent, a child's parent), not for every span
-            made = self._context = SpanContext(self.trace_id, self.span_id, False, _SAMPLED)
-        return made
+        try:
+            return self._context
+        except AttributeError:  # made when asked (a traceparent, a child's parent), not for every span
+            record = self._record
+            made = self._context = SpanContext(record[TRACE_ID], record[SPAN_ID], False, _SAMPLED)
+            return made
 
     def is_recording(self) -> bool:
-        return not self._ended
+        return not self._record[END]
 
     def set_attribute(self, key: str, value: Any) -> None:
-        if not self._ended:
+        if not self._record[END]:
             self.attributes[key] = value
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        if not self._ended:
+        if not self._record[END]:
             self.attributes.update(attributes)
 
     def add_event(self, name: str, attributes: Attributes = None, timestamp: int | None = None) -> None:
-        if self._ended:
+        record = self._record
+        if record[END]:
             return
-        if self._events is None:
-            self._events = []
-        self._events.append((name, dict(attributes or {}), timestamp or time.time_ns()))
+        if record[EVENTS] is None:
+            record[EVENTS] = []
+        record[EVENTS].append((name, dict(attributes or {}), timestamp or time.time_ns()))
 
     def update_name(self, name: str) -> None:
-        if not self._ended:
-            self.name = name
+        if not self._record[END]:
+            self._record[NAME] = name
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        if self._ended:
+        record = self._record
+        if record[END]:
             return
         if isinstance(status, Status):
             code, description = status.status_code, status.description
         else:
             code = status
-        if self._status[0] == StatusCode.OK.value:
+        if record[STATUS][0] == StatusCode.OK.value:
             return  # OK is final, as in the SDK
-        self._status = (code.value, description if code is StatusCode.ERROR else None)
+        record[STATUS] = (code.value, description if code is StatusCode.ERROR else None)
 
     def record_exception(
         self,
@@ -160,27 +172,47 @@ class LightSpan:
         self.end()
 
     def end(self, end_time: int | None = None) -> None:
-        if self._ended:
+        record = self._record
+        if record[END]:
             return
-        self._ended = True
-        kind = self.kind  # its value without the enum's property call (and Enum's Python __hash__)
-        value = 0 if kind is _INTERNAL else 2 if kind is _CLIENT else kind.value
-        end = end_time or time.time_ns()
+        record[END] = end = end_time or _time_ns()
         sink = self._sink
         spans = sink.spans  # ``Sink.add``, written out: one call less a span
-        spans.append(
-            (
-                self.name, value, self.trace_id, self.span_id, self.parent_id, self.remote_parent,
-                self.start, end, self.attributes, self._status, self._events,
-            )
-        )  # fmt: skip
-        if len(spans) == 1:
-            sink.first_ns = end
-        elif len(spans) >= BATCH_SPANS or end - sink.first_ns > BATCH_NS:
+        spans.append(record)
+        if end > sink.due or len(spans) >= BATCH_SPANS:
             sink.flush()
 
 
 Span.register(LightSpan)
+_new_span = object.__new__  # a LightSpan without a call of ``__init__`` (a Python frame less a span)
+_time_ns, _getrandbits = time.time_ns, random.getrandbits  # module globals: one lookup, not two
+
+
+def child_span(parent: LightSpan, name: str, kind: int, attributes: dict[str, Any]) -> LightSpan:
+    """A span under ``parent`` (recorded, as its parent is: the sampler is parent-based), of
+    ``kind`` (a ``SpanKind`` value), keeping ``attributes``: Steward's spans of steps and calls,
+    made without the API's context."""
+    span: LightSpan = _new_span(LightSpan)
+    span._sink, span.attributes = parent._sink, attributes
+    up = parent._record
+    # Zero is the one invalid id: a draw of 64 zero bits (2**-64) becomes 1.
+    span._record = [
+        name, kind, up[TRACE_ID], _getrandbits(64) or 1, up[SPAN_ID], False, _time_ns(), 0, attributes,
+        _UNSET, None,
+    ]  # fmt: skip
+    return span
+
+
+def _light_span(
+    sink: Sink, name: str, kind: int, trace_id: int, parent_id: int, remote: bool, attributes: dict[str, Any],
+    start: int,
+) -> LightSpan:  # fmt: skip
+    span: LightSpan = _new_span(LightSpan)
+    span._sink, span.attributes = sink, attributes
+    span._record = [
+        name, kind, trace_id, _getrandbits(64) or 1, parent_id, remote, start, 0, attributes, _UNSET, None,
+    ]  # fmt: skip
+    return span
 
 
 class LightTracer(trace.Tracer):
@@ -221,9 +253,11 @@ class LightTracer(trace.Tracer):
         if not sampled:
             return NonRecordingSpan(SpanContext(trace_id, _new_id(64), False, _NOT_SAMPLED))
         given = attributes if isinstance(attributes, dict) else dict(attributes or {})
-        start = start_time or time.time_ns()
+        # The kind's value without the enum's property call (and Enum's Python ``__hash__``).
+        value = 0 if kind is _INTERNAL else 2 if kind is _CLIENT else kind.value
+        start = start_time or _time_ns()
         # A Span by registration, which mypy does not follow.
-        return LightSpan(self._sink, name, kind, trace_id, parent_id, remote, given, start)  # type: ignore[return-value]
+        return _light_span(self._sink, name, value, trace_id, parent_id, remote, given, start)  # type: ignore[return-value]
 
     @contextlib.contextmanager  # a plain context manager: Steward uses it with ``with`` only
     def start_as_current_span(  # type: ignore[override]
@@ -264,8 +298,8 @@ class Sink:
 
         self.url, self.source = url, source
         self._setup = (url, dict(headers), service, float(timeout_s), __version__)
-        self.spans: list[tuple[Any, ...]] = []
-        self.first_ns = 0  # when the batch's first span ended
+        self.spans: list[list[Any]] = []
+        self.due = 0  # (``time_ns``) a span that ends after this sends the batch
         self._lock = threading.Lock()  # one writer of the pipe at a time
         self._process: subprocess.Popen[bytes] | None = None
         self._pending = bytearray()  # written to the pipe when it has room
@@ -276,6 +310,7 @@ class Sink:
         """Send the spans held here to the helper (without waiting for the pipe)."""
         with self._lock:
             spans, self.spans = self.spans, []
+            self.due = _time_ns() + BATCH_NS
             if not spans or self._broken:
                 self._dropped += len(spans)
                 return

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from steward import events as ev
 from steward.telemetry._calls import TracingModel, TracingToolset
 from steward.telemetry._common import Content, in_context, mark_error, provider_and_model
 from steward.telemetry._export import tracer
+from steward.telemetry._light import LightTracer, child_span
 
 if TYPE_CHECKING:
     from steward.config import TelemetrySettings
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from steward.safety.secrets.values import SecretWatch
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-#: The events ``RunTrace.seen`` reads.
+#: The events ``RunTrace.watch`` reads.
 _TELLING = frozenset({"step", "phase", "tool_use", "approval_result", "error"})
 
 
@@ -64,9 +65,17 @@ class RunTrace:
         content: Content | None,
     ) -> None:
         self.tracer = tracer(settings)
+        #: How a step's or a call's span is made under its parent span (a step, the run):
+        #: Steward's light spans directly, another tracer's through the API (``_api_child``).
+        self.light = isinstance(self.tracer, LightTracer)
+        self.child: Callable[[Span, str, int, dict[str, Any]], Span] = (
+            child_span if self.light else self._api_child  # type: ignore[assignment]
+        )
         self.state, self.agent, self.model, self.content = state, agent, model, content
         self.span: Span | None = None  # the stretch of running now traced
         self.step: Span | None = None
+        #: The span a call's span starts under: the step's (between steps, the run's).
+        self.under: Span = INVALID_SPAN
         self.first: str | None = None  # the traceparent of this run's first span here
         self.call: tuple[str, str] | None = None  # (tool, call id) the loop announced last
         self.usage = [0, 0]
@@ -76,8 +85,7 @@ class RunTrace:
         # Steward's is, they would not record either; its calls run with the run's span current,
         # so a delegated job and an HTTP client's spans follow the same decision.
         self.recording = True
-        self._run_context: otel_context.Context | None = None  # the spans as contexts, made once
-        self._step_context: otel_context.Context | None = None
+        self._run_context: otel_context.Context | None = None  # the run's span as a context, made once
 
     @classmethod
     def around(
@@ -121,6 +129,7 @@ class RunTrace:
             f"invoke_agent {self.agent}", context=parent, kind=SpanKind.INTERNAL, attributes=attributes
         )
         self._run_context = trace.set_span_in_context(self.span)
+        self.under = self.span
         self.recording = self.span.is_recording()
         self.usage, self.failed = [0, 0], False
         if self.first is None:
@@ -134,7 +143,7 @@ class RunTrace:
 
     def end(self) -> None:
         self._end_step()
-        span, self.span, self._run_context = self.span, None, None
+        span, self.span, self._run_context, self.under = self.span, None, None, INVALID_SPAN
         if span is None:
             return
         st = self.state
@@ -157,29 +166,42 @@ class RunTrace:
             flush()
 
     def _end_step(self) -> None:
-        step, self.step, self._step_context = self.step, None, None
+        step, self.step = self.step, None
         if step is not None:
+            self.under = self.span or INVALID_SPAN
             step.end()
 
     def parent(self) -> otel_context.Context | None:
         """The context a call's span starts in: the step's (between steps, the run's)."""
-        return self._step_context or self._run_context
+        step = self.step
+        return self._run_context if step is None else in_context(step, self._run_context)
 
-    def seen(self, event: ev.Event) -> None:
-        """What the run's events say about its spans."""
-        match event:
-            case ev.StepStart(step=n) if self.recording:
-                if self.step is not None:
-                    self.step.end()
-                parent = self._run_context
-                self.step = step = self.tracer.start_span(
-                    "step", context=parent, attributes={"steward.step": n}
-                )
-                self._step_context = in_context(step, parent)  # once: its calls' parent
-            case ev.PhaseEvent(phase=phase) if self.step is not None:
-                self.step.set_attribute("steward.phase", phase)
+    def _api_child(self, parent: Span, name: str, kind: int, attributes: dict[str, Any]) -> Span:
+        """``child`` for a tracer of the application's provider: a span started in ``parent``'s
+        context (the run's context, with ``parent`` current)."""
+        return self.tracer.start_span(
+            name, context=in_context(parent, self._run_context), kind=SpanKind(kind), attributes=attributes
+        )
+
+    #: The events ``watch`` is told of (``Loop.watched``): the loop leaves the others out.
+    WATCHED = _TELLING
+
+    def watch(self, event: ev.Event) -> None:
+        """What an event the loop numbers (``Loop.watch``, a type in ``WATCHED``) says about the
+        run's spans. A run left out reads none: it has no step spans, and its calls none."""
+        if not self.recording:
+            return
+        match event:  # a step's own two first
             case ev.ToolUse(tool=tool, call_id=call_id):
                 self.call = (tool, call_id)
+            case ev.StepStart(step=n) if self.span is not None:
+                if self.step is not None:
+                    self.step.end()
+                # No context of its own: a call's span names its parent (``child``), and a
+                # context that an instrumentation library reads is made only when one is loaded.
+                self.step = self.under = self.child(self.span, "step", 0, {"steward.step": n})
+            case ev.PhaseEvent(phase=phase) if self.step is not None:
+                self.step.set_attribute("steward.phase", phase)
             case ev.ApprovalResultEvent() if (resume := self.state.resume) is not None:
                 self.call = (resume.approval.tool, resume.approval.call.id)  # the approved call runs next
             case ev.ErrorEvent(code=code, message=message, recoverable=False) if self.span is not None:
@@ -187,14 +209,6 @@ class RunTrace:
                 self.failed = True
             case _:
                 pass
-
-    #: The events ``watch`` is told of (``Loop.watched``): the loop leaves the others out.
-    WATCHED = _TELLING
-
-    def watch(self, event: ev.Event) -> None:
-        """An event the loop numbers (``Loop.watch``), of a type in ``WATCHED``."""
-        if self.recording:
-            self.seen(event)
 
     def failed_with(self, exc: BaseException) -> None:
         """The run's stream raised ``exc`` (not a close): its span says so."""
