@@ -153,3 +153,33 @@ def test_strings_are_quoted_so_they_cannot_end_early() -> None:
     assert pgsearch.sql_string("a\\'b") == "'a\\''b'"  # a backslash is only a character
     with pytest.raises(ValueError, match="NUL"):
         pgsearch.sql_string("a\x00b")
+
+
+async def test_a_recall_sets_the_walks_settings_once_per_server_connection(
+    pgvector_engine: AsyncEngine, clock: Clock
+) -> None:
+    """Recall reads in autocommit: pgvector's settings are given to the server connection once and
+    kept there (a round trip less per recall), and the walk still finds the planted item."""
+    embedder = HashEmbedder()
+    memory = LongTermMemory(pgvector_engine, embedder=embedder, settings=SETTINGS, clock=clock)
+    await _fill(memory, HOME, [*_notes("home", 300), NewItem(PLANTED)])
+    statements: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    sa.event.listen(pgvector_engine.sync_engine, "before_cursor_execute", record)
+    try:
+        for _ in range(6):
+            found = await memory.recall(HOME, PLANTED, k=3)
+            assert found[0].item.text == PLANTED and found[0].vector_rank == 1
+    finally:
+        sa.event.remove(pgvector_engine.sync_engine, "before_cursor_execute", record)
+    walks = [s for s in statements if "<=>" in s]
+    settings = [s for s in statements if "set_config('hnsw.ef_search'" in s]
+    assert len(walks) == 6
+    # At most once per pooled connection (a recall holds two), not once per walk.
+    assert 1 <= len(settings) <= 2 and all(", false)" in s for s in settings)
+    # A transaction's own search still sets them for itself only.
+    hits, scans = await _search(pgvector_engine, embedder, HOME, PLANTED)
+    assert scans >= 1 and hits[0][1] == pytest.approx(1.0, abs=1e-5)

@@ -94,9 +94,10 @@ async def test_the_statistics_are_read_once_a_recall_however_many_words(
     finally:
         sa.event.remove(engine.sync_engine, "before_cursor_execute", record)
     assert found[0].item.id == target.item.id
-    # The best matches of the store, then (fewer than asked for: one item holds "grace") all.
+    # One statement: it ranked every match (one item holds "grace"), so the second pass, over
+    # every match when the best ones leave too few in the scope, would rank the same again.
     ranked = [(s, p) for s, p in seen if "memory_terms" in s]
-    assert len(ranked) == 2
+    assert len(ranked) == 1
     for statement, parameters in ranked:
         async with engine.connect() as conn:
             raw = (await conn.get_raw_connection()).driver_connection
@@ -105,3 +106,33 @@ async def test_the_statistics_are_read_once_a_recall_however_many_words(
         [plan] = value if isinstance(value, list) else json.loads(value)  # the driver may decode it
         # Before: once per word, and again for the ranking (16 reads for these 8 words).
         assert _scans_of(plan["Plan"], "pg_statistic") == 1
+
+
+async def test_a_query_of_common_words_ranks_only_the_newest_matches(
+    engine: AsyncEngine, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on SQLite: every word common, only the newest matches are ranked, however well an older
+    item matches; a rarer word still finds its item wherever it is."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's keyword ranking")
+    from steward.memory import hybrid
+    from steward.memory.hybrid import keyword_rows
+    from steward.store.schema import memory_items
+
+    memory = LongTermMemory(engine, clock=clock)
+    old = await memory.remember(HOME, "weekly report weekly report weekly report, Grace's favourite")
+    await memory.remember_many(HOME, [NewItem(f"note {n} about the weekly report") for n in range(300)])
+    await _analyze(engine)
+    found = await memory.recall(HOME, "weekly report", k=3)
+    assert found[0].item.id == old.item.id  # 301 matches, under RANK_LIMIT: all ranked
+    monkeypatch.setattr(hybrid, "RANK_LIMIT", 50)
+    async with engine.connect() as conn:
+        rows = await keyword_rows(conn, "weekly report", [], [memory_items.c.id], limit=100)
+    ids = [row["id"] for row in rows]
+    # Two common words: each word's 25th newest match bounds the ranked ones (both are in every
+    # item here, so the 25 newest items).
+    assert len(ids) == 25 and min(ids) == old.item.id + 276
+    assert old.item.id not in {f.item.id for f in await memory.recall(HOME, "weekly report", k=3)}
+    # A rare word is ranked over all its matches: the oldest item comes back.
+    found = await memory.recall(HOME, "weekly report for grace", k=1)
+    assert found[0].item.id == old.item.id

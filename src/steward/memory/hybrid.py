@@ -117,15 +117,16 @@ async def keyword_rows(
             if len(rows) >= limit:
                 break
         return rows
-    from steward.memory.pgsearch import keyword_select
+    from steward.memory.pgsearch import SCORED, keyword_select
 
     # As on SQLite: the best OVERFETCH x limit matches of the store, then every match when the
-    # scope and filters leave fewer than ``limit`` of them.
+    # scope and filters leave fewer than ``limit`` of them, unless the first pass ranked them all
+    # already (a question of rare words: one statement, not the same ranking twice).
     rows = []
     for best in (limit * OVERFETCH, None):
         select = keyword_select(terms, where, columns, top=best).limit(limit)
         rows = list((await conn.execute(select)).mappings().all())
-        if len(rows) >= limit:
+        if len(rows) >= limit or (best is not None and rows and rows[0][SCORED] < best):
             break
     return rows
 

@@ -27,10 +27,11 @@ recalled and ``purge_expired`` deletes them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -551,16 +552,27 @@ class LongTermMemory:
             return []
         now = self._clock()
         vector = await self._query_vector(query)
-        async with self._engine.connect() as conn:  # one connection: one snapshot, fewer round trips
+        async with self._reading() as conn:
             generation = 0 if vector is None else await scope_generation(conn, scope)
             if vector is None or self._clean.get(scope) == generation:
                 return await self._recall_in(conn, scope, query, vector, generation, k, tags, kinds, now)
         # The scope changed since its items last all had vectors: its new ones are embedded first
         # (a scope that did not change costs no more than the generation read above).
         vector = await self._catch_up(scope, generation, vector)
-        async with self._engine.connect() as conn:
+        async with self._reading() as conn:
             generation = 0 if vector is None else await scope_generation(conn, scope)
             return await self._recall_in(conn, scope, query, vector, generation, k, tags, kinds, now)
+
+    @contextlib.asynccontextmanager
+    async def _reading(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for a recall's reads. On PostgreSQL it is in autocommit: no BEGIN and
+        ROLLBACK round trips around the reads (each statement saw a snapshot of its own in READ
+        COMMITTED anyway), and pgvector's settings can stay with the server connection
+        (``PgVectorIndex._nearest``). SQLite opens no transaction for reads either way."""
+        async with self._engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+            yield conn
 
     async def _recall_in(
         self,
@@ -611,11 +623,14 @@ class LongTermMemory:
             by_id = memory_items.c.id.in_(missing)
             select = sa.select(*ITEM_COLUMNS).where(by_id, *scope_unindexed(scope), *conditions)
             rows.update((row["id"], row) for row in (await conn.execute(select)).mappings().all())
-        items = {item_id: row_item(row) for item_id, row in rows.items()}
         ordered = sorted(
-            (r for r in ranked if r.id in items), key=lambda r: (-r.score, -items[r.id].updated_at, -r.id)
+            (r for r in ranked if r.id in rows), key=lambda r: (-r.score, -rows[r.id]["updated_at"], -r.id)
         )
-        return [Found(items[r.id], r.score, r.keyword_rank, r.vector_rank, r.similarity) for r in ordered[:k]]
+        # Items are made only of the rows returned (a recall reads some 90 rows to return 5).
+        return [
+            Found(row_item(rows[r.id]), r.score, r.keyword_rank, r.vector_rank, r.similarity)
+            for r in ordered[:k]
+        ]
 
     async def _both_lists(
         self,
@@ -634,7 +649,7 @@ class LongTermMemory:
             return await index.search(conn, search)
 
         async def by_words_elsewhere() -> list[sa.RowMapping]:
-            async with self._engine.connect() as other:
+            async with self._reading() as other:
                 return await keyword_rows(other, query, by_words, ITEM_COLUMNS)
 
         async with asyncio.TaskGroup() as group:

@@ -45,98 +45,118 @@ def keyword_select(
 ) -> sa.Select[Any]:
     """The items holding any of ``terms`` (their lexemes) under ``where``, best first by BM25;
     words found in more than ``COMMON_SHARE`` of the items are left out when rarer ones are
-    there (``selective_lexemes``). With ``top``, only the best ``top`` matches of the whole store
-    are joined to their items and filtered, else every match is.
+    there, and a query of common words only ranks the newest of its matches (``_RANKED``).
+    With ``top``, only the best ``top`` matches of the whole store are joined to their items and
+    filtered, else every match is. Each row also says how many matches were ranked
+    (``SCORED``): fewer than ``top`` means every match was.
 
-    The score is read from ``memory_terms`` alone: per lexeme, its document frequency counted
-    from the index (its idf computed once), then its postings read from the same index and
-    summed per item. ts_rank instead read each match's row and tsvector: one question of
-    27.6 k matches on 100 k items took 54 ms that way, 10 ms here. (The idf computed per
-    posting, from a window count, cost 14 ms: the arithmetic per row, not the reads.)"""
-    items, terms_table = memory_items, memory_terms
-    lexemes = sa.func.unnest(selective_lexemes(terms)).table_valued("lexeme").render_derived(name="wanted")
-    counted = terms_table.alias("counted")
-    df = (
-        sa.select(sa.cast(sa.func.count(), sa.Float).label("n"))
-        .where(counted.c.lexeme == lexemes.c.lexeme)
-        .lateral("df")
-    )
-    # Items in the store, from the planner's statistics (a catalogue read, not a count); never
-    # below a word's own count, so the idf stays positive in a store not yet analysed.
-    stored = (
-        sa.text("(SELECT greatest(reltuples, 1)::float8 FROM pg_class WHERE oid = 'memory_items'::regclass)")
-        .columns(sa.column("n", sa.Float))
-        .scalar_subquery()
-    )
-    unseen = sa.func.greatest(stored - df.c.n, 0)
-    idf = sa.cast(sa.func.ln(1 + (unseen + 0.5) / (df.c.n + 0.5)), sa.REAL).label("idf")
-    weights = (
-        sa.select(lexemes.c.lexeme, idf)
-        .select_from(lexemes.join(df, sa.true()))
-        .cte("idf")
-        .prefix_with("MATERIALIZED")
-    )
-    postings = (
-        sa.select(terms_table.c.item_id, terms_table.c.weight)
-        .where(terms_table.c.lexeme == weights.c.lexeme)
-        .lateral("postings")
-    )
-    score = sa.func.sum(postings.c.weight * weights.c.idf).label("score")
-    scored = (
-        sa.select(postings.c.item_id, score)
-        .select_from(weights.join(postings, sa.true()))
-        .group_by(postings.c.item_id)
+    The score is read from ``memory_terms`` alone: per lexeme, its document frequency (its idf
+    computed once), then its postings read from the index and summed per item. ts_rank
+    instead read each match's row and tsvector: one question of 27.6 k matches on 100 k items
+    took 54 ms that way, 10 ms here. (The idf computed per posting, from a window count, cost
+    14 ms: the arithmetic per row, not the reads.)"""
+    from steward.memory.hybrid import COMMON_SHARE, RANK_LIMIT
+
+    items = memory_items
+    ranked = sa.text(_RANKED + ("" if top is None else " LIMIT :top")).bindparams(
+        sa.bindparam("terms", list(terms), type_=postgresql.ARRAY(sa.Text)),
+        sa.bindparam("common_share", COMMON_SHARE, type_=sa.Float),
+        sa.bindparam("rank_limit", RANK_LIMIT, type_=sa.Integer),
     )
     if top is not None:
-        scored = scored.order_by(score.desc(), postings.c.item_id.desc()).limit(top)
-    best = scored.cte("scored")
+        ranked = ranked.bindparams(sa.bindparam("top", top, type_=sa.Integer))
+    best = ranked.columns(sa.column("item_id", sa.Integer), sa.column("score", sa.REAL)).cte("scored")
     # The items are fetched by id (``= ANY`` of the scored ids, a primary-key lookup each): joined
     # on the id alone, the planner, which guesses one row for the scope's WHERE, read all of
     # memory_items and probed the scores for each row (0.8 s on 100 k items, not 1 ms).
     ids = sa.cast(
         sa.select(sa.func.array_agg(best.c.item_id)).scalar_subquery(), postgresql.ARRAY(sa.Integer)
     )
+    scored = sa.select(sa.func.count()).select_from(best).scalar_subquery().label(SCORED)
     return (
-        sa.select(*columns)
+        sa.select(*columns, scored)
         .select_from(best.join(items, items.c.id == best.c.item_id))
         .where(items.c.id == sa.any_(ids), *where)
         .order_by(best.c.score.desc(), items.c.updated_at.desc(), items.c.id.desc())
     )
 
 
-# Each word's share of the items is read from the planner's statistics of the tsv column
-# (``most_common_elems``, kept by ANALYZE): a catalogue read, where counting a common word's
-# matches would read thousands of rows. The statistics are unnested once into the common
-# lexemes, which each word's lexemes are then checked against (unnested per word, they cost
-# 1.5 ms a word under load). A word PostgreSQL drops (no lexeme) adds nothing; a store under
-# 200 items (or never analysed) keeps every word, as on SQLite.
-_SELECTIVE = """
-(WITH common AS (
-    SELECT coalesce(array_agg(e.lexeme), '{}') AS lexemes
+#: The column of ``keyword_select``'s rows that counts the matches ranked.
+SCORED = "steward_scored"
+
+# The ranking, in one statement. Each word's share of the items is read from the planner's
+# statistics of the tsv column (``most_common_elems``, kept by ANALYZE): a catalogue read, where
+# counting a common word's matches would read thousands of rows. The statistics are read once
+# into ``common``, which each word's lexemes are then checked against (unnested per word, they
+# cost 1.5 ms a word under load). A word PostgreSQL drops (no lexeme) adds nothing; a store
+# under 200 items (or never analysed) keeps every word, as on SQLite.
+#
+# A lexeme's document frequency is its share in the same statistics times the items, counted
+# from the postings' index only when the statistics do not list it (rarer than any they list):
+# counting three words of 3.7 k items each on 100 k items took 1.8 ms, four common ones 5 ms,
+# and ANALYZE samples enough rows to know a listed share within a few tenths of a percent (an
+# idf moved by as much changes little in the order). When every word is common, only the
+# newest matches are ranked, as SQLite ranks its newest RANK_LIMIT: the postings from the
+# ``floor``, the highest id among each lexeme's (RANK_LIMIT / lexemes)-th newest, so that at
+# most RANK_LIMIT items are summed (one such question summed 24 k items, 23 ms). Such words say
+# little about which older item is meant.
+_LEXEMES = """
+common AS MATERIALIZED (
+    SELECT e.lexeme, e.freq
     FROM pg_stats AS s,
          unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(lexeme, freq)
     WHERE s.schemaname = current_schema() AND s.tablename = 'memory_items' AND s.attname = 'tsv'
-      AND e.lexeme IS NOT NULL AND e.freq > :common_share
-), words AS (
-    SELECT l.lexemes, cardinality(l.lexemes) > 0 AND NOT l.lexemes && (SELECT lexemes FROM common) AS rare
+      AND e.lexeme IS NOT NULL
+), stored AS MATERIALIZED (
+    SELECT greatest(reltuples, 1)::float8 AS n FROM pg_class WHERE oid = 'memory_items'::regclass
+), words AS MATERIALIZED (
+    SELECT l.lexemes,
+           cardinality(l.lexemes) > 0
+           AND NOT l.lexemes && (
+               SELECT coalesce(array_agg(c.lexeme), '{}') FROM common AS c WHERE c.freq > :common_share
+           ) AS rare
     FROM unnest(CAST(:terms AS text[])) AS t(term),
          LATERAL (SELECT tsvector_to_array(to_tsvector('english', t.term)) AS lexemes) AS l
+), plan AS MATERIALIZED (
+    SELECT EXISTS (SELECT FROM words WHERE words.rare) AS selective,
+           (SELECT reltuples FROM pg_class WHERE oid = 'memory_items'::regclass) < 200 AS small
+), wanted AS MATERIALIZED (
+    SELECT DISTINCT x.lexeme
+    FROM words, unnest(words.lexemes) AS x(lexeme), plan
+    WHERE words.rare OR NOT plan.selective OR plan.small
+)"""
+_RANKED = f"""WITH {_LEXEMES}, counted AS MATERIALIZED (
+    SELECT w.lexeme, coalesce(
+        (SELECT c.freq * st.n FROM common AS c WHERE c.lexeme = w.lexeme),
+        (SELECT count(*) FROM memory_terms AS m WHERE m.lexeme = w.lexeme)::float8
+    ) AS df
+    FROM wanted AS w, stored AS st
+), idf AS MATERIALIZED (
+    SELECT d.lexeme, ln(1 + (greatest(st.n - d.df, 0) + 0.5) / (d.df + 0.5))::real AS idf
+    FROM counted AS d, stored AS st
+), floor AS MATERIALIZED (
+    SELECT coalesce(max(f.item_id), 0) AS id
+    FROM plan, wanted AS w,
+         LATERAL (SELECT m.item_id FROM memory_terms AS m WHERE m.lexeme = w.lexeme
+                  ORDER BY m.item_id DESC
+                  OFFSET greatest(:rank_limit / (SELECT count(*) FROM wanted) - 1, 0) LIMIT 1) AS f
+    WHERE NOT plan.selective AND NOT plan.small
 )
-SELECT coalesce(array_agg(DISTINCT x.lexeme ORDER BY x.lexeme), '{}')
-FROM words, unnest(words.lexemes) AS x(lexeme)
-WHERE words.rare
-   OR NOT EXISTS (SELECT FROM words AS w WHERE w.rare)
-   OR (SELECT reltuples FROM pg_class WHERE oid = 'memory_items'::regclass) < 200)
-"""
+SELECT p.item_id, sum(p.weight * i.idf) AS score
+FROM idf AS i, floor,
+     LATERAL (SELECT m.item_id, m.weight FROM memory_terms AS m
+              WHERE m.lexeme = i.lexeme AND m.item_id >= floor.id) AS p
+GROUP BY p.item_id
+ORDER BY score DESC, p.item_id DESC"""  # noqa: S608 (constant text: the query's words are parameters)
+_CHOSEN = f"(WITH {_LEXEMES} SELECT coalesce(array_agg(lexeme ORDER BY lexeme), '{{}}') FROM wanted)"  # noqa: S608
 
 
 def selective_lexemes(terms: Sequence[str]) -> sa.ColumnElement[Any]:
-    """The lexemes of ``terms``, without those of words found in more than ``COMMON_SHARE`` of
-    the items when rarer ones are there: every match of a word is scored, and a common word
-    adds little to the order (SQLite: ``_selective_terms``)."""
+    """The lexemes ``keyword_select`` ranks for ``terms``: without those of words found in more
+    than ``COMMON_SHARE`` of the items when rarer ones are there."""
     from steward.memory.hybrid import COMMON_SHARE
 
-    chosen = sa.text(_SELECTIVE).bindparams(
+    chosen = sa.text(_CHOSEN).bindparams(
         sa.bindparam("terms", list(terms), type_=postgresql.ARRAY(sa.Text)),
         sa.bindparam("common_share", COMMON_SHARE, type_=sa.Float),
     )
@@ -159,6 +179,8 @@ _EF_RANGE = (40, 1_000)
 _CATALOGUE_S = 60.0
 #: Scopes whose size ``_small`` remembers (a dict cleared when full).
 _MAX_SCOPES_SEEN = 10_000
+#: The key of a connection's ``info`` that holds the ``hnsw.ef_search`` its session was given.
+_HNSW_SET = "steward.hnsw_ef_search"
 #: pgvector's first version with iterative index scans (a filtered search that does not starve).
 _ITERATIVE = (0, 8, 0)
 
@@ -210,15 +232,26 @@ class PgVectorIndex:
 
     async def _nearest(self, conn: AsyncConnection, query: VectorQuery, dim: int) -> list[tuple[int, float]]:
         """The HNSW walk, continued (``relaxed_order``) until ``limit`` rows pass the WHERE or
-        pgvector's ``hnsw.max_scan_tuples`` is reached; the settings last as the transaction."""
+        pgvector's ``hnsw.max_scan_tuples`` is reached.
+
+        In a transaction the settings last as it does (a round trip each search). On a connection
+        in autocommit (``LongTermMemory.recall``'s) they are the session's: set once per server
+        connection and remembered in its ``info``, which lives as long as that connection, where
+        a session setting made in a transaction would be undone by the pool's rollback."""
         ef = min(max(query.limit * self._tuning.pg_ef_factor, _EF_RANGE[0]), _EF_RANGE[1])
-        await conn.execute(
-            sa.text(
-                "SELECT set_config('hnsw.ef_search', :ef, true), "
-                "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
-            ),
-            {"ef": str(ef)},
-        )
+        options = conn.sync_connection.get_execution_options() if conn.sync_connection is not None else {}
+        session = options.get("isolation_level") == "AUTOCOMMIT"
+        if not session or conn.info.get(_HNSW_SET) != ef:
+            local = "false" if session else "true"
+            await conn.execute(
+                sa.text(
+                    f"SELECT set_config('hnsw.ef_search', :ef, {local}), "
+                    f"set_config('hnsw.iterative_scan', 'relaxed_order', {local})"
+                ),
+                {"ef": str(ef)},
+            )
+            if session:
+                conn.info[_HNSW_SET] = ef
         typed: sa.ColumnElement[object] = sa.literal_column(f"memory_vectors.embedding::vector({dim})")
         distance = typed.op("<=>")(sa.text(f"CAST(:target AS vector({dim}))"))
         select = (
