@@ -33,7 +33,7 @@ TryEmbedderOpt = Annotated[
     typer.Option(
         "--embedder",
         "--memory",
-        help="Also embed three test sentences with [memory] embedder and report its dimensions, its "
+        help="Also embed three test sentences with \\[memory] embedder and report its dimensions, its "
         "time and how close alike and unlike sentences come out. Without it nothing is sent.",
     ),
 ]

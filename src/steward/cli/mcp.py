@@ -103,7 +103,7 @@ def list_servers(
 
 @mcp_app.command("call")
 def call(
-    server: Annotated[str, typer.Argument(help="The server's name, as in [mcp_servers.NAME].")],
+    server: Annotated[str, typer.Argument(help="The server's name, as in \\[mcp_servers.NAME].")],
     tool: Annotated[str, typer.Argument(help="The tool's name on that server (with or without SERVER__).")],
     arguments: Annotated[
         str, typer.Argument(help='Arguments as a JSON object, e.g. \'{"timezone": "UTC"}\'.')

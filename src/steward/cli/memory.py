@@ -35,7 +35,7 @@ memory_app = typer.Typer(
 Store = Annotated[
     str | None,
     typer.Option(
-        "--store", help="The store's URL (default: this folder's [store] url, STEWARD_DB or .steward)."
+        "--store", help="The store's URL (default: this folder's \\[store] url, STEWARD_DB or .steward)."
     ),
 ]
 User = Annotated[str | None, typer.Option("--user", help='Whose memories: a job\'s user key, or "local".')]

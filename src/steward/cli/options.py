@@ -41,12 +41,14 @@ ModelOpt = Annotated[
     typer.Option("--model", "-m", help="provider:model, e.g. openai:gpt-4o-mini, anthropic:..., ollama:..."),
 ]
 MaxSteps = Annotated[int | None, typer.Option("--max-steps", min=1, help="Most model calls for this run.")]
+# Help texts are rich markup: a section is written \\[budget], or it vanishes as a style tag.
 BudgetTokens = Annotated[
-    int | None, typer.Option("--budget-tokens", min=1, help="Most tokens this run may use ([budget] tokens).")
+    int | None,
+    typer.Option("--budget-tokens", min=1, help="Most tokens this run may use (\\[budget] tokens)."),
 ]
 BudgetUsd = Annotated[
     float | None,
-    typer.Option("--budget-usd", min=0.0, help="Most US dollars this run may spend ([budget] cost_usd)."),
+    typer.Option("--budget-usd", min=0.0, help="Most US dollars this run may spend (\\[budget] cost_usd)."),
 ]
 ModeOpt = Annotated[
     str | None,
