@@ -167,7 +167,9 @@ async def write_trajectories(manifest: Manifest, outcomes: dict[str, Outcome], s
                 "task": task.id,
                 "attempt": attempt.number,
                 "passed": outcome.passed,
-                "verdict": outcome.verify,
+                # A JSON string ("null": no verifier): datasets gives a column the type it has in
+                # the first file read, and a null there refuses an object in the next task's file.
+                "verdict": json.dumps(outcome.verify, ensure_ascii=False),
             }
             lines.append(json.dumps(record, ensure_ascii=False))
             runs.append(outcome.job)
