@@ -77,14 +77,15 @@ def write_report(
     """``report.json`` and ``report.md``; the figures and the summary they hold."""
     rows = figures(manifest, outcomes)
     total = summary(manifest, rows)
+    settled = [outcomes[a.key] for a in manifest.runs if a.key in outcomes]
     body = {
         "batch": manifest.id, "tasks_file": manifest.tasks_file, "persona": manifest.persona,
         "model": manifest.model, "mode": manifest.mode, "attempts_per_task": manifest.attempts,
         "store": manifest.store, "summary": total, "tasks": [asdict(r) for r in rows],
-        "attempts": [asdict(outcomes[a.key]) for a in manifest.runs if a.key in outcomes],
+        "attempts": [asdict(o) for o in settled],
     }  # fmt: skip
     write_atomic(manifest.directory / "report.json", json.dumps(body, indent=1) + "\n")
-    write_atomic(manifest.directory / "report.md", markdown(manifest, rows, total))
+    write_atomic(manifest.directory / "report.md", markdown(manifest, rows, total, settled))
     return rows, total
 
 
@@ -115,7 +116,9 @@ def headers(manifest: Manifest) -> list[str]:
     return ["task", "passed", "pass@1", *at_k, "steps", "tokens", "cost", "time"]
 
 
-def markdown(manifest: Manifest, rows: Sequence[TaskFigures], total: dict[str, Any]) -> str:
+def markdown(
+    manifest: Manifest, rows: Sequence[TaskFigures], total: dict[str, Any], settled: Sequence[Outcome]
+) -> str:
     k = manifest.attempts
     lines = [
         f"# Batch {manifest.id}",
@@ -131,7 +134,37 @@ def markdown(manifest: Manifest, rows: Sequence[TaskFigures], total: dict[str, A
     lines += ["", MEANS]
     at_k = f", pass@{k} {ratio(total[f'pass@{k}'])}" if k > 1 else ""
     lines += ["", f"pass@1 {ratio(total['pass@1'])}{at_k} (mean over tasks)", ""]
+    if settled:
+        lines += [
+            "## Attempts",
+            "",
+            "| task | attempt | job | run | verifier | passed | error |",
+            "|---" * 7 + "|",
+        ]
+        lines += [_attempt_row(o) for o in settled]
+        lines += ["", "The verifiers' output is in report.json.", ""]
     return "\n".join(lines)
+
+
+def _attempt_row(outcome: Outcome) -> str:
+    """One attempt as a table row: its job, how its run ended, the verifier's exit code, why it failed."""
+    match outcome.verify:
+        case None:
+            verifier = "-"
+        case {"exit_code": int(code)}:
+            verifier = f"exit {code}"
+        case _:  # timed out, or could not start
+            verifier = "no exit code"
+    cells = [
+        outcome.task, str(outcome.attempt), outcome.job, outcome.end_status or outcome.job_status, verifier,
+        "yes" if outcome.passed else "no", _one_line(outcome.error or "", 160).replace("|", "\\|"),
+    ]  # fmt: skip
+    return "| " + " | ".join(cells) + " |"
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def ratio(value: float | None) -> str:
