@@ -90,3 +90,17 @@ def test_mistakes_name_the_fix(cli: Cli, tmp_path: Path) -> None:
             args,
             done.stderr,
         )
+
+
+def test_an_export_to_a_place_that_cannot_be_written_names_the_fix_and_leaves_nothing(
+    cli: Cli, tmp_path: Path
+) -> None:
+    run = scripted_run(cli, tmp_path, "write out.txt", [WRITE, end("solved")])
+    (tmp_path / "data").mkdir()
+    for target in (tmp_path / "data", tmp_path / "missing" / "train.jsonl"):
+        before = sorted(tmp_path.iterdir())
+        done = cli("runs", "export", "-f", "chat", run, "-o", str(target))
+        assert done.returncode == 2, done.stderr
+        assert f"cannot write {target}" in done.stderr and "choose another file with -o" in done.stderr
+        assert "internal error" not in done.stderr
+        assert sorted(tmp_path.iterdir()) == before  # no half-written file beside it

@@ -292,13 +292,23 @@ async def _export(url: str, selection: Selection, fmt: Format, output: Path | No
             with target as out:
                 async for line in lines(store, rows, fmt, thinking=thinking):
                     out.write(line + "\n")
+            if output is not None and part is not None:
+                part.replace(output)
         except StewardError as exc:
             typer.echo(f"steward: {exc}", err=True)
             if part is not None:
                 part.unlink(missing_ok=True)
             return 2
-    if output is not None and part is not None:
-        part.replace(output)
+        except OSError as exc:
+            if part is None:  # stdout: a closed pipe is the shell's business, not a file to name
+                raise
+            part.unlink(missing_ok=True)
+            typer.echo(
+                f"steward: cannot write {output}: {exc.strerror or exc}; choose another file with -o",
+                err=True,
+            )
+            return 2
+    if output is not None:
         typer.echo(f"wrote {len(rows)} run(s) as {fmt} to {output}", err=True)
     return 0
 
