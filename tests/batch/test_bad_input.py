@@ -134,3 +134,17 @@ def test_resume_refuses_flags_that_would_change_the_batch(tmp_path: Path, stewar
     done = steward("batch", "--resume", str(tmp_path), "--model", "openai:gpt-4o-mini", "-k", "3")
     assert done.returncode == 2
     assert "--attempts, --model cannot change a batch under way" in done.stderr
+
+
+def test_a_report_directory_that_cannot_be_made_is_named_with_the_fix(
+    tmp_path: Path, steward: Steward, steward_env: dict[str, str]
+) -> None:
+    tasks = _tasks(tmp_path, GOOD)
+    (tmp_path / "taken").write_text("a file, not a folder\n")
+    key = steward_env | {"OPENAI_API_KEY": "sk-not-used"}  # the model could work: -o is the problem
+    done = steward(
+        "batch", str(tasks), "--model", "openai:gpt-4o-mini", "-o", str(tmp_path / "taken"), env=key
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"-o {tmp_path / 'taken'} is a file" in done.stderr and "internal error" not in done.stderr
+    assert (tmp_path / "taken").read_text() == "a file, not a folder\n"

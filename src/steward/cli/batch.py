@@ -160,8 +160,18 @@ def _plan(
         directory, tasks, tasks_file=tasks_file, persona=persona, model=model, mode=mode, attempts=attempts,
         store=_without_password(url),
     )  # fmt: skip
-    directory.mkdir(parents=True, exist_ok=True)
-    manifest.save()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        manifest.save()
+    except OSError as exc:
+        if directory.exists() and not directory.is_dir():
+            raise fail(
+                f"-o {directory} is a file; give a directory for the report (made if missing)"
+            ) from None
+        raise fail(
+            f"cannot write the report to {directory}: {exc.strerror or exc}; "
+            "give -o a directory you can write"
+        ) from None
     return manifest
 
 
