@@ -4,6 +4,7 @@ even when the run is rebuilt from its log."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,10 @@ async def test_a_token_budget_stops_before_a_call_that_would_not_fit(tmp_path: P
     assert "no room for another model call" in stop.message
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.end_status == "partial"
+    # The call's size is written as the spent figures are, with thousands separators.
+    size = re.search(r"of about ([\d,]+) tokens", stop.message)
+    assert size is not None and int(size[1].replace(",", "")) >= 1_000, stop.message
+    assert size[1] == f"{int(size[1].replace(',', '')):,}", stop.message
 
 
 async def test_a_money_budget_ends_the_run_when_spent(store: EventStore, tmp_path: Path) -> None:

@@ -185,7 +185,7 @@ class Budget:
     def _refuse(self, refused: str | None, tokens: int) -> None:
         if refused is not None:
             label = _label(refused, self.run_id)
-            self.refused = f"{label} budget has no room for another model call (of about {tokens} tokens)"
+            self.refused = f"{label} budget has no room for another model call (of about {tokens:,} tokens)"
             raise BudgetExceededError(self.refused)
 
     def _prompt_tokens(self, request: ModelRequest) -> int:
