@@ -63,6 +63,7 @@ async def test_a_money_budget_for_a_model_without_a_price_refuses_to_start(tmp_p
     with pytest.raises(ConfigError) as refused:
         agent.start("look it up", workspace=tmp_path)
     assert '[prices."openai:my-model"]' in str(refused.value) and "cost_usd" in str(refused.value)
+    assert "(--budget-usd)" in str(refused.value)  # the same budget, given on the command line
 
 
 async def test_an_unpriced_model_without_a_money_budget_runs_and_its_cost_is_marked_unknown(

@@ -41,7 +41,9 @@ def budget_for(
         if limits.cost_usd > 0
     ]
     if rates is None and money:
-        raise ConfigError(f"[budget] {money[0]} is set but {unknown_price(model)} (or remove {money[0]})")
+        # The run's own money budget may have come from the command line rather than a file.
+        flag = " (--budget-usd)" if money[0] == "cost_usd" else ""
+        raise ConfigError(f"[budget] {money[0]}{flag} is set but {unknown_price(model)} (or remove it)")
     shared: dict[str, BudgetLimits] = {}
     if own and store is not None:  # the jobs it delegates to charge it too
         shared[f"run:{run_id}"] = own
