@@ -300,3 +300,16 @@ def test_an_embedder_the_server_cannot_make_fails_search_only_naming_the_fix(
         assert ids_of(client.get("/v1/memory")) == [item]  # listing, showing and forgetting need no embedder
         assert client.get(f"/v1/memory/{item}").status_code == 200
         assert client.delete(f"/v1/memory/{item}").json()["item"]["hidden_at"] is not None
+
+
+def test_an_id_that_is_not_a_memory_id_is_a_404_naming_the_forms(
+    deployment: Deployment, server: Server
+) -> None:
+    with server.client() as client:
+        for reply in (client.get("/v1/memory/abc"), client.delete("/v1/memory/m7x")):
+            assert reply.status_code == 404 and reply.headers["content-type"] == "application/problem+json"
+            assert "is not a memory id" in reply.json()["detail"] and "m12" in reply.json()["detail"]
+        export = client.delete("/v1/memory/export")  # a route, not an id
+        assert export.status_code == 405 and export.headers["allow"] == "GET"
+    with server.client(token="stw_not-a-token") as stranger:
+        assert stranger.get("/v1/memory/abc").status_code == 401

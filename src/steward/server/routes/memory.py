@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import sqlalchemy as sa
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
 from steward.errors import StewardError
@@ -306,3 +306,13 @@ async def forget_memory(
     if not done and kept is None:
         raise ApiError(404, f"no memory item {item_id}; GET /v1/memory lists them")
     return s.MemoryForgotten(id=item_id, purged=purge, item=_item_out(kept) if kept else None)
+
+
+# Last: any other /memory/X (after /search and /export, and the digits above) is a mistyped id,
+# answered with the forms an id takes rather than the framework's bare "Not Found".
+@router.get("/memory/{given}", include_in_schema=False)
+@router.delete("/memory/{given}", include_in_schema=False)
+async def not_a_memory_id(given: str) -> None:
+    if given in ("search", "export"):  # a DELETE of a route of its own, which takes GET only
+        raise HTTPException(405, f"/v1/memory/{given} takes GET only", headers={"Allow": "GET"})
+    raise ApiError(404, f"{given!r} is not a memory id: give 12 or m12, as GET /v1/memory lists them")
