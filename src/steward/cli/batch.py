@@ -234,7 +234,7 @@ async def _run(manifest: Manifest, workers: int, url: str) -> int:
             lambda problem: console.print(f"steward: {problem}", markup=False, soft_wrap=True),
         )
         async with _workers(queue, manifest, workers, now):
-            finished = await _follow(follower, stop, console)
+            finished = await _follow(follower, stop, console, _store_prefix(url, manifest))
         rows, total = write_report(manifest, follower.outcomes)
         written = await write_trajectories(manifest, follower.outcomes, queue.store)
     _print_table(manifest, rows, total)
@@ -326,7 +326,16 @@ async def _workers(queue: Queue, manifest: Manifest, slots: int, now: asyncio.Ev
         await running
 
 
-async def _follow(follower: Follower, stop: asyncio.Event, console: Console) -> bool:
+def _store_prefix(url: str, manifest: Manifest) -> str:
+    """What to put before a ``steward`` command so that it reads the batch's store: nothing when
+    that is the store configured here, else ``STEWARD_DB=URL `` (by default the batch's own
+    ``DIR/steward.db``, which commands run in this folder do not read)."""
+    import shlex
+
+    return "" if url == _configured_store() else f"STEWARD_DB={shlex.quote(manifest.store)} "
+
+
+async def _follow(follower: Follower, stop: asyncio.Event, console: Console, prefix: str) -> bool:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     told_waiting = False
@@ -349,8 +358,8 @@ async def _follow(follower: Follower, stop: asyncio.Event, console: Console) -> 
             told_waiting = True
             progress.console.print(
                 f"steward: {counts.waiting} attempt(s) wait for a person: "
-                "`steward jobs list --status waiting` shows them; `steward approve|answer JOB` lets them "
-                "go on (or run the batch with --mode autonomous)",
+                f"`{prefix}steward jobs list --status waiting` shows them; `{prefix}steward approve|answer "
+                "JOB` lets them go on (or run the batch with --mode autonomous)",
                 markup=False,
                 soft_wrap=True,
             )
