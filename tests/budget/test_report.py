@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from tests.budget.models import LookupModel, lookup
 from steward import Agent, ScriptedModel
 from steward.budget.ledger import Ledger
 from steward.budget.report import run_cost
+from steward.events import ModelReplyEvent
 from steward.store.events import open_store
 
 PLAN = {
@@ -92,3 +94,17 @@ def test_an_unpriced_model_says_how_to_price_it(model: str) -> None:
     cost = run_cost(events)
     assert cost.cost_usd is None
     assert "cost unknown" in lines(cost)[0] and f'[prices."{model}"]' in lines(cost)[0]
+
+
+async def test_a_reply_that_used_no_tokens_still_counts_as_its_phases_step(tmp_path: Path) -> None:
+    """A reply the model cache served reports no usage: its step is still a step of its phase."""
+    async with await open_store(f"sqlite:///{tmp_path / 'steward.db'}") as store:
+        agent = Agent(ScriptedModel.from_data([ACT, {"text": "a is 1"}]), tools=[lookup], builtin_tools=False,
+                      store=store, sandbox=False)  # fmt: skip
+        run = agent.start("look it up", workspace=tmp_path)
+        await run.result()
+        events = await store.events(run.id)
+    served = [
+        replace(e, usage=dict.fromkeys(e.usage, 0)) if isinstance(e, ModelReplyEvent) else e for e in events
+    ]
+    assert {name: line.count for name, line in run_cost(served).phases.items()} == {"act": 1, "answer": 1}
