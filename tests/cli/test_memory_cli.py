@@ -113,6 +113,16 @@ def test_forget_hides_and_purge_asks_first(cli: Cli, db_url: str, seeded: dict[s
     assert cli("memory", "show", ref, "--store", db_url).returncode == 2
 
 
+def test_purge_with_no_one_to_answer_keeps_the_item_and_names_yes(
+    cli: Cli, db_url: str, seeded: dict[str, int]
+) -> None:
+    ref = f"m{seeded['port']}"
+    unanswered = cli("memory", "forget", ref, "--purge", "--store", db_url, stdin="")  # a script, a pipe
+    assert unanswered.returncode == 1 and "kept: nothing was deleted" in unanswered.stdout
+    assert "--yes" in unanswered.stdout and "Aborted" not in unanswered.stdout + unanswered.stderr
+    assert cli("memory", "show", ref, "--store", db_url).returncode == 0
+
+
 def test_export_writes_every_field_as_json_lines(
     cli: Cli, db_url: str, seeded: dict[str, int], tmp_path: Path
 ) -> None:

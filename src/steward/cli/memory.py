@@ -294,6 +294,15 @@ def show(item_id: ItemId, store: Store = None) -> None:
     typer.echo(f"\n{text}")
 
 
+def _confirmed(question: str) -> bool:
+    """A yes to ``question``; no answer at all (stdin at its end: a script, a pipe) is a no."""
+    try:
+        return typer.confirm(question, default=False)
+    except typer.Abort:
+        typer.echo()  # the question's line is left open
+        return False
+
+
 @memory_app.command("forget")
 def forget(
     item_id: ItemId,
@@ -305,8 +314,8 @@ def forget(
 ) -> None:
     """Hide an item (kept, never recalled), or with --purge delete it for good."""
     number = _item_number(item_id)
-    if purge and not yes and not typer.confirm(f"Delete m{number} for good?", default=False):
-        typer.echo("kept: nothing was deleted")
+    if purge and not yes and not _confirmed(f"Delete m{number} for good?"):
+        typer.echo("kept: nothing was deleted (--yes purges without asking)")
         raise typer.Exit(1)
 
     async def main() -> tuple[MemoryItem | None, bool]:
