@@ -14,7 +14,7 @@ from tests.budget.models import LookupModel, lookup
 from steward import Agent, ScriptedModel
 from steward.budget.ledger import Ledger
 from steward.budget.report import run_cost
-from steward.events import ModelReplyEvent
+from steward.events import ModelReplyEvent, ToolResultEvent
 from steward.store.events import open_store
 
 PLAN = {
@@ -108,3 +108,16 @@ async def test_a_reply_that_used_no_tokens_still_counts_as_its_phases_step(tmp_p
         replace(e, usage=dict.fromkeys(e.usage, 0)) if isinstance(e, ModelReplyEvent) else e for e in events
     ]
     assert {name: line.count for name, line in run_cost(served).phases.items()} == {"act": 1, "answer": 1}
+
+
+async def test_a_step_whose_call_has_no_result_yet_counts_as_acting(tmp_path: Path) -> None:
+    """A run waiting for an approval has the model's call and no result: its step acted."""
+    async with await open_store(f"sqlite:///{tmp_path / 'steward.db'}") as store:
+        call = {"tool": "lookup", "args": {"key": "a"}}
+        agent = Agent(ScriptedModel.from_data([call, {"text": "a is 1"}]), tools=[lookup], builtin_tools=False,
+                      store=store, sandbox=False)  # fmt: skip
+        run = agent.start("look it up", workspace=tmp_path)
+        await run.result()
+        events = await store.events(run.id)
+    waiting = [e for e in events if not isinstance(e, ToolResultEvent)]
+    assert {name: line.count for name, line in run_cost(waiting).phases.items()} == {"act": 1, "answer": 1}

@@ -68,6 +68,7 @@ class _Step:
     tools: list[str] = field(default_factory=list)
     seconds: float = 0.0
     replied: bool = False  # the model answered in it (a cached reply uses no tokens)
+    called: bool = False  # ... with tool calls (acting, even before their results: a run waiting)
 
 
 def run_cost(events: Sequence[ev.Event], prices: Mapping[str, PriceEntry] | None = None) -> RunCost:
@@ -82,9 +83,10 @@ def run_cost(events: Sequence[ev.Event], prices: Mapping[str, PriceEntry] | None
             case ev.StepStart(step=step):
                 current = step
                 steps.setdefault(step, _Step())
-            case ev.ModelReplyEvent(usage=usage):
+            case ev.ModelReplyEvent(usage=usage, tool_calls=calls):
                 steps.setdefault(current, _Step()).usage.add(Usage.from_dict(usage))
                 steps[current].replied = True
+                steps[current].called = steps[current].called or bool(calls)
             case ev.CompactionEvent(usage=usage):
                 steps.setdefault(current, _Step()).usage.add(Usage.from_dict(usage))
             case ev.PhaseEvent(phase=phase) if not steps.setdefault(current, _Step()).phase:
@@ -111,7 +113,9 @@ def _count(out: RunCost, step: _Step, rates: Rates | None) -> None:
     out.usage.add(step.usage)
     out.cost_usd = None if cost is None or out.cost_usd is None else out.cost_usd + cost
     out.time_s += step.seconds
-    phase = step.phase or ("act" if step.tools else "answer" if tokens or step.replied else "start")
+    phase = step.phase or (
+        "act" if step.tools or step.called else "answer" if tokens or step.replied else "start"
+    )
     out.phases.setdefault(phase, Line(phase)).add(
         tokens, cost, step.seconds, count=1 if phase != "start" else 0
     )
