@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -35,6 +35,7 @@ MEMORY_OPERATIONS: Mapping[str, str] = {
 _MEMORY_STORE = "steward.long_term"
 _INSTRUMENTATION = "opentelemetry.instrumentation"  # the package instrumentations load
 _ITEM_REF = re.compile(r"\bm(\d+)\b")  # how memory tools name an item (``archival.item_ref``)
+_new = object.__new__
 _INTERNAL, _CLIENT = SpanKind.INTERNAL.value, SpanKind.CLIENT.value  # as ``RunTrace.child`` takes them
 
 
@@ -74,7 +75,14 @@ class TracingModel(Model):
         run = self.trace
         if not run.recording:  # a run left out: no span, the run's context current
             return _in_context(self.wrapped.stream(request), run.parent())
-        span = run.child(run.under, self._span_name, _CLIENT, self._attributes_of(request))
+        attributes: dict[str, Any] = {**self._attributes, "steward.request.purpose": request.purpose}
+        if request.max_tokens is not None:
+            attributes["gen_ai.request.max_tokens"] = request.max_tokens
+        if request.temperature is not None:
+            attributes["gen_ai.request.temperature"] = request.temperature
+        if run.content is not None:
+            self._content(attributes, request)
+        span = run.child(run.under, self._span_name, _CLIENT, attributes)
         try:
             items = self.wrapped.stream(request)
         except BaseException as exc:
@@ -87,21 +95,18 @@ class TracingModel(Model):
         # gets no layer of its own otherwise.
         if _INSTRUMENTATION in sys.modules:
             items = _in_context(items, in_context(span, run._run_context))
-        return _ChatStream(self, span, items)
+        made: _ChatStream = _new(_ChatStream)  # without ``__init__``'s frame
+        made._model, made._span, made._items, made._next = self, span, items, items.__anext__
+        made._replied = False
+        return made
 
-    def _attributes_of(self, request: ModelRequest) -> dict[str, Any]:
-        attributes: dict[str, Any] = {**self._attributes, "steward.request.purpose": request.purpose}
-        if request.max_tokens is not None:
-            attributes["gen_ai.request.max_tokens"] = request.max_tokens
-        if request.temperature is not None:
-            attributes["gen_ai.request.temperature"] = request.temperature
+    def _content(self, attributes: dict[str, Any], request: ModelRequest) -> None:
         content = self.trace.content
-        if content is not None:
-            attributes["gen_ai.system_instructions"] = content.json(
-                [{"type": "text", "content": request.system_text}]
-            )
-            attributes["gen_ai.input.messages"] = content.json(_messages(request))
-        return attributes
+        assert content is not None
+        attributes["gen_ai.system_instructions"] = content.json(
+            [{"type": "text", "content": request.system_text}]
+        )
+        attributes["gen_ai.input.messages"] = content.json(_messages(request))
 
     def _replied(self, span: Span, response: ModelResponse) -> None:
         run, usage = self.trace, response.usage
@@ -129,43 +134,56 @@ class TracingModel(Model):
             span.set_attribute(
                 "gen_ai.output.messages", content.json([{"role": "assistant", "parts": parts}])
             )
+        span.end()
 
 
 class _ChatStream:
-    """The stream of one model call in its ``chat {model}`` span (started with the call): the
-    span ends with the stream (its end, an error, or ``aclose``, which every reader of a model's
-    stream in Steward calls). A class, not an async generator: a generator's frame per item and
-    asyncio's hooks for each generator cost more than the span itself."""
+    """The stream of one model call in its ``chat {model}`` span (started with the call). The
+    span ends with the reply (a stream's last item, ``steward.models.base``), an error, or
+    ``aclose`` (which every reader of a model's stream in Steward calls) for a call left before
+    its reply. A class, not an async generator, and a layer only until the reply: a generator's
+    frame per item and asyncio's hooks for each generator cost more than the span itself."""
 
-    __slots__ = ("_items", "_model", "_next", "_span")
+    __slots__ = ("_items", "_model", "_next", "_replied", "_span")
 
-    def __init__(self, model: TracingModel, span: Span, items: AsyncIterator[StreamItem]) -> None:
-        self._model, self._span, self._items, self._next = model, span, items, items.__anext__
+    _model: TracingModel
+    _span: Span
+    _items: AsyncIterator[StreamItem]
+    _next: Callable[[], Awaitable[StreamItem]]
+    _replied: bool  # the reply came: the stream's items go by as they are
 
     def __aiter__(self) -> _ChatStream:
         return self
 
-    async def __anext__(self) -> StreamItem:
+    def __anext__(self) -> Awaitable[StreamItem]:
+        if self._replied:  # after the reply: the stream's own end, as it comes
+            return self._next()
+        return self._item()  # before it: each item looked at
+
+    async def _item(self) -> StreamItem:
+        span = self._span
         try:
             item = await self._next()
         except StopAsyncIteration:
-            self._span.end()
+            span.end()  # a stream without a reply
             raise
         except BaseException as exc:
-            mark_error(self._span, type(exc).__qualname__, str(exc))
-            self._span.end()
+            mark_error(span, type(exc).__qualname__, str(exc))
+            span.end()
             raise
         if type(item) is ModelResponse:
-            self._model._replied(self._span, item)
+            self._replied = True
+            self._model._replied(span, item)
         return item
 
-    async def aclose(self) -> None:
-        try:
-            close = getattr(self._items, "aclose", None)
-            if close is not None:
-                await close()
-        finally:
-            self._span.end()
+    def aclose(self) -> Awaitable[None]:
+        self._span.end()  # ended already, unless the call is left before its reply
+        close = getattr(self._items, "aclose", None)
+        return close() if close is not None else _closed()
+
+
+async def _closed() -> None:
+    """What ``aclose`` awaits for a stream that has nothing to close."""
 
 
 async def _in_context(

@@ -28,6 +28,7 @@ import logging
 import marshal
 import os
 import random
+import struct
 import subprocess
 import sys
 import threading
@@ -40,6 +41,8 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.util.types import Attributes
+
+from steward.telemetry._child import IDS_FORMAT
 
 _log = logging.getLogger(__name__)
 
@@ -66,8 +69,12 @@ def _new_id(bits: int) -> int:
 
 
 #: A span's record, the list ``end`` hands to the ``Sink`` (and the helper reads): made whole at
-#: the start, so that ending a span is a time and an append.
-NAME, KIND, TRACE_ID, SPAN_ID, PARENT_ID, REMOTE, START, END, ATTRIBUTES, STATUS, EVENTS = range(11)
+#: the start, so that ending a span is a time, a pack and an append. Until the end, ``IDS`` holds
+#: the parent's id and ``START`` the start; at the end, ``IDS`` becomes the span's id, its
+#: parent's, its start and its end packed in 32 bytes (``IDS_FORMAT``: one bytes object to
+#: marshal, where four large ints cost four times as much), and ``START`` None.
+NAME, KIND, TRACE_ID, IDS, START, REMOTE, ATTRIBUTES, STATUS, EVENTS = range(9)
+_pack = struct.Struct(IDS_FORMAT).pack
 _UNSET = (0, None)  # a status: code (``StatusCode`` value), description
 
 
@@ -82,12 +89,13 @@ class LightSpan:
     Steward sets only strings, numbers, booleans and lists of strings, which is what OTLP carries."""
 
     # ``_context`` is left unset until asked for (a traceparent, a foreign child's parent).
-    __slots__ = ("_context", "_record", "_sink", "attributes")
+    __slots__ = ("_context", "_record", "_sink", "attributes", "span_id")
 
     _context: SpanContext
     _record: list[Any]
     _sink: Sink
     attributes: dict[str, Any]
+    span_id: int
 
     @property
     def name(self) -> str:
@@ -98,47 +106,44 @@ class LightSpan:
         return self._record[TRACE_ID]  # type: ignore[no-any-return]
 
     @property
-    def span_id(self) -> int:
-        return self._record[SPAN_ID]  # type: ignore[no-any-return]
-
-    @property
     def parent_id(self) -> int:
-        return self._record[PARENT_ID]  # type: ignore[no-any-return]
+        ids = self._record[IDS]
+        return ids if type(ids) is int else struct.unpack(IDS_FORMAT, ids)[1]
 
     def get_span_context(self) -> SpanContext:
         try:
             return self._context
         except AttributeError:  # made when asked (a traceparent, a child's parent), not for every span
             record = self._record
-            made = self._context = SpanContext(record[TRACE_ID], record[SPAN_ID], False, _SAMPLED)
+            made = self._context = SpanContext(record[TRACE_ID], self.span_id, False, _SAMPLED)
             return made
 
     def is_recording(self) -> bool:
-        return not self._record[END]
+        return self._record[START] is not None
 
     def set_attribute(self, key: str, value: Any) -> None:
-        if not self._record[END]:
+        if self._record[START] is not None:
             self.attributes[key] = value
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        if not self._record[END]:
+        if self._record[START] is not None:
             self.attributes.update(attributes)
 
     def add_event(self, name: str, attributes: Attributes = None, timestamp: int | None = None) -> None:
         record = self._record
-        if record[END]:
+        if record[START] is None:
             return
         if record[EVENTS] is None:
             record[EVENTS] = []
         record[EVENTS].append((name, dict(attributes or {}), timestamp or time.time_ns()))
 
     def update_name(self, name: str) -> None:
-        if not self._record[END]:
+        if self._record[START] is not None:
             self._record[NAME] = name
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
         record = self._record
-        if record[END]:
+        if record[START] is None:
             return
         if isinstance(status, Status):
             code, description = status.status_code, status.description
@@ -173,9 +178,11 @@ class LightSpan:
 
     def end(self, end_time: int | None = None) -> None:
         record = self._record
-        if record[END]:
+        start = record[START]
+        if start is None:
             return
-        record[END] = end = end_time or _time_ns()
+        end = end_time or _time_ns()
+        record[IDS], record[START] = _pack(self.span_id, record[IDS], start, end), None
         sink = self._sink
         spans = sink.spans  # ``Sink.add``, written out: one call less a span
         spans.append(record)
@@ -193,12 +200,10 @@ def child_span(parent: LightSpan, name: str, kind: int, attributes: dict[str, An
     ``kind`` (a ``SpanKind`` value), keeping ``attributes``: Steward's spans of steps and calls,
     made without the API's context."""
     span: LightSpan = _new_span(LightSpan)
-    span._sink, span.attributes = parent._sink, attributes
-    up = parent._record
     # Zero is the one invalid id: a draw of 64 zero bits (2**-64) becomes 1.
+    span._sink, span.attributes, span.span_id = parent._sink, attributes, _getrandbits(64) or 1
     span._record = [
-        name, kind, up[TRACE_ID], _getrandbits(64) or 1, up[SPAN_ID], False, _time_ns(), 0, attributes,
-        _UNSET, None,
+        name, kind, parent._record[TRACE_ID], parent.span_id, _time_ns(), False, attributes, _UNSET, None,
     ]  # fmt: skip
     return span
 
@@ -208,10 +213,8 @@ def _light_span(
     start: int,
 ) -> LightSpan:  # fmt: skip
     span: LightSpan = _new_span(LightSpan)
-    span._sink, span.attributes = sink, attributes
-    span._record = [
-        name, kind, trace_id, _getrandbits(64) or 1, parent_id, remote, start, 0, attributes, _UNSET, None,
-    ]  # fmt: skip
+    span._sink, span.attributes, span.span_id = sink, attributes, _getrandbits(64) or 1
+    span._record = [name, kind, trace_id, parent_id, start, remote, attributes, _UNSET, None]
     return span
 
 
