@@ -148,3 +148,14 @@ def test_a_report_directory_that_cannot_be_made_is_named_with_the_fix(
     assert done.returncode == 2, done.stderr
     assert f"-o {tmp_path / 'taken'} is a file" in done.stderr and "internal error" not in done.stderr
     assert (tmp_path / "taken").read_text() == "a file, not a folder\n"
+
+
+def test_a_script_that_is_not_a_script_is_refused_before_queueing_anything(
+    tmp_path: Path, steward: Steward
+) -> None:
+    (tmp_path / "notes.yaml").write_text("{this: is, not: [a list of replies\n")
+    tasks = _tasks(tmp_path, '{"id": "a", "goal": "do it", "workspace": "tpl", "script": "notes.yaml"}')
+    done = steward("batch", str(tasks), "--model", "scripted", "-o", str(tmp_path / "report"))
+    assert done.returncode == 2, done.stderr
+    assert "tasks.jsonl:1: scripted model:" in done.stderr and "notes.yaml' is not valid YAML" in done.stderr
+    assert not (tmp_path / "report").exists()  # no manifest, no store, no job

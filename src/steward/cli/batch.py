@@ -202,6 +202,24 @@ def _check_persona_and_model(tasks: list[Task], persona: str, model: str | None,
             Agent(config.model, config=config).model.check()
         except (ConfigError, ModelError) as exc:
             raise fail(f"the model {config.model!r} (task {task.id!r}) cannot work: {exc}") from None
+    if model == SCRIPTED:
+        _check_scripts(tasks, tasks_file)
+
+
+def _check_scripts(tasks: list[Task], tasks_file: Path) -> None:
+    """Each task's scripted replies parse: a broken script would fail each of its attempts, after
+    all of them were queued."""
+    from steward.errors import ScriptError
+    from steward.models.scripted import load_script
+
+    checked: set[Path] = set()
+    for task in tasks:
+        for script in (s for s in task.scripts if s not in checked):
+            checked.add(script)
+            try:
+                load_script(script)
+            except ScriptError as exc:
+                raise fail(f"{tasks_file}:{task.line}: {exc}") from None
 
 
 def _configured_store() -> str | None:
