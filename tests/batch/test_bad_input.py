@@ -37,7 +37,8 @@ GOOD = '{"id": "a", "goal": "do it", "workspace": "tpl"}'
             "unknown key(s) verfy; a task has:",
         ),
         ('{"id": "a", "goal": "x", "workspace": "tpl"}', "task id 'a' is used on line 1 already"),
-        ('{"id": "a b", "goal": "x", "workspace": "tpl"}', "must be letters, digits"),
+        ('{"id": "a b", "goal": "x", "workspace": "tpl"}', "then be letters, digits"),
+        ('{"id": "..", "goal": "x", "workspace": "tpl"}', "id '..' must start with a letter or a digit"),
         (
             '{"id": "b", "goal": "x", "workspace": "tpl", "script": "none.yaml"}',
             "the script 'none.yaml' is not a file",
@@ -54,6 +55,12 @@ def test_a_bad_line_is_named_with_its_fix(tmp_path: Path, line: str, says: str) 
 def test_comments_and_blank_lines_are_skipped(tmp_path: Path) -> None:
     tasks = load_tasks(_tasks(tmp_path, "# the set", "", GOOD))
     assert [(t.id, t.line) for t in tasks] == [("a", 3)]
+
+
+def test_a_task_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = _tasks(tmp_path, GOOD)
+    path.write_bytes("\ufeff".encode() + path.read_bytes())  # as some Windows editors save UTF-8
+    assert [t.id for t in load_tasks(path)] == ["a"]
 
 
 def test_an_empty_or_missing_task_file_says_what_a_task_looks_like(tmp_path: Path) -> None:

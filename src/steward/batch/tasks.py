@@ -54,7 +54,7 @@ class Task:
 def load_tasks(path: Path) -> list[Task]:
     """Every task of ``path``; ``BatchError`` naming the first bad line and its fix."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark (some editors write one) is no task
     except FileNotFoundError:
         raise BatchError(f"no task file at {path}; give a JSON-lines file, one task per line") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -97,8 +97,8 @@ def _task(raw: str, path: Path, number: int) -> Task:
             raise BatchError(f"{where}: {key!r} is missing or not a text; e.g. {_EXAMPLE}")
     if not _ID.fullmatch(item["id"]):
         raise BatchError(
-            f"{where}: id {item['id']!r} must be letters, digits, '.', '_' or '-' (it names files), "
-            "at most 80 characters"
+            f"{where}: id {item['id']!r} must start with a letter or a digit, then be letters, digits, "
+            "'.', '_' or '-' (it names files), at most 80 characters"
         )
     base = path.resolve().parent
     workspace = (base / item["workspace"]).resolve()
