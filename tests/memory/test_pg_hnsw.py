@@ -183,3 +183,21 @@ async def test_a_recall_sets_the_walks_settings_once_per_server_connection(
     # A transaction's own search still sets them for itself only.
     hits, scans = await _search(pgvector_engine, embedder, HOME, PLANTED)
     assert scans >= 1 and hits[0][1] == pytest.approx(1.0, abs=1e-5)
+
+
+async def test_a_connection_a_recall_used_is_transactional_again(
+    pgvector_engine: AsyncEngine, clock: Clock
+) -> None:
+    """Recall's autocommit lasts as its checkout: the pool's next user of the same connection
+    gets a transaction that a rollback undoes."""
+    embedder = HashEmbedder()
+    memory = LongTermMemory(pgvector_engine, embedder=embedder, settings=SETTINGS, clock=clock)
+    await _fill(memory, HOME, [*_notes("home", 60), NewItem(PLANTED)])
+    assert (await memory.recall(HOME, PLANTED, k=1))[0].item.text == PLANTED
+    for _ in range(3):  # every connection of the pool a recall may have used
+        async with pgvector_engine.connect() as conn:
+            await conn.execute(
+                sa.text("UPDATE memory_items SET text = 'changed' WHERE text = :t"), {"t": PLANTED}
+            )
+            await conn.rollback()
+    assert (await memory.recall(HOME, PLANTED, k=1))[0].item.text == PLANTED
