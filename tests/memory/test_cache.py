@@ -262,3 +262,30 @@ async def test_the_cache_is_off_unless_configured(engine: AsyncEngine) -> None:
 async def test_similar_without_an_embedder_names_the_fix(engine: AsyncEngine) -> None:
     with pytest.raises(ConfigError, match=r"\[memory\] embedder = \"local\".*similar = false"):
         cached_model(Counting(ANSWER), Config(cache=CacheSettings(similar=True)), engine, None)
+
+
+async def test_a_scripted_run_answered_from_the_cache_leaves_no_reply_unused(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A scripted model moves past each reply the cache served instead, as past a replayed one: the
+    repeated run ends with no "never used" warning, and a partly cached run stays in step."""
+    from steward.models.scripted import ScriptedModel
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("one\ntwo\n")
+    script = [{"tool_calls": [{"name": c.name, "arguments": c.arguments}]} for c in (PLAN, READ, END)]
+    config = Config(cache=CacheSettings(exact=True))
+    async with await open_store(db_url) as store:
+        models = []
+        for _ in range(2):
+            scripted = ScriptedModel.from_data(script)
+            agent = Agent(
+                cached_model(scripted, config, store.engine, None), config=config, store=store, sandbox=False
+            )
+            result = await agent.run("How many lines has notes.txt?", workspace=workspace)
+            await agent.aclose()
+            assert result.solved and result.output == "2 lines"
+            models.append(scripted)
+        assert [m.used for m in models] == [3, 3]
+        assert models[1].warnings() == []

@@ -409,6 +409,10 @@ class CachingModel(Model):
         entry, note, vector = await self._lookup(key, prompt, goal)
         yield Notice(note.message)
         if entry is not None:
+            # The call the cache answered is one the model did not make: a model that answers in
+            # order (the scripted one) moves past it, as for a reply replayed from a run's log,
+            # so its next reply is the next call's and none is left over as "never used".
+            self.model.replayed()
             for item in _replayed(entry, self.name):
                 yield item
             return
