@@ -404,7 +404,8 @@ def progress_report(st: RunState) -> str:
     last = next((s.summary for s in reversed(st.memory.steps) if s.summary), "")
     unresolved = st.memory.unresolved()
     return (
-        f"Made {c.tool_calls} tool calls ({c.failed_tool_calls} failed, {unresolved} errors unresolved). "
+        f"Made {c.tool_calls:,} tool call{'' if c.tool_calls == 1 else 's'} ({c.failed_tool_calls:,} failed, "
+        f"{unresolved} error{'' if unresolved == 1 else 's'} unresolved). "
         f"Last step: {last or '(none)'}. The goal was not confirmed as reached: {st.goal}"
     )
 

@@ -209,3 +209,16 @@ async def test_a_failed_sub_task_stays_open_until_a_new_plan_replaces_it(script:
 async def test_an_agent_step_end_still_ends_the_run_with_its_status_whatever_the_plan(script: Any) -> None:
     out = await script([PLAN, end("solved", "Said so.")])
     assert out.result.solved and not signals(out)
+
+
+def test_the_progress_report_counts_in_the_singular_for_one() -> None:
+    from pathlib import Path
+
+    from steward.memory.working import WorkingMemory
+    from steward.run_state import RunState, progress_report
+
+    state = RunState(run_id="r1", goal="fix the bug", workspace=Path("."), memory=WorkingMemory("r1"))
+    state.counters.tool_calls = 1
+    assert "Made 1 tool call (0 failed, 0 errors unresolved)" in progress_report(state)
+    state.counters.tool_calls = 1200
+    assert "Made 1,200 tool calls" in progress_report(state)
