@@ -36,6 +36,7 @@ _MEMORY_STORE = "steward.long_term"
 _INSTRUMENTATION = "opentelemetry.instrumentation"  # the package instrumentations load
 _ITEM_REF = re.compile(r"\bm(\d+)\b")  # how memory tools name an item (``archival.item_ref``)
 _new = object.__new__
+_NAMES_KEPT = 256  # tools' span names kept per run
 _INTERNAL, _CLIENT = SpanKind.INTERNAL.value, SpanKind.CLIENT.value  # as ``RunTrace.child`` takes them
 
 
@@ -229,12 +230,24 @@ def _messages(request: ModelRequest) -> list[dict[str, Any]]:
 # --- the tools ------------------------------------------------------------------------------
 
 
+class _SpanNames(dict[str, str]):
+    """A tool's span name, made once (and so sent as one string), for a few hundred tools: a
+    model may name tools that do not exist."""
+
+    def __missing__(self, tool: str) -> str:
+        name = f"execute_tool {tool}"
+        if len(self) < _NAMES_KEPT:
+            self[tool] = name
+        return name
+
+
 class TracingToolset(WrapperToolset):
     """``execute_tool {tool}`` spans around each call, the span current while the call runs."""
 
     def __init__(self, wrapped: Toolset, trace_: RunTrace) -> None:
         super().__init__(wrapped)
         self.trace = trace_
+        self._span_names = _SpanNames()
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         run = self.trace
@@ -249,7 +262,7 @@ class TracingToolset(WrapperToolset):
             attributes["gen_ai.tool.call.id"] = call[1]
         if run.content is not None:
             attributes["gen_ai.tool.call.arguments"] = run.content.json(dict(arguments))
-        span = run.child(run.under, f"execute_tool {name}", _INTERNAL, attributes)
+        span = run.child(run.under, self._span_names[name], _INTERNAL, attributes)
         token = attach(in_context(span, run._run_context))
         try:
             operation = MEMORY_OPERATIONS.get(name)

@@ -32,8 +32,15 @@ def provider_and_model(name: str) -> tuple[str, str]:
 
 def in_context(span: Span, parent: Context | None) -> Context:
     """``parent`` (or an empty context) with ``span`` current: ``trace.set_span_in_context``
-    made in one step (a copy of a few keys), since a traced step makes two of them."""
-    return Context({**parent, _SPAN_KEY: span} if parent is not None else {_SPAN_KEY: span})
+    made in one copy of a few keys (a traced tool call makes one)."""
+    if parent is None:
+        return Context({_SPAN_KEY: span})
+    made = Context(parent)
+    _set_item(made, _SPAN_KEY, span)  # a Context refuses ``made[key] = ...``: it is new, not shared yet
+    return made
+
+
+_set_item = dict.__setitem__
 
 
 def _attach_detach() -> tuple[Callable[[Context], Token[Context]], Callable[[Token[Context]], None]]:
