@@ -37,6 +37,8 @@ _INSTRUMENTATION = "opentelemetry.instrumentation"  # the package instrumentatio
 _ITEM_REF = re.compile(r"\bm(\d+)\b")  # how memory tools name an item (``archival.item_ref``)
 _new = object.__new__
 _NAMES_KEPT = 256  # tools' span names kept per run
+#: Every tool call span's attributes, shared (never changed): a span's own go with them.
+_TOOL_CALL: Mapping[str, Any] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.type": "function"}
 _INTERNAL, _CLIENT = SpanKind.INTERNAL.value, SpanKind.CLIENT.value  # as ``RunTrace.child`` takes them
 
 
@@ -51,7 +53,8 @@ class TracingModel(Model):
         self.name = wrapped.name
         provider, model = provider_and_model(self.name)  # as the conventions name them, once
         self._model, self._span_name = model, f"chat {model}"
-        self._attributes = {
+        # Every call's, shared (never changed): a span's own attributes go with them.
+        self._attributes: Mapping[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": provider,
             "gen_ai.request.model": model,
@@ -76,14 +79,14 @@ class TracingModel(Model):
         run = self.trace
         if not run.recording:  # a run left out: no span, the run's context current
             return _in_context(self.wrapped.stream(request), run.parent())
-        attributes: dict[str, Any] = {**self._attributes, "steward.request.purpose": request.purpose}
+        attributes: dict[str, Any] = {"steward.request.purpose": request.purpose}
         if request.max_tokens is not None:
             attributes["gen_ai.request.max_tokens"] = request.max_tokens
         if request.temperature is not None:
             attributes["gen_ai.request.temperature"] = request.temperature
         if run.content is not None:
             self._content(attributes, request)
-        span = run.child(run.under, self._span_name, _CLIENT, attributes)
+        span = run.child(run.under, self._span_name, _CLIENT, self._attributes, attributes)
         try:
             items = self.wrapped.stream(request)
         except BaseException as exc:
@@ -253,16 +256,12 @@ class TracingToolset(WrapperToolset):
         run = self.trace
         if not run.recording:
             return await self._untraced(name, arguments, ctx)
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": name,
-            "gen_ai.tool.type": "function",
-        }
+        attributes: dict[str, Any] = {"gen_ai.tool.name": name}
         if (call := run.call) is not None and call[0] == name:
             attributes["gen_ai.tool.call.id"] = call[1]
         if run.content is not None:
             attributes["gen_ai.tool.call.arguments"] = run.content.json(dict(arguments))
-        span = run.child(run.under, self._span_names[name], _INTERNAL, attributes)
+        span = run.child(run.under, self._span_names[name], _INTERNAL, _TOOL_CALL, attributes)
         token = attach(in_context(span, run._run_context))
         try:
             operation = MEMORY_OPERATIONS.get(name)

@@ -64,7 +64,8 @@ def main() -> int:
     codes = {code.value: code for code in StatusCode}
 
     def readable(record: list[Any]) -> ReadableSpan:
-        name, kind, trace_id, ids, _, remote, attributes, status, events = record
+        name, kind, trace_id, ids, _, remote, own, status, events, base = record
+        attributes = {**base, **own} if base else own
         span_id, parent_id, start, end = unpack(ids)
         parent = SpanContext(trace_id, parent_id, remote, sampled) if parent_id else None
         return ReadableSpan(

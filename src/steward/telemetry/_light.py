@@ -72,8 +72,10 @@ def _new_id(bits: int) -> int:
 #: the start, so that ending a span is a time, a pack and an append. Until the end, ``IDS`` holds
 #: the parent's id and ``START`` the start; at the end, ``IDS`` becomes the span's id, its
 #: parent's, its start and its end packed in 32 bytes (``IDS_FORMAT``: one bytes object to
-#: marshal, where four large ints cost four times as much), and ``START`` None.
-NAME, KIND, TRACE_ID, IDS, START, REMOTE, ATTRIBUTES, STATUS, EVENTS = range(9)
+#: marshal, where four large ints cost four times as much), and ``START`` None. ``BASE``: the
+#: attributes a span shares with others of its kind (a model's, a tool call's), never changed,
+#: and so sent once a batch; the span's own ``ATTRIBUTES`` come after them.
+NAME, KIND, TRACE_ID, IDS, START, REMOTE, ATTRIBUTES, STATUS, EVENTS, BASE = range(10)
 _pack = struct.Struct(IDS_FORMAT).pack
 _UNSET = (0, None)  # a status: code (``StatusCode`` value), description
 
@@ -195,15 +197,18 @@ _new_span = object.__new__  # a LightSpan without a call of ``__init__`` (a Pyth
 _time_ns, _getrandbits = time.time_ns, random.getrandbits  # module globals: one lookup, not two
 
 
-def child_span(parent: LightSpan, name: str, kind: int, attributes: dict[str, Any]) -> LightSpan:
+def child_span(
+    parent: LightSpan, name: str, kind: int, base: Mapping[str, Any] | None, attributes: dict[str, Any]
+) -> LightSpan:
     """A span under ``parent`` (recorded, as its parent is: the sampler is parent-based), of
-    ``kind`` (a ``SpanKind`` value), keeping ``attributes``: Steward's spans of steps and calls,
-    made without the API's context."""
+    ``kind`` (a ``SpanKind`` value), with the shared attributes ``base`` and its own
+    ``attributes`` (kept): Steward's spans of steps and calls, made without the API's context."""
     span: LightSpan = _new_span(LightSpan)
     # Zero is the one invalid id: a draw of 64 zero bits (2**-64) becomes 1.
     span._sink, span.attributes, span.span_id = parent._sink, attributes, _getrandbits(64) or 1
     span._record = [
         name, kind, parent._record[TRACE_ID], parent.span_id, _time_ns(), False, attributes, _UNSET, None,
+        base,
     ]  # fmt: skip
     return span
 
@@ -214,7 +219,7 @@ def _light_span(
 ) -> LightSpan:  # fmt: skip
     span: LightSpan = _new_span(LightSpan)
     span._sink, span.attributes, span.span_id = sink, attributes, _getrandbits(64) or 1
-    span._record = [name, kind, trace_id, parent_id, start, remote, attributes, _UNSET, None]
+    span._record = [name, kind, trace_id, parent_id, start, remote, attributes, _UNSET, None, None]
     return span
 
 

@@ -14,7 +14,7 @@ length; with the step current, each of its timers kept a span (and its attribute
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -68,7 +68,7 @@ class RunTrace:
         #: How a step's or a call's span is made under its parent span (a step, the run):
         #: Steward's light spans directly, another tracer's through the API (``_api_child``).
         self.light = isinstance(self.tracer, LightTracer)
-        self.child: Callable[[Span, str, int, dict[str, Any]], Span] = (
+        self.child: Callable[[Span, str, int, Mapping[str, Any] | None, dict[str, Any]], Span] = (
             child_span if self.light else self._api_child  # type: ignore[assignment]
         )
         self.state, self.agent, self.model, self.content = state, agent, model, content
@@ -176,11 +176,14 @@ class RunTrace:
         step = self.step
         return self._run_context if step is None else in_context(step, self._run_context)
 
-    def _api_child(self, parent: Span, name: str, kind: int, attributes: dict[str, Any]) -> Span:
+    def _api_child(
+        self, parent: Span, name: str, kind: int, base: Mapping[str, Any] | None, attributes: dict[str, Any]
+    ) -> Span:
         """``child`` for a tracer of the application's provider: a span started in ``parent``'s
         context (the run's context, with ``parent`` current)."""
+        given = {**base, **attributes} if base else attributes
         return self.tracer.start_span(
-            name, context=in_context(parent, self._run_context), kind=SpanKind(kind), attributes=attributes
+            name, context=in_context(parent, self._run_context), kind=SpanKind(kind), attributes=given
         )
 
     #: The events ``watch`` is told of (``Loop.watched``): the loop leaves the others out.
@@ -199,7 +202,7 @@ class RunTrace:
                     self.step.end()
                 # No context of its own: a call's span names its parent (``child``), and a
                 # context that an instrumentation library reads is made only when one is loaded.
-                self.step = self.under = self.child(self.span, "step", 0, {"steward.step": n})
+                self.step = self.under = self.child(self.span, "step", 0, None, {"steward.step": n})
             case ev.PhaseEvent(phase=phase) if self.step is not None:
                 self.step.set_attribute("steward.phase", phase)
             case ev.ApprovalResultEvent() if (resume := self.state.resume) is not None:
