@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
@@ -141,3 +143,12 @@ async def test_remember_recall_and_forget_are_memory_operations_under_their_tool
 def _one(spans: Sequence[ReadableSpan], operation: str) -> ReadableSpan:
     (found,) = [s for s in spans if attrs(s).get("gen_ai.operation.name") == operation]
     return found
+
+
+async def test_each_span_of_a_traced_run_ends_once(
+    spans: InMemorySpanExporter, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="opentelemetry"):
+        result = await agent([act("lookup", key="a"), END]).run("look it up", workspace=tmp_path)
+    assert result.solved and len(named(spans.get_finished_spans(), "chat ")) == 2
+    assert not [r for r in caplog.records if "ended span" in r.getMessage()], caplog.text

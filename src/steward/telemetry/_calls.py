@@ -101,7 +101,7 @@ class TracingModel(Model):
             items = _in_context(items, in_context(span, run._run_context))
         made: _ChatStream = _new(_ChatStream)  # without ``__init__``'s frame
         made._model, made._span, made._items, made._next = self, span, items, items.__anext__
-        made._replied = False
+        made._ended = False
         return made
 
     def _content(self, attributes: dict[str, Any], request: ModelRequest) -> None:
@@ -148,19 +148,19 @@ class _ChatStream:
     its reply. A class, not an async generator, and a layer only until the reply: a generator's
     frame per item and asyncio's hooks for each generator cost more than the span itself."""
 
-    __slots__ = ("_items", "_model", "_next", "_replied", "_span")
+    __slots__ = ("_ended", "_items", "_model", "_next", "_span")
 
     _model: TracingModel
     _span: Span
     _items: AsyncIterator[StreamItem]
     _next: Callable[[], Awaitable[StreamItem]]
-    _replied: bool  # the reply came: the stream's items go by as they are
+    _ended: bool  # the span ended (a reply, an error): the stream's items go by as they are
 
     def __aiter__(self) -> _ChatStream:
         return self
 
     def __anext__(self) -> Awaitable[StreamItem]:
-        if self._replied:  # after the reply: the stream's own end, as it comes
+        if self._ended:  # after the reply: the stream's own end, as it comes
             return self._next()
         return self._item()  # before it: each item looked at
 
@@ -169,19 +169,23 @@ class _ChatStream:
         try:
             item = await self._next()
         except StopAsyncIteration:
+            self._ended = True
             span.end()  # a stream without a reply
             raise
         except BaseException as exc:
+            self._ended = True
             mark_error(span, type(exc).__qualname__, str(exc))
             span.end()
             raise
         if type(item) is ModelResponse:
-            self._replied = True
+            self._ended = True
             self._model._replied(span, item)
         return item
 
     def aclose(self) -> Awaitable[None]:
-        self._span.end()  # ended already, unless the call is left before its reply
+        if not self._ended:  # a call left before its reply (an SDK span warns of a second end)
+            self._ended = True
+            self._span.end()
         close = getattr(self._items, "aclose", None)
         return close() if close is not None else _closed()
 
