@@ -3,21 +3,26 @@
     .venv/bin/python bench/tracing.py [--steps 50,1000] [--repeats 7]
     .venv/bin/python bench/tracing.py --instructions [--modes off,noop,dropped]
 
-Each run calls a tiny tool at every step (the model is a function: no I/O), then ends. Four
+Each run calls a tiny tool at every step (the model is a function: no I/O), then ends. The
 ways, interleaved so the machine's load falls on each alike: tracing off (the default: nothing
 wrapped, nothing imported); on with OpenTelemetry's no-op provider (Steward's own wrapping, no
 span made); on for a run the sampler leaves out (``[telemetry] sample_ratio``: the SDK's
-non-recording spans); on with SDK spans made and dropped (a provider with no exporter); and on with every
-span kept by the SDK's in-memory exporter (a span per run, step, model call and tool call). Printed per N: the median CPU ms per step of each (CPU time, not wall time: on a loaded
-machine the other processes' share would drown the difference), and what tracing adds per step (µs, and as a
-share of the loop's own time off). Target: on costs <= 5 % of the loop's step; off costs nothing
-(no per-step code runs: the run's stream is wrapped only when tracing is on).
+non-recording spans); on with SDK spans made and dropped (a provider with no exporter); on with
+every span kept by the SDK's in-memory exporter; and ``otlp``, the path of ``[telemetry]
+endpoint``: Steward's light spans (a span per run, step, model call and tool call), sent by its
+exporter process to a collector on loopback (in this, unmeasured, process). Printed per N: the
+median CPU ms per step of each (CPU time, not wall time: on a loaded machine the other processes'
+share would drown the difference), and what tracing adds per step (µs, and as a share of the
+loop's own time off). Target: on costs <= 5 % of the loop's step; off costs nothing (no per-step
+code runs: the run's stream is wrapped only when tracing is on).
 
-``--instructions`` counts instructions instead of CPU time (valgrind's callgrind; repeatable
-whatever the machine's load, where CPU time moves by ±25 µs a step): each way runs in a child
-python at 50 and at 550 steps, callgrind counting only inside the measured run (the child runs
-it under ``sys.call_tracing``, which callgrind toggles on), and a step's instructions are
-(I(550) - I(50)) / 500, so what a run costs once cancels out.
+``--instructions`` counts instructions instead of CPU time (valgrind's callgrind): each way runs
+in a child python at 50 and at 550 steps, callgrind counting only inside the measured run (the
+child runs it under ``sys.call_tracing``, which callgrind toggles on), and a step's instructions
+are (I(550) - I(50)) / 500, so what a run costs once cancels out. The children share one hash
+seed and run side by side (``--jobs``): counts still move with the machine's load (asyncio's
+timers fire by the clock; a few k a step at a load of 2, up to ~15 k at 10), so compare ways
+counted together.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from _agent import ping_agent
@@ -119,21 +125,29 @@ def child(mode: str, steps: int) -> None:
 
 
 def instructions(mode: str, steps: int) -> int:
-    """Instructions of one run of ``steps`` steps in ``mode``, counted by callgrind in a child."""
+    """Instructions of one run of ``steps`` steps in ``mode``, counted by callgrind in a child
+    (its string hashes seeded alike in every child: dict layouts, and so counts, repeat)."""
     done = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--cache-sim=no",
          "--branch-sim=no", "--collect-atstart=no", "--toggle-collect=sys_call_tracing",
          sys.executable, __file__, "--child", mode, str(steps)],
-        capture_output=True, text=True, check=True, timeout=1800,
+        capture_output=True, text=True, check=True, timeout=1800, env={**os.environ, "PYTHONHASHSEED": "0"},
     )  # fmt: skip
     found = re.search(r"Collected : (\d+)", done.stderr)
     assert found is not None, done.stderr
     return int(found.group(1))
 
 
-def count_instructions(modes: list[str]) -> None:
+def count_instructions(modes: list[str], jobs: int) -> None:
     os.environ["STEWARD_BENCH_COLLECTOR"] = collector()  # here: callgrind counts only the child
-    per_step = {m: (instructions(m, _MANY) - instructions(m, _FEW)) / (_MANY - _FEW) for m in ["off", *modes]}
+    # All the children at once (``jobs`` at a time): each way meets the machine's load alike,
+    # which matters even to counts, since asyncio's timers fire by the clock.
+    with ThreadPoolExecutor(jobs) as pool:
+        counted = {(m, n): pool.submit(instructions, m, n) for m in ["off", *modes] for n in (_FEW, _MANY)}
+        per_step = {
+            m: (counted[m, _MANY].result() - counted[m, _FEW].result()) / (_MANY - _FEW)
+            for m in ["off", *modes]
+        }
     off = per_step["off"]
     print(
         f"python {sys.version.split()[0]}; instructions per step, (I({_MANY}) - I({_FEW})) / {_MANY - _FEW}"
@@ -179,11 +193,12 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--instructions", action="store_true", help="count instructions (callgrind)")
     parser.add_argument("--modes", default="noop,unsampled,dropped,memory,otlp", help="with --instructions")
+    parser.add_argument("--jobs", type=int, default=2, help="callgrind children at once (--instructions)")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "STEPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], int(args.child[1]))
     elif args.instructions:
-        count_instructions([m for m in args.modes.split(",") if m != "off"])
+        count_instructions([m for m in args.modes.split(",") if m != "off"], args.jobs)
     else:
         asyncio.run(main(args))
