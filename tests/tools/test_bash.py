@@ -20,7 +20,7 @@ def _stat(pid: int) -> list[str] | None:
         return None
 
 
-def started(pid: int) -> str | None:
+def started_at(pid: int) -> str | None:
     """When ``pid`` started (clock ticks since boot): with the pid, which process it is. Pids are
     reused, quickly on a busy machine whose pid_max is 32768."""
     fields = _stat(pid)
@@ -137,7 +137,7 @@ async def test_cancellation_kills_the_whole_process_tree(ctx: ToolContext) -> No
             break
         await asyncio.sleep(0.02)
     shell, background = (int(pid) for pid in pids.read_text().split())
-    starts = started(shell), started(background)  # both run now: these are our processes
+    starts = started_at(shell), started_at(background)  # both run now: these are our processes
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -181,3 +181,26 @@ def test_capped_output_short_stream_is_kept_whole() -> None:
     output.feed("héllo".encode()[:2])  # a multibyte character split across reads
     output.feed("héllo".encode()[2:], final=True)
     assert output.text() == "héllo"
+
+
+async def test_a_start_cancelled_before_it_returned_stops_the_whole_group(tmp_path: Path) -> None:
+    """What ``launch`` does when cancelled while asyncio connects the pipes: once the start is done,
+    the shell's group goes, background children included (asyncio alone would kill the shell)."""
+    from steward.tools.shell import launch, stop_started
+
+    started = asyncio.ensure_future(
+        launch(
+            ["bash", "-c", "sleep 100 & echo $$ $! > pids.tmp; mv pids.tmp pids; sleep 100"],
+            tmp_path,
+            asyncio.SubprocessProtocol,
+        )
+    )
+    pids = tmp_path / "pids"
+    for _ in range(3000):  # bounded: a loaded machine may take seconds to start bash
+        if pids.exists():
+            break
+        await asyncio.sleep(0.02)
+    shell, background = (int(pid) for pid in pids.read_text().split())
+    starts = started_at(shell), started_at(background)
+    await stop_started(started)
+    assert gone_soon(shell, start=starts[0]) and gone_soon(background, start=starts[1])

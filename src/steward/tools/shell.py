@@ -51,17 +51,42 @@ def shell_argv(command: str) -> list[str]:
 async def launch(
     argv: Sequence[str], cwd: Path, protocol_factory: Callable[[], asyncio.SubprocessProtocol]
 ) -> tuple[asyncio.SubprocessTransport, asyncio.SubprocessProtocol]:
-    """Start ``argv`` in a new session, stdin from /dev/null, stderr merged into stdout."""
+    """Start ``argv`` in a new session, stdin from /dev/null, stderr merged into stdout.
+
+    Cancelled while asyncio still connects the pipes, asyncio would kill the shell alone (its
+    pid), and whatever the shell had already started would live on: the start is left to finish
+    instead, then its whole group is stopped, and the cancellation goes on."""
     loop = asyncio.get_running_loop()
-    return await loop.subprocess_exec(
-        protocol_factory,
-        *argv,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    started = asyncio.ensure_future(
+        loop.subprocess_exec(
+            protocol_factory,
+            *argv,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     )
+    try:
+        return await asyncio.shield(started)
+    except asyncio.CancelledError:
+        await asyncio.shield(stop_started(started))
+        raise
+
+
+async def stop_started(
+    started: asyncio.Future[tuple[asyncio.SubprocessTransport, asyncio.SubprocessProtocol]],
+) -> None:
+    """Once ``started`` is done, stop the process group it started (nothing if it failed)."""
+    try:
+        transport, _ = await started
+    except Exception:  # it never started: nothing runs
+        return
+    try:
+        await stop_group(transport.get_pid())  # start_new_session: the shell leads its group
+    finally:
+        transport.close()
 
 
 class CappedOutput:
