@@ -61,6 +61,8 @@ async def test_a_run_is_one_invoke_agent_span_with_a_step_span_per_step_and_chat
     assert a["steward.run.status"] == "done" and a["steward.run.end_status"] == "solved"
     steps = named(got, "step")
     assert [attrs(s)["steward.step"] for s in steps] == [1, 2, 3]
+    # A step that calls a tool directly is acting, as runs show and the export count it.
+    assert [attrs(s).get("steward.phase") for s in steps] == ["act", "act", "end"]
     assert all(parent_of(s, got) is root for s in steps)
     chats = named(got, "chat ")
     assert [c.name for c in chats] == ["chat gpt-test"] * 3

@@ -80,6 +80,7 @@ class RunTrace:
         self.call: tuple[str, str] | None = None  # (tool, call id) the loop announced last
         self.usage = [0, 0]
         self.failed = False  # the run span has its error.type already
+        self._phased = False  # the current step span has its steward.phase
         # Whether the run's span records (sampled, a real provider). A run left out (a sampler's
         # no, a no-op provider) makes no step or call spans: with the sampler parent-based, as
         # Steward's is, they would not record either; its calls run with the run's span current,
@@ -197,14 +198,19 @@ class RunTrace:
         match event:  # a step's own two first
             case ev.ToolUse(tool=tool, call_id=call_id):
                 self.call = (tool, call_id)
+                if not self._phased and self.step is not None:  # a tool called directly: acting,
+                    self.step.set_attribute("steward.phase", "act")  # as ``runs show`` counts it
+                    self._phased = True
             case ev.StepStart(step=n) if self.span is not None:
                 if self.step is not None:
                     self.step.end()
                 # No context of its own: a call's span names its parent (``child``), and a
                 # context that an instrumentation library reads is made only when one is loaded.
                 self.step = self.under = self.child(self.span, "step", 0, None, {"steward.step": n})
+                self._phased = False
             case ev.PhaseEvent(phase=phase) if self.step is not None:
                 self.step.set_attribute("steward.phase", phase)
+                self._phased = True
             case ev.ApprovalResultEvent() if (resume := self.state.resume) is not None:
                 self.call = (resume.approval.tool, resume.approval.call.id)  # the approved call runs next
             case ev.ErrorEvent(code=code, message=message, recoverable=False) if self.span is not None:
