@@ -201,3 +201,31 @@ async def test_a_connection_a_recall_used_is_transactional_again(
             )
             await conn.rollback()
     assert (await memory.recall(HOME, PLANTED, k=1))[0].item.text == PLANTED
+
+
+async def test_a_hybrid_recall_reads_its_items_with_the_two_searches(
+    pgvector_engine: AsyncEngine, clock: Clock
+) -> None:
+    """The vector search returns its items' rows as the keyword search does: the items only the
+    vector list found are not read again by id after fusing (a round trip less per recall), and
+    they come back whole."""
+    embedder = HashEmbedder()
+    memory = LongTermMemory(pgvector_engine, embedder=embedder, settings=SETTINGS, clock=clock)
+    await _fill(memory, HOME, [*_notes("home", 120), NewItem(PLANTED)])
+    statements: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    sa.event.listen(pgvector_engine.sync_engine, "before_cursor_execute", record)
+    try:
+        found = await memory.recall(HOME, "stoneware kilns", k=8)
+    finally:
+        sa.event.remove(pgvector_engine.sync_engine, "before_cursor_execute", record)
+    assert found[0].item.text == PLANTED and found[0].keyword_rank == 1
+    by_meaning_only = [f for f in found if f.keyword_rank is None]
+    assert by_meaning_only, "the query's words match one item: the others come from the vector list"
+    notes = {f"home note {n}: the garden shed holds tool number {n * 7}" for n in range(120)}
+    assert all(f.item.text in notes and f.item.scope == HOME for f in by_meaning_only)
+    assert sum("<=>" in s for s in statements) == 1
+    assert not [s for s in statements if "memory_items.id IN" in s]

@@ -593,6 +593,7 @@ class LongTermMemory:
         # ever wrong, of another scope) is dropped here.
         by_words = [*scope_unindexed(scope), *conditions]
         vector_hits: list[tuple[int, float]] = []
+        vector_rows: Sequence[sa.RowMapping] = ()
         if vector is not None and self._embedder is not None:
             search = VectorQuery(
                 key=scope,
@@ -607,7 +608,8 @@ class LongTermMemory:
             )
             index = await self._vector_index()
             if conn.dialect.name == "postgresql":
-                vector_hits, word_rows = await self._both_lists(conn, index, search, query, by_words)
+                both = await self._both_lists(conn, index, search, query, by_words)
+                vector_hits, vector_rows, word_rows = both
             else:  # SQLite: one process's CPU does both either way
                 vector_hits = await index.search(conn, search)
                 word_rows = await keyword_rows(conn, query, by_words, ITEM_COLUMNS)
@@ -618,6 +620,8 @@ class LongTermMemory:
         ranked = fuse_lists(
             list(rows), vector_hits, k=settings.rrf_k, keyword_weight=settings.keyword_weight
         )[: k * 4 + CANDIDATES]
+        for row in vector_rows:
+            rows.setdefault(row["id"], row)
         missing = [r.id for r in ranked if r.id not in rows]
         if missing:
             by_id = memory_items.c.id.in_(missing)
@@ -639,14 +643,19 @@ class LongTermMemory:
         search: VectorQuery,
         query: str,
         by_words: Sequence[sa.ColumnElement[bool]],
-    ) -> tuple[list[tuple[int, float]], list[sa.RowMapping]]:
+    ) -> tuple[list[tuple[int, float]], Sequence[sa.RowMapping], Sequence[sa.RowMapping]]:
         """The vector list on ``conn`` and the keyword list on a second pooled connection, at
         once: on PostgreSQL each is a server process of its own, so a hybrid recall waits for the
-        slower of the two instead of their sum. Should either
-        fail, the other is cancelled and its connection goes back to the pool."""
+        slower of the two instead of their sum. pgvector's list comes with its items' rows, as
+        the keyword list does (a round trip less; NumPy's rows are read after fusing). Should
+        either fail, the other is cancelled and its connection goes back to the pool."""
+        from steward.memory.pgsearch import PgVectorIndex
 
-        async def by_meaning() -> list[tuple[int, float]]:
-            return await index.search(conn, search)
+        async def by_meaning() -> tuple[list[tuple[int, float]], Sequence[sa.RowMapping]]:
+            if not isinstance(index, PgVectorIndex):
+                return await index.search(conn, search), ()
+            rows = [row._mapping for row in await index.search_rows(conn, search, ITEM_COLUMNS)]
+            return [(int(row["id"]), float(row["similarity"])) for row in rows], rows
 
         async def by_words_elsewhere() -> list[sa.RowMapping]:
             async with self._reading() as other:
@@ -655,7 +664,7 @@ class LongTermMemory:
         async with asyncio.TaskGroup() as group:
             meaning = group.create_task(by_meaning())
             words = group.create_task(by_words_elsewhere())
-        return meaning.result(), words.result()
+        return *meaning.result(), words.result()
 
     # --- vectors ----------------------------------------------------------------------------------
 

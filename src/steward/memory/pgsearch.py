@@ -27,15 +27,6 @@ from steward.store.schema import memory_items, memory_vectors
 _log = logging.getLogger(__name__)
 
 
-#: The postings table (migration 14): (lexeme, item_id, weight), kept by a trigger on memory_items.
-memory_terms = sa.table(
-    "memory_terms",
-    sa.column("lexeme", sa.Text),
-    sa.column("item_id", sa.Integer),
-    sa.column("weight", sa.Float),
-)
-
-
 def keyword_select(
     terms: Sequence[str],
     where: Sequence[sa.ColumnElement[bool]],
@@ -223,14 +214,25 @@ class PgVectorIndex:
         self._small_seen: dict[Hashable, tuple[tuple[int, int], bool]] = {}
 
     async def search(self, conn: AsyncConnection, query: VectorQuery) -> list[tuple[int, float]]:
+        rows = await self.search_rows(conn, query, [memory_items.c.id])
+        return [(int(row[0]), float(row[-1])) for row in rows]
+
+    async def search_rows(
+        self, conn: AsyncConnection, query: VectorQuery, columns: Sequence[sa.ColumnElement[Any]]
+    ) -> Sequence[sa.Row[*tuple[Any, ...]]]:
+        """``search`` that reads ``columns`` of each item found, then its cosine (``similarity``,
+        the last column), best first: a recall gets the rows it may return with the search
+        instead of a round trip after it. ``columns`` must start with the item's id."""
         dim = int(query.vector.shape[-1])
         if self._ann and await self._indexed(conn, query.model, dim) and not await self._small(conn, query):
-            hits = await self._nearest(conn, query, dim)
-            if len(hits) >= query.limit:
-                return hits
-        return await self._exact(conn, query, dim)
+            rows = await self._nearest(conn, query, dim, columns)
+            if len(rows) >= query.limit:
+                return rows
+        return await self._exact(conn, query, dim, columns)
 
-    async def _nearest(self, conn: AsyncConnection, query: VectorQuery, dim: int) -> list[tuple[int, float]]:
+    async def _nearest(
+        self, conn: AsyncConnection, query: VectorQuery, dim: int, columns: Sequence[sa.ColumnElement[Any]]
+    ) -> list[sa.Row[*tuple[Any, ...]]]:
         """The HNSW walk, continued (``relaxed_order``) until ``limit`` rows pass the WHERE or
         pgvector's ``hnsw.max_scan_tuples`` is reached.
 
@@ -255,7 +257,7 @@ class PgVectorIndex:
         typed: sa.ColumnElement[object] = sa.literal_column(f"memory_vectors.embedding::vector({dim})")
         distance = typed.op("<=>")(sa.text(f"CAST(:target AS vector({dim}))"))
         select = (
-            sa.select(memory_items.c.id, (1 - distance).label("similarity"))
+            sa.select(*columns, (1 - distance).label("similarity"))
             .select_from(_joined(query.model))
             # The index's own predicate, written as it: the planner matches it literally.
             .where(
@@ -268,21 +270,22 @@ class PgVectorIndex:
         )
         rows = (await conn.execute(select, {"target": vector_literal(query.vector)})).all()
         # relaxed_order may return near-ties out of order: ordered here as the exact scan orders.
-        return sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda hit: (-hit[1], -hit[0]))
+        return sorted(rows, key=lambda row: (-row[-1], -row[0]))
 
-    async def _exact(self, conn: AsyncConnection, query: VectorQuery, dim: int) -> list[tuple[int, float]]:
+    async def _exact(
+        self, conn: AsyncConnection, query: VectorQuery, dim: int, columns: Sequence[sa.ColumnElement[Any]]
+    ) -> list[sa.Row[*tuple[Any, ...]]]:
         embedding: sa.ColumnElement[object] = sa.literal_column("memory_vectors.embedding")
         distance = embedding.op("<=>")(sa.text("CAST(:target AS vector)"))
         similarity = (1 - distance).label("similarity")
         select = (
-            sa.select(memory_items.c.id, similarity)
+            sa.select(*columns, similarity)
             .select_from(_joined(query.model))
             .where(*query.where, memory_vectors.c.dim == dim, embedding.is_not(None))
             .order_by(similarity.desc(), memory_items.c.id.desc())  # by the output: one distance a row
             .limit(query.limit)
         )
-        rows = (await conn.execute(select, {"target": vector_literal(query.vector)})).all()
-        return [(int(row[0]), float(row[1])) for row in rows]
+        return list((await conn.execute(select, {"target": vector_literal(query.vector)})).all())
 
     async def _small(self, conn: AsyncConnection, query: VectorQuery) -> bool:
         """Whether the items ``query.where`` selects are few enough for the exact scan: counted
