@@ -110,7 +110,7 @@ common AS MATERIALIZED (
          LATERAL (SELECT tsvector_to_array(to_tsvector('english', t.term)) AS lexemes) AS l
 ), plan AS MATERIALIZED (
     SELECT EXISTS (SELECT FROM words WHERE words.rare) AS selective,
-           (SELECT reltuples FROM pg_class WHERE oid = 'memory_items'::regclass) < 200 AS small
+           (SELECT n FROM stored) < 200 AS small
 ), wanted AS MATERIALIZED (
     SELECT DISTINCT x.lexeme
     FROM words, unnest(words.lexemes) AS x(lexeme), plan
