@@ -10,7 +10,7 @@ from tests.memory.conftest import Clock
 
 from steward.config import MemorySettings
 from steward.errors import StewardError
-from steward.memory.longterm import LongTermMemory, Scope
+from steward.memory.longterm import LongTermMemory, Scope, scope_generation
 from steward.tools.base import ToolContext
 
 HOME = Scope(user="ada", persona="", workspace="/projects/app")
@@ -50,6 +50,28 @@ async def test_the_same_text_again_merges_into_the_item(engine: AsyncEngine, clo
     assert again.item.tags == ("tests", "ci") and again.item.updated_at == clock.now
     assert [i.id for i in await memory.items(HOME)] == [first.item.id]
     assert (await memory.get(HOME, first.item.id)) == again.item
+
+
+async def test_each_write_moves_its_scopes_generation_once(engine: AsyncEngine, clock: Clock) -> None:
+    """A new text and a merged one each bump the scope's generation (what tells every process
+    that its cached vectors are stale) exactly once, and only that scope's: on PostgreSQL the
+    bump is part of the insert's own statement."""
+    memory = _memory(engine, clock)
+    other = Scope(user="eve", persona="", workspace="/projects/app")
+
+    async def generations() -> tuple[int, int]:
+        async with engine.connect() as conn:
+            return await scope_generation(conn, HOME), await scope_generation(conn, other)
+
+    first = (await memory.remember(HOME, "the kiln reaches 1280 degrees")).item
+    assert await generations() == (1, 0)
+    again = await memory.remember(HOME, "the kiln reaches 1280 degrees", tags=["pottery"])
+    assert again.merged and again.item.id == first.id and again.item.tags == ("pottery",)
+    assert await generations() == (2, 0)
+    await memory.remember(other, "the kiln reaches 1280 degrees")
+    await memory.remember(HOME, "glaze firing takes nine hours")
+    assert await generations() == (3, 1)
+    assert [f.item.merged for f in await memory.recall(HOME, "kiln")] == [2]
 
 
 async def test_the_same_text_in_another_scope_is_its_own_item(engine: AsyncEngine, clock: Clock) -> None:

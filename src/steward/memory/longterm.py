@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -376,17 +377,25 @@ class LongTermMemory:
             now=now,
         )
         values = row_values(kept)
-        # The text's hash drives the lookup (one or two rows), not the scope (every item of it).
-        by_hash = memory_items.c.content_hash == values["content_hash"]
-        same_text = [*scope_unindexed(scope), *visible_where(now), by_hash]
         async with write_transaction(self._engine) as conn:
-            # A new text (the usual case) is one statement: inserted unless already visible here.
-            new_id = (await conn.execute(_insert_unless(values, same_text))).scalar_one_or_none()
+            # A new text (the usual case) is one statement: inserted unless already visible here,
+            # and on PostgreSQL the scope's generation bumped by the same statement.
+            inserting = _remember_statement(conn.dialect.name)
+            params = {**{f"v_{name}": value for name, value in values.items()}, "now": now}
+            found = (await conn.execute(inserting, params)).first()
+            new_id = None if found is None else found[0]
+            change = (
+                CacheChange(before=found[1] - 1, after=found[1])
+                if found is not None and len(found) > 1
+                else await _change(conn, scope)
+            )
             if new_id is not None:
                 item = row_item({**values, "id": new_id})
-                change = await _change(conn, scope)
                 await self._known_vector(conn, item, change)
             else:
+                # The text's hash drives the lookup (one or two rows), not the scope (every item).
+                by_hash = memory_items.c.content_hash == values["content_hash"]
+                same_text = [*scope_unindexed(scope), *visible_where(now), by_hash]
                 same = (
                     (
                         await conn.execute(
@@ -398,7 +407,6 @@ class LongTermMemory:
                 )
                 expires_at = kept.expires_at
                 item = await fold_into(conn, row_item(same), kept.tags, now, expires_at=expires_at, count=1)
-                change = await _change(conn, scope)
                 change.expires[item.id] = _expiry(item.expires_at)
         self._note(scope, change)
         return Written(item, merged=new_id is None)
@@ -903,14 +911,41 @@ def _insert(dialect: str, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
     return postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
 
 
-def _insert_unless(values: Mapping[str, object], same: Sequence[sa.ColumnElement[bool]]) -> sa.Insert:
-    """INSERT ``values`` into ``memory_items`` unless a row matches ``same``; RETURNING its id."""
+@functools.cache
+def _remember_statement(dialect: str) -> sa.Executable:
+    """``remember``'s one statement, built once (its parameters: ``v_`` and each column of
+    ``row_values``, and ``now``): the item inserted unless the same text is visible in its
+    scope, RETURNING its id (no row when it was not inserted). On PostgreSQL the scope's
+    generation is bumped by the same statement, which then always returns one row, (the new id
+    or NULL, the generation): a round trip less (SQLite has no INSERT inside a WITH)."""
     items = memory_items
-    row = sa.select(*(sa.literal(value, items.c[name].type).label(name) for name, value in values.items()))
-    return (
-        items.insert()
-        .from_select(list(values), row.where(~sa.select(items.c.id).where(*same).exists()))
-        .returning(items.c.id)
+    names = [c.name for c in ITEM_COLUMNS if c.name != "id"]
+    given = {name: sa.bindparam(f"v_{name}", type_=items.c[name].type) for name in names}
+    # The same test as ``scope_unindexed`` and ``visible_where``, the hash driving the lookup.
+    same = sa.select(items.c.id).where(
+        items.c.scope_user.concat("") == given["scope_user"],
+        items.c.scope_persona.concat("") == given["scope_persona"],
+        items.c.scope_workspace.concat("") == given["scope_workspace"],
+        items.c.hidden_at.is_(None),
+        sa.or_(items.c.expires_at.is_(None), items.c.expires_at > sa.bindparam("now", type_=sa.Float)),
+        items.c.content_hash == given["content_hash"],
+    )
+    row = sa.select(*(value.label(name) for name, value in given.items())).where(~same.exists())
+    inserting = items.insert().from_select(names, row).returning(items.c.id)
+    if dialect != "postgresql":
+        return inserting
+    inserted = inserting.cte("inserted")
+    key = {column: given[column] for column in ("scope_user", "scope_persona", "scope_workspace")}
+    bump = postgresql.insert(memory_scopes).values(**key, generation=1)
+    bumped = (
+        bump.on_conflict_do_update(
+            index_elements=list(key), set_={"generation": memory_scopes.c.generation + 1}
+        )
+        .returning(memory_scopes.c.generation)
+        .cte("bumped")
+    )
+    return sa.select(
+        sa.select(inserted.c.id).scalar_subquery(), sa.select(bumped.c.generation).scalar_subquery()
     )
 
 
