@@ -784,6 +784,7 @@ def _validate(data: Mapping[str, Any], source: str) -> Config:
             f"{source}: unknown provider section(s) {sorted(unknown_providers)} under [models]; "
             f"allowed: {', '.join(PROVIDERS)}"
         )
+    data = _read_counts(data, source)
     try:
         config: Config = _adapter().validate_python(dict(data))
     except ValidationError as exc:
@@ -793,6 +794,44 @@ def _validate(data: Mapping[str, Any], source: str) -> Config:
     _check_notify(config.notify, source)
     _check_telemetry(config.telemetry, source)
     return config
+
+
+_COUNT = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*([kKmM]?)\s*")
+_COUNT_SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
+# [budget] counts a user may write as "200k" or "1.5M" as well as 200000.
+_BUDGET_COUNTS = frozenset(
+    f"{scope}{what}" for scope in ("", "tree_", "session_") for what in ("tokens", "tool_calls")
+)
+
+
+def parse_count(text: str) -> int | None:
+    """``"200k"`` as 200000, ``"1.5M"`` as 1500000, ``"300"`` as 300; None when ``text`` is none of
+    these (or not a whole number once scaled)."""
+    match = _COUNT.fullmatch(text.replace("_", "").replace(",", ""))
+    if match is None:
+        return None
+    number, unit = match.groups()
+    scaled = float(number) * _COUNT_SCALE[unit.lower()]
+    return int(scaled) if scaled == int(scaled) else None
+
+
+def _read_counts(data: Mapping[str, Any], source: str) -> Mapping[str, Any]:
+    """``data`` with the [budget] counts written as text ("200k", "1.5M") read as numbers."""
+    budget = data.get("budget")
+    if not isinstance(budget, Mapping):
+        return data
+    counts = {}
+    for key, value in budget.items():
+        if key not in _BUDGET_COUNTS or not isinstance(value, str):
+            continue
+        count = parse_count(value)
+        if count is None:
+            raise ConfigError(
+                f"{source}: 'budget.{key}' must be a whole number, got {value!r}: write "
+                f'{key} = 200000, or with a unit, {key} = "200k" or "1.5M"'
+            )
+        counts[key] = count
+    return {**data, "budget": {**budget, **counts}} if counts else data
 
 
 def validate_layer(data: Mapping[str, Any], source: str) -> Config:

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 from tests.budget.models import LookupModel, lookup
+from typer.testing import CliRunner
 
 from steward import Agent
 from steward.budget.ledger import Ledger
 from steward.budget.prices import FREE, rates_for
+from steward.cli.commands import app
 from steward.config import load_config
 from steward.errors import ConfigError
 from steward.models.base import Usage
@@ -101,3 +103,29 @@ def test_a_wrong_budget_or_price_names_the_key_and_what_is_allowed(
     with pytest.raises(ConfigError) as wrong:
         load_config(config_in(tmp_path, text), user_file=tmp_path / "none.toml")
     assert expected in str(wrong.value) and "steward.toml" in str(wrong.value)
+
+
+def test_budget_counts_may_be_written_with_k_or_m_and_a_wrong_one_says_what_to_write(tmp_path: Path) -> None:
+    text = '[budget]\ntokens = "200k"\ntree_tokens = "1.5M"\ntool_calls = "30"\nsession_tokens = 5000\n'
+    budget = load_config(config_in(tmp_path, text), user_file=tmp_path / "none.toml").budget
+    assert (budget.tokens, budget.tree_tokens, budget.tool_calls, budget.session_tokens) == (
+        200_000,
+        1_500_000,
+        30,
+        5_000,
+    )
+    with pytest.raises(ConfigError) as wrong:
+        load_config(
+            config_in(tmp_path, '[budget]\ntokens = "200 thousand"\n'), user_file=tmp_path / "none.toml"
+        )
+    message = str(wrong.value)
+    assert "budget.tokens" in message and 'tokens = "200k"' in message and "tokens = 200000" in message
+
+
+def test_budget_tokens_on_the_command_line_takes_k_and_m_and_names_the_fix_otherwise() -> None:
+    from steward.cli.options import _token_count
+
+    assert (_token_count("200k"), _token_count("1.5M"), _token_count("300")) == (200_000, 1_500_000, 300)
+    runner = CliRunner()
+    wrong = runner.invoke(app, ["run", "hi", "--budget-tokens", "lots"], env={"COLUMNS": "200"})
+    assert wrong.exit_code == 2 and "200k or 1.5M" in wrong.output and "Traceback" not in wrong.output

@@ -42,9 +42,26 @@ ModelOpt = Annotated[
 ]
 MaxSteps = Annotated[int | None, typer.Option("--max-steps", min=1, help="Most model calls for this run.")]
 # Help texts are rich markup: a section is written \\[budget], or it vanishes as a style tag.
+
+
+def _token_count(text: str) -> int:
+    """``--budget-tokens 200k``, ``1.5M`` or ``200000``."""
+    from steward.config import parse_count
+
+    count = parse_count(text)
+    if count is None or count < 1:
+        raise typer.BadParameter(f"{text!r} is not a number of tokens: write 200000, 200k or 1.5M")
+    return count
+
+
 BudgetTokens = Annotated[
     int | None,
-    typer.Option("--budget-tokens", min=1, help="Most tokens this run may use (\\[budget] tokens)."),
+    typer.Option(
+        "--budget-tokens",
+        parser=_token_count,
+        metavar="TOKENS",
+        help="Most tokens this run may use, e.g. 200k or 1.5M (\\[budget] tokens).",
+    ),
 ]
 BudgetUsd = Annotated[
     float | None,
