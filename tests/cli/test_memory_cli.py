@@ -51,6 +51,16 @@ def test_list_spans_every_scope_newest_first_and_narrows(
     assert facts.stdout.strip() == "no memories match"
 
 
+def test_a_kind_no_item_has_names_the_kinds(cli: Cli, db_url: str, seeded: dict[str, int]) -> None:
+    for command in ("list", "export"):
+        wrong = cli("memory", command, "--store", db_url, "--kind", "bogus")
+        assert wrong.returncode == 2 and wrong.stdout == ""
+        assert (
+            wrong.stderr.strip()
+            == "steward: --kind 'bogus': no memory is of that kind; kinds: fact, session_summary, turns"
+        )
+
+
 def test_search_keeps_to_one_scope_this_folder_by_default(
     cli: Cli, db_url: str, seeded: dict[str, int], tmp_path: Path
 ) -> None:

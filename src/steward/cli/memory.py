@@ -43,7 +43,12 @@ Persona = Annotated[str | None, typer.Option("--persona", help='A persona\'s nam
 Workspace = Annotated[
     Path | None, typer.Option("--workspace", "-w", help="The workspace the memories are of.")
 ]
-Kind = Annotated[str | None, typer.Option("--kind", help="fact, session_summary, turns, ...")]
+Kind = Annotated[
+    str | None,
+    typer.Option("--kind", help="fact (remembered), session_summary, turns (archived), or an imported kind."),
+]
+#: The kinds Steward writes; an import may bring others, which the store then lists.
+KINDS = ("fact", "session_summary", "turns")
 ItemId = Annotated[str, typer.Argument(metavar="ID", help="The item's id: m12 or 12.")]
 
 _PAGE = 500
@@ -152,6 +157,22 @@ def _where(
     return where
 
 
+async def _check_kind(engine: AsyncEngine, kind: str | None) -> None:
+    """A ``--kind`` no item has and Steward does not write is a mistake: name the kinds there are."""
+    if kind is None or kind in KINDS:
+        return
+    import sqlalchemy as sa
+
+    from steward.store.schema import memory_items as t
+
+    async with engine.connect() as conn:
+        stored = set((await conn.execute(sa.select(t.c.kind).distinct())).scalars())
+    if kind not in stored:
+        raise _fail(
+            f"--kind {kind!r}: no memory is of that kind; kinds: {', '.join(sorted(stored | set(KINDS)))}"
+        )
+
+
 async def _rows(
     engine: AsyncEngine, where: list[sa.ColumnElement[bool]], limit: int
 ) -> AsyncIterator[MemoryItem]:
@@ -197,6 +218,7 @@ def list_items(
 
     async def main() -> None:
         async with _memory(store) as opened:
+            await _check_kind(opened.engine, kind)
             shown = 0
             async for item in _rows(opened.engine, _where(user, persona, workspace, kind, hidden), limit):
                 shown += 1
@@ -361,6 +383,7 @@ def export(
     async def main() -> int:
         count = 0
         async with _memory(store) as opened:
+            await _check_kind(opened.engine, kind)
             sink = output.open("w", encoding="utf-8") if output is not None else None
             try:
                 async for item in _rows(opened.engine, _where(user, persona, workspace, kind, hidden), 2**31):
