@@ -91,3 +91,10 @@ def test_an_unknown_run_names_the_fix(cli: Cli, tmp_path: Path) -> None:
     recorded_run(cli, tmp_path)
     proc = cli("runs", "graph", "nope")
     assert proc.returncode == 2 and "`steward runs list`" in proc.stderr
+
+
+def test_dot_and_json_together_are_refused_naming_each(cli: Cli, tmp_path: Path) -> None:
+    run_id = recorded_run(cli, tmp_path)
+    proc = cli("runs", "graph", run_id, "--dot", "--json")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "--dot" in proc.stderr and "--json" in proc.stderr and "give one" in proc.stderr

@@ -1,7 +1,7 @@
 """``steward runs graph RUN``: what a run planned, delegated, touched and remembered.
 
 A tree in the terminal; ``--dot`` prints Graphviz DOT (``| dot -Tsvg > run.svg``); ``--json``
-prints the shape the server's ``GET /v1/runs/{id}/graph`` returns.
+prints the shape the server's ``GET /v1/runs/{id}/graph`` returns (one of the two, not both).
 """
 
 from __future__ import annotations
@@ -35,6 +35,13 @@ def graph_command(
     from steward.errors import StewardError
     from steward.memory.graph import graph_for_run
     from steward.store.events import open_store
+
+    if dot and as_json:
+        typer.echo(
+            "steward: --dot and --json are two formats; give one (--dot for Graphviz, --json for data)",
+            err=True,
+        )
+        raise typer.Exit(2)
 
     async def main() -> int:
         async with await open_store(reading_url(workspace, wanted=f"run {run_id!r}")) as store:
