@@ -75,6 +75,14 @@ def test_an_export_to_a_file_is_whole(cli: Cli, tmp_path: Path) -> None:
     assert list(target.parent.iterdir()) == [target]
 
 
+def test_a_since_no_run_matches_says_so(cli: Cli, tmp_path: Path) -> None:
+    scripted_run(cli, tmp_path, "write out.txt", [WRITE, end("solved")])
+    for fmt in ("chat", "events"):
+        done = cli("runs", "export", "-f", fmt, "--since", "2999-01-01")
+        assert done.returncode == 0 and done.stdout == ""
+        assert "no runs matched" in done.stderr and "in the future" in done.stderr, done.stderr
+
+
 def test_mistakes_name_the_fix(cli: Cli, tmp_path: Path) -> None:
     run = scripted_run(cli, tmp_path, "write out.txt", [WRITE, end("solved")])
     cases = {

@@ -288,6 +288,8 @@ async def _export(url: str, selection: Selection, fmt: Format, output: Path | No
             rows, unfinished = await selected(store, selection)
             if unfinished:
                 typer.echo(f"steward: left out {unfinished} run(s) that have not ended", err=True)
+            if not rows:
+                typer.echo(f"steward: no runs matched: {_none_matched(selection, unfinished)}", err=True)
             target = contextlib.nullcontext(sys.stdout) if part is None else part.open("w", encoding="utf-8")
             with target as out:
                 async for line in lines(store, rows, fmt, thinking=thinking):
@@ -311,6 +313,19 @@ async def _export(url: str, selection: Selection, fmt: Format, output: Path | No
     if output is not None:
         typer.echo(f"wrote {len(rows)} run(s) as {fmt} to {output}", err=True)
     return 0
+
+
+def _none_matched(selection: Selection, unfinished: int) -> str:
+    """Why an export by ``--all`` or ``--since`` found nothing, and what to do."""
+    import time
+    from datetime import datetime
+
+    if selection.since is None:
+        return "none has ended yet" if unfinished else "this store has no runs yet (`steward runs list`)"
+    when = datetime.fromtimestamp(selection.since).strftime("%Y-%m-%d %H:%M")
+    future = " (that is in the future)" if selection.since > time.time() else ""
+    ended = "ended " if unfinished else ""
+    return f"no {ended}run started since {when}{future}; `steward runs list` shows when each started"
 
 
 runs_app.command("graph")(graph_command)  # `steward runs graph RUN` (steward.cli.graph)
