@@ -83,6 +83,19 @@ def test_the_safety_layers_hold_in_a_rollout(
     assert "calc.py" in env.list_dir()
 
 
+def test_the_listing_shows_the_tasks_files_not_stewards_folder(
+    env: StewardEnvironment, task: dict[str, object]
+) -> None:
+    env.reset(**task)
+    assert env.bash("true").rstrip().endswith("exit code: 0")  # the sandbox keeps its bookkeeping there
+    assert env.workspace is not None and (env.workspace / ".steward").is_dir()
+    for path in (".", "./", str(env.workspace)):
+        assert env.list_dir(path).splitlines() == ["calc.py (32 bytes)", "test_calc.py (129 bytes)"], path
+    env.reset(prompt=[{"role": "user", "content": "say hi"}])  # no template: an empty folder
+    env.bash("true")
+    assert env.list_dir() == "[./ is empty]"
+
+
 def test_a_task_without_a_verifier_earns_nothing_and_a_missing_template_is_named(
     env: StewardEnvironment, tmp_path: Path
 ) -> None:

@@ -133,7 +133,8 @@ class StewardEnvironment:
         Args:
             path: Directory path, relative to the workspace root.
         """
-        return self._tool("list_dir", {"path": path})
+        listed = self._tool("list_dir", {"path": path})
+        return self._without_state_dir(path, listed)
 
     def bash(self, command: str) -> str:
         """Run a shell command with bash in the workspace root; the last line is 'exit code: N'.
@@ -153,6 +154,22 @@ class StewardEnvironment:
         given = {key: value for key, value in arguments.items() if value is not None}
         text, _ = self._run(self._tools(), name, given)
         return text
+
+    def _without_state_dir(self, path: str, listed: str) -> str:
+        """A listing of the rollout's root without Steward's own folder (the sandbox keeps its
+        bookkeeping there): the model sees the task's files, as glob and grep show them."""
+        from steward.state_dir import STATE_DIR
+
+        assert self.workspace is not None
+        try:
+            at_root = (self.workspace / path).resolve() == self.workspace.resolve()
+        except (OSError, ValueError):
+            return listed
+        lines = listed.split("\n")
+        if not at_root or f"{STATE_DIR}/" not in lines:
+            return listed
+        kept = [line for line in lines if line != f"{STATE_DIR}/"]
+        return "\n".join(kept) if kept else "[./ is empty]"
 
     def _run(self, toolset: Toolset, name: str, arguments: Mapping[str, Any]) -> tuple[str, bool]:
         """Call ``name`` through ``toolset``; its text and whether it failed."""
