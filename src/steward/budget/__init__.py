@@ -53,7 +53,7 @@ def budget_for(
         shared[f"session:{session_id}"] = session
     from steward.budget.ledger import Ledger
 
-    ledger = Ledger(store.engine) if store is not None else None
+    ledger = Ledger(store.engine, store.transact) if store is not None else None
     return Budget(run_id, model, rates, own, shared, b.warn_at, ledger, session_id)
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from steward import events as ev
 from steward import run_state as rs
-from steward.budget.limits import BudgetLimits, Dimension, Spent
+from steward.budget.limits import LEASE_SHARE, BudgetLimits, Dimension, Need, Spending, Spent
 from steward.budget.prices import Rates
 from steward.errors import ApprovalRequired, ModelError, StoreError
 from steward.models.base import (
@@ -101,6 +101,13 @@ class Budget:
     _seen: Usage = field(default_factory=Usage)  # ``run_usage`` when last counted
     _aside: Usage | None = None  # this step's calls for summaries (not what the next prompt holds)
     _went_live: bool = False  # a step rebuilt from the log made a live model call (the log ended)
+    # The lease held in the store's scopes (``Ledger.renew``): what is left of it to use without
+    # a write (inf: no scope bounds that dimension), and the unrecorded seconds after which the
+    # scopes' time limits are looked at again.
+    _room_tokens: float = 0.0
+    _room_cost: float = 0.0
+    _room_calls: float = 0.0
+    _room_time: float = 0.0
 
     # --- counting (the wrappers) -------------------------------------------------------
 
@@ -135,6 +142,8 @@ class Budget:
         if self.ledger is not None:  # what the next settle records in the store
             self._usage.add(usage)
             self._cost = None if cost is None or self._cost is None else self._cost + cost
+            self._room_tokens -= usage.input_tokens + usage.output_tokens  # (used from the lease)
+            self._room_cost -= cost or 0.0
 
     def holds(self) -> bool:
         """Whether a model call holds its share first (some budget bounds tokens or money)."""
@@ -145,8 +154,11 @@ class Budget:
         if self.ledger is None or not self.scopes:
             self.hold_local(request)
             return
+        self.count(self.run_usage)  # a call within a step (a summary) comes after the step's reply
         tokens, cost = self._call_size(request)
-        self._refuse(await self.ledger.hold(self.run_id, self.scopes, tokens, cost), tokens)
+        if tokens <= self._room_tokens and cost <= self._room_cost and self._seconds < self._room_time:
+            return  # the lease covers it: no write
+        self._refuse(await self._renew(Need(tokens, cost, model=True)), tokens)
 
     def hold_local(self, request: ModelRequest) -> None:
         """``before_call`` for a run whose budgets are all its own (none shared in the store):
@@ -230,8 +242,14 @@ class Budget:
         limit = self.limits.tool_calls
         if limit and self.spent.tool_calls >= limit:
             return f"this run's budget of {limit} tool call{'' if limit == 1 else 's'} is used up"
-        if scope := await self.ledger.take_call(self.scopes):
-            return f"{_label(scope, self.run_id)} budget of tool calls is used up"
+        if self._room_calls < 1:
+            # A new lease: this call, and more while the scopes have room (and tokens for the
+            # next model calls, where they fit).
+            tokens = self.last_estimate + max(_OUTPUT_GUESS, 2 * self.longest_output)
+            cost = 0.0 if self.rates is None else self.rates.cost(Usage(input_tokens=tokens))
+            if scope := await self._renew(Need(tokens, cost, calls=1)):
+                return f"{_label(scope, self.run_id)} budget of tool calls is used up"
+        self._room_calls -= 1
         self.spent.tool_calls += 1
         self._calls += 1
         return None
@@ -242,7 +260,7 @@ class Budget:
         if self._untaken:  # (a call is given back before its step settles: the same scopes' state)
             self._untaken -= 1
         elif self.ledger is not None and self.scopes:
-            await self.ledger.give_back_call(self.scopes)
+            self._room_calls += 1  # back to the lease it came from
 
     # --- the steps ----------------------------------------------------------------------
 
@@ -291,7 +309,7 @@ class Budget:
         """A live step's spending recorded; its warnings, then its outcome (or the budget's end)."""
         final = not isinstance(outcome, rs.Continue)
         self._due = final  # a step that goes on is checked here; one that waits, when it goes on
-        if self.ledger is None or not (self.scopes or final):  # nothing to write: no coroutine
+        if self.ledger is None or not final:  # nothing to write (a lease covers the step): no coroutine
             self.spent.time_s += seconds
             self._seconds += seconds
             why = failed = None
@@ -306,6 +324,8 @@ class Budget:
         if why is None and isinstance(outcome, rs.Continue):
             why = self._exhausted(standing)
         if why is not None and not isinstance(outcome, rs.Finish | rs.Pause):
+            if not final and self.ledger is not None:  # the run ends here: what it spent is recorded
+                failed = await self._settle(0.0, final=True) or failed
             events, end = await self._stop(loop, why, failed is not None)
             return [*warnings, *events], end
         return warnings, outcome
@@ -348,8 +368,14 @@ class Budget:
         """Each budget that applies, with what is spent against it and the share of it used."""
         if self.ledger is None:  # no store: the run is its own tree and session
             scopes = [(_label(key, self.run_id), limits, self.spent) for key, limits in self.shared.items()]
-        else:
-            scopes = [(_label(s.id, self.run_id), s.limits, s.spent) for s in self.states.values()]
+        else:  # as the scopes stood when last read, with what this run spent since
+            usage, since = self._usage, self._calls
+            tokens, cost = usage.input_tokens + usage.output_tokens, self._cost or 0.0
+            scopes = [
+                (_label(s.id, self.run_id), s.limits, Spent(s.spent.tokens + tokens, s.spent.cost_usd + cost,
+                 s.spent.time_s + self._seconds, s.spent.tool_calls + since, s.spent.unpriced))
+                for s in self.states.values()
+            ]  # fmt: skip
         own = ("this run's", self.limits, self.spent, self.limits.used(self.spent))
         return [own, *((label, limits, spent, limits.used(spent)) for label, limits, spent in scopes)]
 
@@ -413,27 +439,40 @@ class Budget:
         return None
 
     async def _settle(self, seconds: float, *, final: bool) -> str | None:
-        """Record what was spent: every step when a budget is shared in the store; otherwise
-        (the run only records its spending) when it waits or ends, a write per run, not per step."""
+        """Record what was spent when the run waits or ends (a write per run, not per step),
+        giving back what is left of its lease; while it runs, a lease's renewal records it."""
         self.spent.time_s += seconds
         self._seconds += seconds
-        if self.ledger is None or not (self.scopes or final):
+        if self.ledger is None or not final:
             return None
-        usage, cost, calls, seconds, untaken = (
-            self._usage,
-            self._cost,
-            self._calls,
-            self._seconds,
-            self._untaken,
-        )
-        self._usage, self._cost, self._calls, self._seconds, self._untaken = Usage(), 0.0, 0, 0.0, 0
         try:
-            states = await self.ledger.settle(self.run_id, self.scopes, usage, cost, seconds, calls, untaken)
+            await self._renew(None)
         except (StoreError, OSError, _DatabaseError) as exc:
             # Only a run that shares a budget must stop: the others merely record what they spent.
             return f"the budget could not be recorded in the store ({exc})" if self.scopes else None
-        self.states = {s.id: s for s in states}
         return None
+
+    async def _renew(self, need: Need | None) -> str | None:
+        """Record what the run spent since it last did, give back its lease and, for ``need``,
+        take a new one (one transaction); the scope that has no room for ``need``, or None."""
+        assert self.ledger is not None
+        bounds = [s.limits for s in self.states.values()]
+        calls_bound = any(b.tool_calls for b in bounds)
+        spending = Spending(
+            self._usage, self._cost, self._seconds, self._calls, self._untaken,
+            int(self._room_calls) if calls_bound and self._room_calls > 0 else 0,
+        )  # fmt: skip
+        renewed = await self.ledger.renew(self.run_id, self.scopes, spending, need)
+        self._usage, self._cost, self._calls, self._seconds, self._untaken = Usage(), 0.0, 0, 0.0, 0
+        if renewed.states:
+            self.states = {s.id: s for s in renewed.states}
+        inf = float("inf")
+        self._room_tokens = renewed.tokens if any(b.tokens for b in bounds) else inf
+        self._room_cost = renewed.cost if any(b.cost_usd for b in bounds) else inf
+        self._room_calls = renewed.calls if calls_bound else inf
+        times = [s.limits.time_s - s.spent.time_s for s in self.states.values() if s.limits.time_s]
+        self._room_time = min(times) * LEASE_SHARE if times and need is not None else (0.0 if times else inf)
+        return renewed.refused
 
     # --- wrapping ----------------------------------------------------------------------
 

@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from steward.budget.limits import BudgetLimits, Spent
+from steward.budget.limits import LEASE_CALLS, LEASE_SHARE, BudgetLimits, Need, Spending, Spent
 from steward.models.base import Usage
 from steward.store.engine import write_transaction
 from steward.store.schema import budget_runs, budget_scopes
 
 _MAX_DEPTH = 16  # jobs above a job that are looked at (delegation goes a few levels at most)
+T = TypeVar("T")
+Transact = Callable[[Callable[[sa.Connection], Any]], Awaitable[Any]]
+"""Runs a sync function in one write transaction, returning what it returns."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,16 +54,32 @@ class RunTotals:
         return self.usage.input_tokens + self.usage.output_tokens
 
 
-class _Refused(Exception):  # noqa: N818 - rolls the hold back; the caller gets the scope's id
-    def __init__(self, scope: str) -> None:
-        self.scope = scope
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    """A renewal's outcome: the scope that had no room (nothing held then), or None; how the
+    scopes stand (this run's spending recorded, its lease not counted as spent); the lease
+    (0 where no scope bounds the dimension, then the run needs no lease for it)."""
+
+    refused: str | None
+    states: list[ScopeState]
+    tokens: int = 0
+    cost: float = 0.0
+    calls: int = 0
 
 
 class Ledger:
     """The budget tables of one store."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        transact: Callable[[Callable[[sa.Connection], Any]], Awaitable[Any]] | None = None,
+    ) -> None:
+        """``transact``: runs a sync function in one write transaction (``EventStore.transact``:
+        on SQLite one hand-off to the store's writer thread); by default an async connection's
+        ``run_sync``."""
         self.engine = engine
+        self.transact = transact
 
     async def scopes_of(self, run_id: str, session_id: str | None) -> tuple[list[str], str]:
         """The run scopes above ``run_id`` (the jobs that delegated it, nearest first) and its
@@ -128,117 +148,22 @@ class Ledger:
             ).scalars()
             return list(found)
 
-    async def hold(self, run_id: str, scopes: list[str], tokens: int, cost: float) -> str | None:
-        """Hold ``tokens`` and ``cost`` in every scope for a model call; the scope that has no
-        room for it (nothing is held then), or None."""
-        t = budget_scopes
-        try:
-            async with write_transaction(self.engine) as conn:
-                for scope in scopes:
-                    fits = sa.and_(
-                        t.c.id == scope,
-                        sa.or_(
-                            t.c.limit_tokens == 0,
-                            t.c.spent_tokens + t.c.held_tokens + tokens <= t.c.limit_tokens,
-                        ),
-                        sa.or_(t.c.limit_cost == 0, t.c.spent_cost + t.c.held_cost + cost <= t.c.limit_cost),
-                        sa.or_(t.c.limit_time == 0, t.c.spent_time < t.c.limit_time),
-                    )
-                    taken = await conn.execute(
-                        t.update()
-                        .where(fits)
-                        .values(held_tokens=t.c.held_tokens + tokens, held_cost=t.c.held_cost + cost)
-                    )
-                    _taken(taken.rowcount, scope)
-                r = budget_runs
-                await conn.execute(
-                    r.update()
-                    .where(r.c.run_id == run_id)
-                    .values(held_tokens=r.c.held_tokens + tokens, held_cost=r.c.held_cost + cost)
-                )
-        except _Refused as refused:
-            return refused.scope
-        return None
+    async def renew(
+        self, run_id: str, scopes: list[str], spending: Spending, need: Need | None = None
+    ) -> Renewed:
+        """Record what the run spent since it last did and give back what it held; then, for
+        ``need``, hold a lease in every scope: the tokens, money and tool calls of several calls
+        while the scopes have plenty of room (a share of what is left, so that the runs beside
+        it still get theirs), of just the call near the end. One transaction, whichever it does.
+        """
+        return await self._transact(lambda conn: _renew(conn, run_id, scopes, spending, need))
 
-    async def take_call(self, scopes: list[str]) -> str | None:
-        """Count one tool call in every scope; the scope whose calls are used up (nothing is
-        counted then), or None. (The run's own row counts it when the run settles.)"""
-        t = budget_scopes
-        try:
-            async with write_transaction(self.engine) as conn:
-                for scope in scopes:
-                    fits = sa.and_(
-                        t.c.id == scope, sa.or_(t.c.limit_calls == 0, t.c.spent_calls < t.c.limit_calls)
-                    )
-                    taken = await conn.execute(t.update().where(fits).values(spent_calls=t.c.spent_calls + 1))
-                    _taken(taken.rowcount, scope)
-        except _Refused as refused:
-            return refused.scope
-        return None
-
-    async def give_back_call(self, scopes: list[str]) -> None:
-        """A call counted by ``take_call`` did not run (it waits for an approval)."""
-        t = budget_scopes
+    async def _transact(self, work: Callable[[sa.Connection], T]) -> T:
+        if self.transact is not None:
+            done: T = await self.transact(work)
+            return done
         async with write_transaction(self.engine) as conn:
-            await conn.execute(
-                t.update().where(t.c.id.in_(scopes)).values(spent_calls=_at_least_0(t.c.spent_calls - 1))
-            )
-
-    async def settle(
-        self,
-        run_id: str,
-        scopes: list[str],
-        usage: Usage,
-        cost: float | None,
-        time_s: float,
-        calls: int,
-        untaken: int = 0,
-    ) -> list[ScopeState]:
-        """Record what the run spent since it last settled (its holds given back); how its
-        scopes stand now. ``untaken``: tool calls the scopes count now, not one by one by
-        ``take_call`` (none of them bounds tool calls)."""
-        r, t = budget_runs, budget_scopes
-        tokens, priced = usage.input_tokens + usage.output_tokens, cost or 0.0
-        async with write_transaction(self.engine) as conn:
-            row = (await conn.execute(sa.select(r).where(r.c.run_id == run_id))).mappings().one()
-            if scopes:
-                await conn.execute(
-                    t.update()
-                    .where(t.c.id.in_(scopes))
-                    .values(
-                        spent_tokens=t.c.spent_tokens + tokens,
-                        spent_cost=t.c.spent_cost + priced,
-                        spent_time=t.c.spent_time + time_s,
-                        spent_calls=t.c.spent_calls + untaken,
-                        held_tokens=_at_least_0(t.c.held_tokens - row["held_tokens"]),
-                        held_cost=_at_least_0(t.c.held_cost - row["held_cost"]),
-                        updated_at=time.time(),
-                    )
-                )
-            await conn.execute(
-                r.update()
-                .where(r.c.run_id == run_id)
-                .values(
-                    input_tokens=r.c.input_tokens + usage.input_tokens,
-                    output_tokens=r.c.output_tokens + usage.output_tokens,
-                    cache_read_tokens=r.c.cache_read_tokens + usage.cache_read_tokens,
-                    cache_write_tokens=r.c.cache_write_tokens + usage.cache_write_tokens,
-                    requests=r.c.requests + usage.requests,
-                    cost_usd=r.c.cost_usd + priced,
-                    unpriced=sa.or_(r.c.unpriced, sa.literal(cost is None and usage.requests > 0)),
-                    time_s=r.c.time_s + time_s,
-                    tool_calls=r.c.tool_calls + calls,
-                    held_tokens=0,
-                    held_cost=0,
-                    updated_at=time.time(),
-                )
-            )
-            rows = (
-                (await conn.execute(sa.select(t).where(t.c.id.in_(scopes)))).mappings().all()
-                if scopes
-                else []
-            )
-        return [_state(row) for row in rows]
+            return await conn.run_sync(work)
 
     async def states(self, scopes: list[str]) -> list[ScopeState]:
         if not scopes:
@@ -267,9 +192,101 @@ class Ledger:
         return _totals(row) if row is not None else None
 
 
-def _taken(rowcount: int, scope: str) -> None:
-    if rowcount != 1:  # the conditional update found no room: the whole transaction rolls back
-        raise _Refused(scope)
+def _renew(
+    conn: sa.Connection, run_id: str, scopes: list[str], spent: Spending, need: Need | None
+) -> Renewed:
+    r, t = budget_runs, budget_scopes
+    usage, now = spent.usage, time.time()
+    tokens, priced = usage.input_tokens + usage.output_tokens, spent.cost or 0.0
+    held = conn.execute(sa.select(r.c.held_tokens, r.c.held_cost).where(r.c.run_id == run_id)).one()
+    if scopes:
+        conn.execute(
+            t.update()
+            .where(t.c.id.in_(scopes))
+            .values(
+                spent_tokens=t.c.spent_tokens + tokens,
+                spent_cost=t.c.spent_cost + priced,
+                spent_time=t.c.spent_time + spent.time_s,
+                spent_calls=_at_least_0(t.c.spent_calls + (spent.untaken - spent.unused_calls)),
+                held_tokens=_at_least_0(t.c.held_tokens - held.held_tokens),
+                held_cost=_at_least_0(t.c.held_cost - held.held_cost),
+                updated_at=now,
+            )
+        )
+    run = {
+        "input_tokens": r.c.input_tokens + usage.input_tokens,
+        "output_tokens": r.c.output_tokens + usage.output_tokens,
+        "cache_read_tokens": r.c.cache_read_tokens + usage.cache_read_tokens,
+        "cache_write_tokens": r.c.cache_write_tokens + usage.cache_write_tokens,
+        "requests": r.c.requests + usage.requests,
+        "cost_usd": r.c.cost_usd + priced,
+        "unpriced": sa.or_(r.c.unpriced, sa.literal(spent.cost is None and usage.requests > 0)),
+        "time_s": r.c.time_s + spent.time_s,
+        "tool_calls": r.c.tool_calls + spent.calls,
+        "held_tokens": 0,
+        "held_cost": 0,
+        "updated_at": now,
+    }
+    # The scopes' rows are locked now (SQLite: the write lock since BEGIN IMMEDIATE; PostgreSQL:
+    # the update's row locks), so what is read is what the lease is worked out from.
+    rows = (
+        conn.execute(sa.select(t).where(t.c.id.in_(scopes)).order_by(t.c.id)).mappings().all()
+        if scopes
+        else []
+    )
+    refused, lease = (None, (0, 0.0, 0)) if need is None else _lease(rows, need)
+    taken_tokens, taken_cost, taken_calls = lease
+    if refused is None and (taken_tokens or taken_cost or taken_calls):
+        conn.execute(
+            t.update()
+            .where(t.c.id.in_(scopes))
+            .values(
+                held_tokens=t.c.held_tokens + taken_tokens,
+                held_cost=t.c.held_cost + taken_cost,
+                spent_calls=t.c.spent_calls + taken_calls,
+            )
+        )
+        run |= {"held_tokens": taken_tokens, "held_cost": taken_cost}
+    else:
+        lease = (0, 0.0, 0)
+    conn.execute(r.update().where(r.c.run_id == run_id).values(**run))
+    return Renewed(refused, [_state(row) for row in rows], *lease)
+
+
+def _lease(rows: Any, need: Need) -> tuple[str | None, tuple[int, float, int]]:
+    """The scope with no room for ``need``, or None and the lease: per dimension that some
+    scope bounds, the need, or more while there is plenty of room (``LEASE_SHARE`` of the least
+    that is left, at most ``LEASE_CALLS`` calls' worth)."""
+    left_tokens: float = float("inf")
+    left_cost: float = float("inf")
+    left_calls: float = float("inf")
+    for row in rows:
+        if row["limit_tokens"]:
+            left_tokens = min(left_tokens, row["limit_tokens"] - row["spent_tokens"] - row["held_tokens"])
+        if row["limit_cost"]:
+            left_cost = min(left_cost, row["limit_cost"] - row["spent_cost"] - row["held_cost"])
+        if row["limit_calls"]:
+            left_calls = min(left_calls, row["limit_calls"] - row["spent_calls"])
+        if need.model:
+            no_time = row["limit_time"] and row["spent_time"] >= row["limit_time"]
+            if need.tokens > left_tokens or need.cost > left_cost or no_time:
+                return row["id"], (0, 0.0, 0)
+        if need.calls > left_calls:
+            return row["id"], (0, 0.0, 0)
+    at_least = need.model
+    tokens = _share(need.tokens if at_least else 0, left_tokens, need.tokens * LEASE_CALLS)
+    cost = _share(need.cost if at_least else 0.0, left_cost, need.cost * LEASE_CALLS)
+    calls = _share(need.calls, left_calls, LEASE_CALLS)
+    return None, (int(tokens), cost, int(calls))
+
+
+def _share(need: float, left: float, most: float) -> float:
+    """``need``, or more (up to ``most``) while ``LEASE_SHARE`` of what is ``left`` allows; 0
+    where nothing bounds the dimension (``left`` infinite: no lease is needed)."""
+    if left == float("inf"):
+        return 0
+    more = min(left * LEASE_SHARE, most)
+    return max(need, more if isinstance(need, float) else int(more), 0)
 
 
 def _insert(conn: AsyncConnection, table: sa.Table) -> Any:
@@ -288,7 +305,11 @@ def _at_least_0(value: Any) -> Any:
 
 
 async def _release(conn: AsyncConnection, row: sa.RowMapping, scopes: list[str]) -> None:
-    """Give back a hold the run still has (its process died during a model call)."""
+    """A hold the run still has (its process died while it held a lease) is counted as spent
+    in its scopes: the process recorded its spending only when a lease ran out or the run
+    waited or ended, so what part of the lease it used is not known, and counting all of it
+    is what keeps the scopes' limits (the lease was a share of what was left). Nothing stays
+    held for good. (Tool calls leased are counted as spent when leased: they stay so.)"""
     if not (row["held_tokens"] or row["held_cost"]) or not scopes:
         return
     t = budget_scopes
@@ -296,6 +317,8 @@ async def _release(conn: AsyncConnection, row: sa.RowMapping, scopes: list[str])
         t.update()
         .where(t.c.id.in_(scopes))
         .values(
+            spent_tokens=t.c.spent_tokens + row["held_tokens"],
+            spent_cost=t.c.spent_cost + row["held_cost"],
             held_tokens=_at_least_0(t.c.held_tokens - row["held_tokens"]),
             held_cost=_at_least_0(t.c.held_cost - row["held_cost"]),
         )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from steward.models.base import Usage
 
 Dimension = Literal["tokens", "cost_usd", "time_s", "tool_calls"]
 DIMENSIONS: tuple[Dimension, ...] = ("tokens", "cost_usd", "time_s", "tool_calls")
+LEASE_SHARE = 0.25  # a lease in the store's scopes takes at most this share of what is left ...
+LEASE_CALLS = 16  # ... and at most this many calls' worth (``steward.budget.ledger``)
 _UNITS = {"tokens": "tokens", "cost_usd": "USD", "time_s": "s of running", "tool_calls": "tool calls"}
 
 
@@ -78,3 +80,27 @@ class Spent:
         cost = "unknown" if self.unpriced and not self.cost_usd else f"${self.cost_usd:.4f}"
         calls = "1 tool call" if self.tool_calls == 1 else f"{self.tool_calls:,} tool calls"
         return f"{self.tokens:,} tokens, {cost}, {self.time_s:.1f} s, {calls}"
+
+
+@dataclass(slots=True)
+class Spending:
+    """What a run spent since it last recorded, and the tool calls it leased but did not make."""
+
+    usage: Usage = field(default_factory=Usage)
+    cost: float | None = 0.0
+    time_s: float = 0.0
+    calls: int = 0  # tool calls it made (its own row counts them)
+    untaken: int = 0  # of those, the ones no lease counted in the scopes (none bounds tool calls)
+    unused_calls: int = 0  # leased tool calls given back
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What the next call needs: a model call's tokens and money (``model``), or one tool call
+    (``calls``); a tool call's renewal leases tokens and money for model calls of ``tokens`` and
+    ``cost`` too, where they fit (it is not refused for them)."""
+
+    tokens: int = 0
+    cost: float = 0.0
+    model: bool = False
+    calls: int = 0
