@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,28 @@ def test_show_prints_the_whole_item(cli: Cli, db_url: str, seeded: dict[str, int
     first = shown.stdout.splitlines()[0]
     assert first.startswith(f"m{seeded['port']} · fact · local/- · ")
     assert "tags: db" in shown.stdout and shown.stdout.rstrip().endswith("listens on port 6543.")
+
+
+def test_list_hidden_says_which_items_are_hidden_and_which_expired(
+    cli: Cli, db_url: str, seeded: dict[str, int], tmp_path: Path
+) -> None:
+    async def expired() -> int:
+        async with await open_store(db_url) as store:
+            an_hour_ago = LongTermMemory(store.engine, clock=lambda: time.time() - 3600)
+            scope = Scope("local", "", str(tmp_path.resolve()))
+            return (await an_hour_ago.remember(scope, "A note kept for a minute.", ttl_s=60)).item.id
+
+    gone = asyncio.run(expired())
+    assert cli("memory", "forget", f"m{seeded['port']}", "--store", db_url).returncode == 0
+    assert f"m{gone} " not in cli("memory", "list", "--store", db_url).stdout
+    lines = {
+        line.split()[0]: line
+        for line in cli("memory", "list", "--hidden", "--store", db_url).stdout.splitlines()
+    }
+    assert " expired A note kept" in lines[f"m{gone}"]
+    assert " hidden The staging database" in lines[f"m{seeded['port']}"]
+    assert " hidden" not in lines[f"m{seeded['ada']}"] and " expired" not in lines[f"m{seeded['ada']}"]
+    assert "(expired: never recalled)" in cli("memory", "show", f"m{gone}", "--store", db_url).stdout
 
 
 def test_an_unknown_id_is_one_line_naming_the_fix(cli: Cli, db_url: str, seeded: dict[str, int]) -> None:

@@ -219,10 +219,10 @@ def list_items(
     async def main() -> None:
         async with _memory(store) as opened:
             await _check_kind(opened.engine, kind)
-            shown = 0
+            shown, now = 0, time.time()
             async for item in _rows(opened.engine, _where(user, persona, workspace, kind, hidden), limit):
                 shown += 1
-                state = " hidden" if item.hidden_at is not None else ""
+                state = _state(item, now)
                 scope = f"{item.scope.user}/{item.scope.persona or '-'}"
                 typer.echo(
                     f"m{item.id:<5} {_when(item.created_at)}  {item.kind:<15} {scope:<20}{state} "
@@ -234,6 +234,13 @@ def list_items(
                 )
 
     _run(main)
+
+
+def _state(item: MemoryItem, now: float) -> str:
+    """Why ``list --hidden`` shows an item recall never returns: hidden, expired, or nothing."""
+    if item.hidden_at is not None:
+        return " hidden"
+    return " expired" if item.expires_at is not None and item.expires_at <= now else ""
 
 
 @memory_app.command("search")
@@ -308,7 +315,10 @@ def show(item_id: ItemId, store: Store = None) -> None:
     typer.echo(f"m{item.id} · {item.kind} · {scope['user']}/{scope['persona'] or '-'} · {scope['workspace']}")
     for name in ("created_at", "updated_at", "expires_at", "hidden_at"):
         if fields[name] is not None:
-            typer.echo(f"{name.removesuffix('_at')}: {_when(fields[name])}")
+            ended = (
+                " (expired: never recalled)" if name == "expires_at" and fields[name] <= time.time() else ""
+            )
+            typer.echo(f"{name.removesuffix('_at')}: {_when(fields[name])}{ended}")
     for name in ("tags", "merged", "run_id", "session_id"):
         if fields[name]:
             value = " ".join(fields[name]) if name == "tags" else fields[name]
