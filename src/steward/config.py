@@ -793,7 +793,21 @@ def _validate(data: Mapping[str, Any], source: str) -> Config:
     _check_bounds(config, "", source)
     _check_notify(config.notify, source)
     _check_telemetry(config.telemetry, source)
+    _check_prices(config.prices, source)
     return config
+
+
+def _check_prices(prices: Mapping[str, PriceSettings], source: str) -> None:
+    """A price is looked up by the whole ``provider:model``: a key without the provider would
+    never be used, and the table's price would be counted instead, silently."""
+    for key in prices:
+        provider, sep, name = key.partition(":")
+        if not sep or not provider or not name:
+            guess = f"openai:{key}" if not sep else "openai:gpt-4o-mini"
+            raise ConfigError(
+                f"{source}: [prices.{json.dumps(key)}] names no provider, so no model would use it: write "
+                f'the model as --model names it, quoted, e.g. [prices."{guess}"]'
+            )
 
 
 _COUNT = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*([kKmM]?)\s*")

@@ -92,6 +92,11 @@ async def test_an_unpriced_model_without_a_money_budget_runs_and_its_cost_is_mar
             "output_per_mtok': Input should be greater than or equal to 0",
         ),
         (
+            "[prices.gpt-4o-mini]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n",
+            "names no provider, so no model would use it: write the model as --model names it, quoted, e.g. "
+            '[prices."openai:gpt-4o-mini"]',
+        ),
+        (
             '[prices."openai:x"]\ninput = 1.0\n',
             "unknown key 'prices.openai:x.input' (allowed here: input_per_mtok",
         ),
