@@ -23,7 +23,7 @@ from steward.context import BuiltRequest, ContextBuilder
 from steward.errors import ApprovalRequired, ConfigError
 from steward.memory.compression import Compressor
 from steward.memory.working import Step, attempt_failed, record_phase
-from steward.models.base import Model, ModelResponse, ToolCall
+from steward.models.base import AssistantMessage, Model, ModelResponse, ToolCall
 from steward.phases import AGENT_STEP, AGENT_STEP_SPEC, AgentStep, EndStatus, StepInputError, parse_agent_step
 from steward.replies import reply_event, text_events, with_unique_ids
 from steward.reply_stream import stream_reply
@@ -80,6 +80,9 @@ class Loop:
         #: around the run's stream would cost a generator step per event).
         self.watch: Callable[[ev.Event], None] | None = None
         self.watched: frozenset[str] = frozenset()  # the event types ``watch`` is told of
+        #: Told of each step's reply as the loop takes it (tracing ends the model call's span
+        #: there, where a layer around the model's stream would cost a frame per piece).
+        self.replied: Callable[[ModelResponse], None] | None = None
 
     def emit(self, event: ev.Event) -> ev.Event:
         st = self.state
@@ -181,9 +184,7 @@ class Loop:
         if response is None:
             yield rs.Fail("model_error", f"{self.model.name}: the reply ended without a response")
             return
-        st.usage.add(response.usage)
-        self.context.calibrate(built.chars, response.usage.input_tokens)
-        message = with_unique_ids(response.message, st.call_ids, c.step)
+        message = self._take(response, built.chars)
         yield self.emit(reply_event(c.step, message, response.usage))
         if message.text or message.tool_calls:
             # An empty turn would be rejected by some providers when sent back.
@@ -192,6 +193,15 @@ class Loop:
             yield self.emit(event)
         async for part in self._route_reply(message.text, message.tool_calls):
             yield part
+
+    def _take(self, response: ModelResponse, chars: int) -> AssistantMessage:
+        """A step's reply, counted and told of; its message with ids unique in the run."""
+        st = self.state
+        st.usage.add(response.usage)
+        if self.replied is not None:
+            self.replied(response)
+        self.context.calibrate(chars, response.usage.input_tokens)
+        return with_unique_ids(response.message, st.call_ids, st.counters.step)
 
     async def _build(self, signals: str) -> tuple[ev.Event | None, BuiltRequest | rs.Fail]:
         """The step's request within its budget; the oldest turns are folded first when due."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,9 @@ from opentelemetry.trace import StatusCode
 from tests.telemetry.conftest import attrs, named, parent_of, traced
 
 from steward import Agent
+from steward.errors import ModelError
 from steward.events import ToolUse
+from steward.models.base import Model, ModelRequest, StreamItem
 from steward.models.scripted import ScriptedModel
 from steward.store.events import open_store
 
@@ -154,3 +156,64 @@ async def test_each_span_of_a_traced_run_ends_once(
         result = await agent([act("lookup", key="a"), END]).run("look it up", workspace=tmp_path)
     assert result.solved and len(named(spans.get_finished_spans(), "chat ")) == 2
     assert not [r for r in caplog.records if "ended span" in r.getMessage()], caplog.text
+
+
+class FailingFirst(Model):
+    """The scripted model, whose first ``failures`` calls fail with ``error`` before any reply."""
+
+    def __init__(self, inner: ScriptedModel, error: ModelError, failures: int = 1) -> None:
+        self.inner, self.error, self.failures = inner, error, failures
+        self.name = inner.name
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise self.error
+        async for item in self.inner.stream(request):
+            yield item
+
+
+def _failing(replies: list[dict[str, Any]], error: ModelError, failures: int = 1) -> Agent:
+    model = ScriptedModel.from_data(replies)
+    model.name = "openai:gpt-test"
+    return Agent(
+        FailingFirst(model, error, failures),
+        tools=[lookup],
+        builtin_tools=False,
+        config=traced(),
+        sandbox=False,
+    )
+
+
+async def test_a_retried_model_call_is_a_failed_chat_span_then_the_retry_its_own(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    overloaded = ModelError("the provider is overloaded", provider="openai", retryable=True, retry_after=0.0)
+    result = await _failing([act("lookup", key="a"), END], overloaded).run("look it up", workspace=tmp_path)
+    assert result.solved
+    got = spans.get_finished_spans()
+    steps = named(got, "step")
+    first, retried, second = named(got, "chat ")
+    assert [parent_of(c, got) for c in (first, retried, second)] == [steps[0], steps[0], steps[1]]
+    assert first.status.status_code is StatusCode.ERROR and attrs(first)["error.type"] == "model_retry"
+    assert "gen_ai.usage.input_tokens" not in attrs(first)
+    for chat in (retried, second):
+        assert chat.status.status_code is StatusCode.UNSET
+        assert attrs(chat)["gen_ai.usage.input_tokens"] > 0 and attrs(chat)["gen_ai.response.model"]
+    assert attrs(named(got, "invoke_agent")[0])["gen_ai.usage.input_tokens"] == sum(
+        attrs(c)["gen_ai.usage.input_tokens"] for c in (retried, second)
+    )
+
+
+async def test_a_model_call_that_fails_the_run_is_a_failed_chat_span(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    refused = ModelError("the key was refused", provider="openai", retryable=False)
+    result = await _failing([END], refused).run("look it up", workspace=tmp_path)
+    assert not result.solved
+    got = spans.get_finished_spans()
+    (chat,) = named(got, "chat ")
+    assert chat.status.status_code is StatusCode.ERROR and attrs(chat)["error.type"] == "model_error"
+    assert "refused" in (chat.status.description or "")
+    (root,) = named(got, "invoke_agent")
+    assert root.status.status_code is StatusCode.ERROR and parent_of(chat, got) is named(got, "step")[0]

@@ -99,6 +99,11 @@ class TracingModel(Model):
         # gets no layer of its own otherwise.
         if _INSTRUMENTATION in sys.modules:
             items = _in_context(items, in_context(span, run._run_context))
+        if request.purpose == "step":
+            # A step's reply reaches the loop, which tells ``RunTrace.replied``: the span ends
+            # there, and the stream goes to the loop as the provider made it.
+            run.waiting(span)
+            return items
         made: _ChatStream = _new(_ChatStream)  # without ``__init__``'s frame
         made._model, made._span, made._items, made._next = self, span, items, items.__anext__
         made._ended = False
@@ -112,7 +117,8 @@ class TracingModel(Model):
         )
         attributes["gen_ai.input.messages"] = content.json(_messages(request))
 
-    def _replied(self, span: Span, response: ModelResponse) -> None:
+    def replied(self, span: Span, response: ModelResponse) -> None:
+        """End ``span``, the call's, with what ``response`` says (its model, usage, reason)."""
         run, usage = self.trace, response.usage
         # A light span's attributes are its own dict until it ends: written into, not merged.
         replied: dict[str, Any] = span.attributes if run.light else {}  # type: ignore[attr-defined]
@@ -142,7 +148,8 @@ class TracingModel(Model):
 
 
 class _ChatStream:
-    """The stream of one model call in its ``chat {model}`` span (started with the call). The
+    """The stream of a model call other than a step's (a summary) in its ``chat {model}`` span
+    (started with the call). The
     span ends with the reply (a stream's last item, ``steward.models.base``), an error, or
     ``aclose`` (which every reader of a model's stream in Steward calls) for a call left before
     its reply. A class, not an async generator, and a layer only until the reply: a generator's
@@ -179,7 +186,7 @@ class _ChatStream:
             raise
         if type(item) is ModelResponse:
             self._ended = True
-            self._model._replied(span, item)
+            self._model.replied(span, item)
         return item
 
     def aclose(self) -> Awaitable[None]:

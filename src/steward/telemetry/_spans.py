@@ -31,6 +31,7 @@ from steward.telemetry._light import LightTracer, child_span
 if TYPE_CHECKING:
     from steward.config import TelemetrySettings
     from steward.loop import Loop
+    from steward.models.base import ModelResponse
     from steward.run_state import RunState
     from steward.safety.secrets.values import SecretWatch
 
@@ -79,6 +80,9 @@ class RunTrace:
         self.first: str | None = None  # the traceparent of this run's first span here
         self.call: tuple[str, str] | None = None  # (tool, call id) the loop announced last
         self.usage = [0, 0]
+        #: The span of the step's model call, until the loop has its reply (``replied``).
+        self.chat: Span | None = None
+        self._chat_model: TracingModel | None = None
         self.failed = False  # the run span has its error.type already
         self._phased = False  # the current step span has its steward.phase
         # Whether the run's span records (sampled, a real provider). A run left out (a sampler's
@@ -95,9 +99,31 @@ class RunTrace:
         """The trace of ``loop``'s run, its model and toolset wrapped to make their spans."""
         content = Content(watch() if watch is not None else None) if settings.record_content else None
         made = cls(settings, loop.state, agent=agent or "steward", model=loop.model.name, content=content)
-        loop.model = TracingModel(loop.model, made)
+        loop.model = made._chat_model = TracingModel(loop.model, made)
         loop.toolset = TracingToolset(loop.toolset, made)
+        loop.replied = made.replied
         return made
+
+    # --- a step's model call ---------------------------------------------------------------
+
+    def waiting(self, span: Span) -> None:
+        """``span``, a step's model call, waits for its reply. A call still waiting had none
+        (a stream left without one, whose error, if any, was said already): it ends here."""
+        self._end_chat()
+        self.chat = span
+
+    def replied(self, response: ModelResponse) -> None:
+        """The loop took a step's reply (``Loop.replied``): its call's span ends with it."""
+        span, self.chat = self.chat, None
+        if span is not None and self._chat_model is not None:
+            self._chat_model.replied(span, response)
+
+    def _end_chat(self, error: tuple[str, str] | None = None) -> None:
+        span, self.chat = self.chat, None
+        if span is not None:
+            if error is not None:
+                mark_error(span, *error)
+            span.end()
 
     # --- the run ---------------------------------------------------------------------------
 
@@ -143,6 +169,7 @@ class RunTrace:
         return self.first if traceparent is None else None
 
     def end(self) -> None:
+        self._end_chat()  # a call the run left before its reply (cancelled, out of time)
         self._end_step()
         span, self.span, self._run_context, self.under = self.span, None, None, INVALID_SPAN
         if span is None:
@@ -213,9 +240,12 @@ class RunTrace:
                 self._phased = True
             case ev.ApprovalResultEvent() if (resume := self.state.resume) is not None:
                 self.call = (resume.approval.tool, resume.approval.call.id)  # the approved call runs next
-            case ev.ErrorEvent(code=code, message=message, recoverable=False) if self.span is not None:
-                mark_error(self.span, code, message)
-                self.failed = True
+            case ev.ErrorEvent(code=code, message=message, recoverable=recoverable):
+                if self.chat is not None and code.startswith("model_"):  # its call got no reply
+                    self._end_chat((code, message))  # (``model_retry``: the call is made again)
+                if not recoverable and self.span is not None:
+                    mark_error(self.span, code, message)
+                    self.failed = True
             case _:
                 pass
 
