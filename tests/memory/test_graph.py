@@ -174,6 +174,11 @@ async def test_related_walks_from_a_file_a_task_and_a_memory_item(recorded: Reco
     }  # fmt: skip
     item = next(n for n in await related(engine, f"job:{p}") if n.edge.kind == "remembered")
     assert [n.node.id for n in await related(engine, item.node.id)] == [f"run:{p}"]
+    number = item.node.id.removeprefix("memory:")
+    for written in (f"memory:m{number}", f"memory:M{number}", f"memory: m{number}"):  # as the tools name it
+        assert [n.node.id for n in await related(engine, written)] == [f"run:{p}"], written
+    with pytest.raises(StewardError, match="memory:ID with the id remember or recall gave"):
+        await related(engine, "memory:abc")
     with pytest.raises(StewardError, match="node ids start with"):
         await related(engine, "plan:3")
 

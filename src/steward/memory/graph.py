@@ -377,8 +377,14 @@ async def related(
             return graph.neighbours(f"task:{rest}")[:limit] if n.isdigit() else []
         case "file":
             return await _file_neighbours(engine, rest, workspace, limit)
-        case "memory":
-            return await _memory_neighbours(engine, rest, workspace, memory_scope)
+        case "memory":  # memory:12, or memory:m12 as remember, recall and `steward memory` name it
+            number = rest.strip().lower().removeprefix("m")
+            if not number.isdigit():
+                raise StewardError(
+                    f"{node_id!r}: a memory item is memory:ID with the id remember or recall gave, "
+                    "e.g. memory:m12 (or memory:12)"
+                )
+            return await _memory_neighbours(engine, str(int(number)), workspace, memory_scope)
         case _:
             raise StewardError(f"{node_id!r}: node ids start with run:, job:, task:, file: or memory:")
 
@@ -480,7 +486,7 @@ def graph_toolset(store: EventStore) -> FunctionToolset:
 
         Args:
             node: A node id: file:PATH (e.g. file:src/app.py), run:RUN_ID, task:N (a sub-task of
-                this run's plan) or task:RUN_ID/N, or memory:ID.
+                this run's plan) or task:RUN_ID/N, or memory:ID (e.g. memory:m12).
         """
         wanted = node.strip()
         if re.fullmatch(r"task:\d+", wanted):
