@@ -205,3 +205,21 @@ def test_search_uses_the_configured_embedder(
     assert head.startswith("recall by words and meaning")
     cells = row.split()
     assert cells[:3] == [f"m{seeded['port']}", "1", "1"] and 0 < float(cells[4]) <= 1
+
+
+def test_search_explain_says_when_the_embedder_failed_and_only_words_ranked(
+    cli: Cli, db_url: str, seeded: dict[str, int], tmp_path: Path
+) -> None:
+    from steward.testing.fake_llm import FakeLLMServer
+
+    with FakeLLMServer() as embeddings:
+        embeddings.fail_embeddings(10, 401)  # a refused key: no retry
+        (tmp_path / "steward.toml").write_text(
+            f'[memory]\nembedder = "openai:hash-embed"\n[models.openai]\nbase_url = "{embeddings.openai_base_url}"\n'
+        )
+        shown = cli("memory", "search", "database port", "--explain", "--store", db_url)
+    assert shown.returncode == 0, shown.stderr
+    head, _, row = shown.stdout.splitlines()[:3]
+    assert head.startswith("recall by words only: the embedder failed"), head
+    assert "recall by meaning is off for this query" in shown.stderr
+    assert row.split()[:3] == [f"m{seeded['port']}", "1", "-"]

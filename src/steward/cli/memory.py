@@ -274,7 +274,10 @@ def search(
         typer.echo(f"nothing remembered matches {query!r} for {who} in {scope.workspace}")
         return
     if explain:
-        how = "words and meaning" if mode == "hybrid" else "words only (no embedder)"
+        how = "words only (no embedder)"
+        if mode == "hybrid":  # every item with a vector is in the vector list, unless embedding failed
+            meaning = any(hit.similarity is not None for hit in found)
+            how = "words and meaning" if meaning else "words only: the embedder failed (said above)"
         typer.echo(f"recall by {how}; scope {scope.user}/{scope.persona or '-'} in {scope.workspace}")
         typer.echo(f"{'id':<7}{'keyword':>8}{'vector':>8}{'fused':>9}{'similar':>9}  text")
         for hit in found:
