@@ -812,10 +812,12 @@ def _check_prices(prices: Mapping[str, PriceSettings], source: str) -> None:
 
 _COUNT = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*([kKmM]?)\s*")
 _COUNT_SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
-# [budget] counts a user may write as "200k" or "1.5M" as well as 200000.
-_BUDGET_COUNTS = frozenset(
-    f"{scope}{what}" for scope in ("", "tree_", "session_") for what in ("tokens", "tool_calls")
-)
+_DOLLARS = re.compile(r"\s*\$?\s*(\d+(?:\.\d+)?|\.\d+)\s*(?:usd|USD|\$)?\s*")
+_SECONDS = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*(s|sec|m|min|h)?\s*")
+_SECONDS_SCALE = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
+# [budget] values a user may write as text as well as numbers: "200k" or "1.5M" tokens,
+# "$0.50", "10m" of running. Each: (how to read it, what to write instead).
+_BUDGET_SCOPES = ("", "tree_", "session_")
 
 
 def parse_count(text: str) -> int | None:
@@ -829,23 +831,41 @@ def parse_count(text: str) -> int | None:
     return int(scaled) if scaled == int(scaled) else None
 
 
+def _parse_dollars(text: str) -> float | None:
+    match = _DOLLARS.fullmatch(text.replace(",", ""))
+    return float(match.group(1)) if match else None
+
+
+def _parse_seconds(text: str) -> float | None:
+    match = _SECONDS.fullmatch(text)
+    return float(match.group(1)) * _SECONDS_SCALE[match.group(2)] if match else None
+
+
+_BUDGET_TEXT: dict[str, tuple[Any, str]] = {}
+for _scope in _BUDGET_SCOPES:
+    _BUDGET_TEXT[f"{_scope}tokens"] = (parse_count, 'KEY = 200000, or with a unit, KEY = "200k" or "1.5M"')
+    _BUDGET_TEXT[f"{_scope}tool_calls"] = (parse_count, "a whole number: KEY = 100")
+    _BUDGET_TEXT[f"{_scope}cost_usd"] = (_parse_dollars, 'US dollars: KEY = 0.50 (or "$0.50")')
+    _BUDGET_TEXT[f"{_scope}time_s"] = (_parse_seconds, 'seconds: KEY = 600 (or "600s", "10m", "1.5h")')
+
+
 def _read_counts(data: Mapping[str, Any], source: str) -> Mapping[str, Any]:
-    """``data`` with the [budget] counts written as text ("200k", "1.5M") read as numbers."""
+    """``data`` with the [budget] values written as text ("200k", "$0.50", "10m") read as numbers."""
     budget = data.get("budget")
     if not isinstance(budget, Mapping):
         return data
-    counts = {}
+    read = {}
     for key, value in budget.items():
-        if key not in _BUDGET_COUNTS or not isinstance(value, str):
+        if key not in _BUDGET_TEXT or not isinstance(value, str):
             continue
-        count = parse_count(value)
-        if count is None:
+        parse, write = _BUDGET_TEXT[key]
+        number = parse(value)
+        if number is None:
             raise ConfigError(
-                f"{source}: 'budget.{key}' must be a whole number, got {value!r}: write "
-                f'{key} = 200000, or with a unit, {key} = "200k" or "1.5M"'
+                f"{source}: 'budget.{key}' cannot be {value!r}: write {write.replace('KEY', key)}"
             )
-        counts[key] = count
-    return {**data, "budget": {**budget, **counts}} if counts else data
+        read[key] = number
+    return {**data, "budget": {**budget, **read}} if read else data
 
 
 def validate_layer(data: Mapping[str, Any], source: str) -> Config:

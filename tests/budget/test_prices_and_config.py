@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,32 @@ def test_budget_counts_may_be_written_with_k_or_m_and_a_wrong_one_says_what_to_w
         )
     message = str(wrong.value)
     assert "budget.tokens" in message and 'tokens = "200k"' in message and "tokens = 200000" in message
+
+
+def test_budget_money_and_time_may_be_written_as_text_and_a_wrong_one_says_what_to_write(
+    tmp_path: Path,
+) -> None:
+    text = '[budget]\ncost_usd = "$0.50"\ntree_cost_usd = "2"\ntime_s = "10m"\nsession_time_s = "1.5h"\n'
+    budget = load_config(config_in(tmp_path, text), user_file=tmp_path / "none.toml").budget
+    assert (budget.cost_usd, budget.tree_cost_usd, budget.time_s, budget.session_time_s) == (
+        0.5,
+        2.0,
+        600,
+        5400,
+    )
+    for wrong_text, said in (
+        (
+            'cost_usd = "50 cents"',
+            "'budget.cost_usd' cannot be '50 cents': write US dollars: cost_usd = 0.50",
+        ),
+        ('time_s = "ten minutes"', "'budget.time_s' cannot be 'ten minutes': write seconds: time_s = 600"),
+        (
+            'tool_calls = "lots"',
+            "'budget.tool_calls' cannot be 'lots': write a whole number: tool_calls = 100",
+        ),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            load_config(config_in(tmp_path, f"[budget]\n{wrong_text}\n"), user_file=tmp_path / "none.toml")
 
 
 def test_budget_tokens_on_the_command_line_takes_k_and_m_and_names_the_fix_otherwise() -> None:
