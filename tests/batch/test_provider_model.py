@@ -46,3 +46,26 @@ def test_a_batch_on_an_openai_compatible_model(
     assert all(a["usage"]["input_tokens"] >= 900 for a in body["attempts"])  # the server's counts
     assert body["tasks"][0]["cost_usd"] is None  # no price known for this model: not a made-up figure
     assert fake.remaining == 0
+
+
+def test_the_folders_steward_toml_reaches_the_attempts(
+    tmp_path: Path, steward: Steward, fake: FakeLLMServer
+) -> None:
+    """`steward run` here reads ./steward.toml; so do the batch's attempts, though each runs in a
+    copy of its template (the model server's base_url is there, not in the environment)."""
+    (tmp_path / "set" / "tpl").mkdir(parents=True)
+    (tmp_path / "set" / "tpl" / "value.txt").write_text("old\n")
+    task = {"id": "value", "goal": "Change old to new in value.txt", "workspace": "tpl",
+            "verify": "grep -qx new value.txt"}  # fmt: skip
+    (tmp_path / "set" / "tasks.jsonl").write_text(json.dumps(task) + "\n")
+    (tmp_path / "steward.toml").write_text(
+        f'[models.openai]\nbase_url = "{fake.openai_base_url}"\nmax_retries = 0\n'
+    )
+    edit = FakeToolCall("edit_file", {"path": "value.txt", "old_text": "old", "new_text": "new"})
+    fake.add(FakeReply(tool_calls=[edit]), FakeReply(text="Done."))
+    report = tmp_path / "report"
+    done = steward("batch", "set/tasks.jsonl", "-m", "openai:smol", "-k", "1", "-o", str(report))
+    assert done.returncode == 0, done.stderr
+    body = json.loads((report / "report.json").read_text())
+    assert [a["passed"] for a in body["attempts"]] == [True], body["attempts"]
+    assert fake.remaining == 0 and "cannot reach" not in done.stderr

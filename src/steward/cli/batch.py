@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from pathlib import Path
@@ -94,6 +95,7 @@ def batch(
 
     if workers < 0:
         raise fail("--workers is how many jobs this command runs at once: 0 or more")
+    _apply_this_folders_config(workers)
     if resume is not None:
         if tasks_file is not None:
             raise fail("give either TASKS.jsonl or --resume DIR: a resumed batch keeps its own tasks")
@@ -114,6 +116,23 @@ def batch(
             tasks_file, persona or "coder", 1 if attempts is None else attempts, model, mode, url, directory
         )
     raise typer.Exit(asyncio.run(_run(manifest, workers, url)))
+
+
+def _apply_this_folders_config(workers: int) -> None:
+    """The attempts run in copies of their templates, where this folder's steward.toml (the one
+    `steward run` here reads: a model server's base_url, prices, limits) is not found: it is named
+    as ``STEWARD_CONFIG`` for this command's own workers, the model check and the verifiers, unless
+    STEWARD_CONFIG names a file already. A fleet's workers read their own configuration."""
+    here = Path("steward.toml").resolve()
+    if os.environ.get("STEWARD_CONFIG") or not here.is_file():
+        return
+    os.environ["STEWARD_CONFIG"] = str(here)
+    if workers == 0:
+        typer.echo(
+            f"steward: note: this command's checks use {here}, but the workers that take the jobs read "
+            "their own configuration (their STEWARD_CONFIG, ~/.config/steward/config.toml, the template's)",
+            err=True,
+        )
 
 
 def _default_dir() -> Path:
