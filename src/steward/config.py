@@ -831,7 +831,8 @@ def parse_count(text: str) -> int | None:
     return int(scaled) if scaled == int(scaled) else None
 
 
-def _parse_dollars(text: str) -> float | None:
+def parse_dollars(text: str) -> float | None:
+    """``"$0.50"``, ``"0.50"`` or ``"0.50 USD"`` as 0.5; None when ``text`` is no amount."""
     match = _DOLLARS.fullmatch(text.replace(",", ""))
     return float(match.group(1)) if match else None
 
@@ -845,7 +846,7 @@ _BUDGET_TEXT: dict[str, tuple[Any, str]] = {}
 for _scope in _BUDGET_SCOPES:
     _BUDGET_TEXT[f"{_scope}tokens"] = (parse_count, 'KEY = 200000, or with a unit, KEY = "200k" or "1.5M"')
     _BUDGET_TEXT[f"{_scope}tool_calls"] = (parse_count, "a whole number: KEY = 100")
-    _BUDGET_TEXT[f"{_scope}cost_usd"] = (_parse_dollars, 'US dollars: KEY = 0.50 (or "$0.50")')
+    _BUDGET_TEXT[f"{_scope}cost_usd"] = (parse_dollars, 'US dollars: KEY = 0.50 (or "$0.50")')
     _BUDGET_TEXT[f"{_scope}time_s"] = (_parse_seconds, 'seconds: KEY = 600 (or "600s", "10m", "1.5h")')
 
 

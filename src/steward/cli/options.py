@@ -63,9 +63,26 @@ BudgetTokens = Annotated[
         help="Most tokens this run may use, e.g. 200k or 1.5M (\\[budget] tokens).",
     ),
 ]
+
+
+def _dollars(text: str) -> float:
+    """``--budget-usd 0.50`` or ``$0.50``."""
+    from steward.config import parse_dollars
+
+    amount = parse_dollars(text)
+    if amount is None:
+        raise typer.BadParameter(f"{text!r} is not an amount of US dollars: write 0.50 or $0.50")
+    return amount
+
+
 BudgetUsd = Annotated[
     float | None,
-    typer.Option("--budget-usd", min=0.0, help="Most US dollars this run may spend (\\[budget] cost_usd)."),
+    typer.Option(
+        "--budget-usd",
+        parser=_dollars,
+        metavar="USD",
+        help="Most US dollars this run may spend, e.g. 0.50 (\\[budget] cost_usd).",
+    ),
 ]
 ModeOpt = Annotated[
     str | None,
