@@ -187,6 +187,8 @@ def test_a_bad_store_url_or_a_missing_store_is_one_line(cli: Cli) -> None:
     assert empty.returncode == 0 and empty.stdout.startswith("nothing remembered here yet (no store at ")
     asked = cli("memory", "show", "m1")
     assert asked.returncode == 2 and "no store at" in asked.stderr
+    exported = cli("memory", "export")  # `> memory.jsonl` gets no line that is not an item
+    assert exported.returncode == 0 and exported.stdout == "" and "no store at" in exported.stderr
 
 
 def test_search_uses_the_configured_embedder(

@@ -64,9 +64,10 @@ def _run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return asyncio.run(main())
 
 
-def _url(given: str | None, *, asked: bool, create: bool = False) -> str:
+def _url(given: str | None, *, asked: bool, create: bool = False, data: bool = False) -> str:
     """The store to read; a SQLite file that does not exist is never created here (an error
-    when an item was ``asked`` for) unless ``create`` (an import)."""
+    when an item was ``asked`` for) unless ``create`` (an import). ``data``: stdout carries the
+    items (an export), so what is said goes to stderr."""
     from steward.agent import store_url
     from steward.config import load_config
     from steward.store.engine import parse_url, sqlite_path
@@ -76,7 +77,9 @@ def _url(given: str | None, *, asked: bool, create: bool = False) -> str:
     path = sqlite_path(parse_url(url))  # a malformed URL: ConfigError naming the accepted forms
     if path is not None and not path.exists() and not create:
         if not asked:  # a listing of nothing is not an error
-            typer.echo(f"nothing remembered here yet (no store at {path}); give --store URL for another")
+            typer.echo(
+                f"nothing remembered here yet (no store at {path}); give --store URL for another", err=data
+            )
             raise typer.Exit(0)
         raise _fail(f"no store at {path}: nothing is remembered there; give --store URL, or run here first")
     return url
@@ -90,7 +93,12 @@ class _Opened:
 
 @asynccontextmanager
 async def _memory(
-    store_given: str | None, *, embed: bool = False, asked: bool = False, create: bool = False
+    store_given: str | None,
+    *,
+    embed: bool = False,
+    asked: bool = False,
+    create: bool = False,
+    data: bool = False,
 ) -> AsyncIterator[_Opened]:
     """The store's long-term memory (with ``[memory] embedder`` when ``embed``), closed after."""
     from steward.config import load_config
@@ -103,7 +111,7 @@ async def _memory(
         from steward.embed.resolve import embedder_from_config
 
         embedder = embedder_from_config(config)
-    store: EventStore = await open_store(_url(store_given, asked=asked, create=create))
+    store: EventStore = await open_store(_url(store_given, asked=asked, create=create, data=data))
     try:
         yield _Opened(LongTermMemory(store.engine, embedder=embedder, settings=config.memory), store.engine)
     finally:
@@ -395,7 +403,7 @@ def export(
 
     async def main() -> int:
         count = 0
-        async with _memory(store) as opened:
+        async with _memory(store, data=True) as opened:
             await _check_kind(opened.engine, kind)
             sink = output.open("w", encoding="utf-8") if output is not None else None
             try:
