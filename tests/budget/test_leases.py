@@ -5,11 +5,17 @@ given back, and a lease a dead process left is counted, not held for good."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import sqlalchemy as sa
+from tests.budget.models import LookupModel, lookup
 
+from steward import Agent
+from steward.budget.guard import BUDGET_EXHAUSTED, BUDGET_WARNING
 from steward.budget.ledger import Ledger
 from steward.budget.limits import BudgetLimits, Need, Spending
+from steward.config import BudgetSettings, Config
+from steward.events import DoneEvent, SignalEvent
 from steward.models.base import Usage
 from steward.store.events import EventStore
 from steward.store.schema import budget_scopes
@@ -18,10 +24,10 @@ SCOPE = "tree:t"
 CALL = 300  # tokens a model call may take
 
 
-async def held(store: EventStore) -> tuple[int, float]:
+async def held(store: EventStore, scope: str = SCOPE) -> tuple[int, float]:
     async with store.engine.connect() as conn:
         query = sa.select(budget_scopes.c.held_tokens, budget_scopes.c.held_cost)
-        row = (await conn.execute(query.where(budget_scopes.c.id == SCOPE))).one()
+        row = (await conn.execute(query.where(budget_scopes.c.id == scope))).one()
     return int(row[0]), float(row[1])
 
 
@@ -87,3 +93,24 @@ async def test_a_lease_left_by_a_dead_process_is_counted_when_the_run_goes_on(st
     # The run leases again from what is left.
     again = await ledger.renew("r", [SCOPE], Spending(), Need(CALL, 0.0, model=True))
     assert again.refused is None and await held(store) == (again.tokens, 0.0)
+
+
+async def test_a_tree_budget_kept_by_leases_warns_at_80_percent_and_ends_the_run_at_its_limit(
+    store: EventStore, tmp_path: Path
+) -> None:
+    model = LookupModel(calls=20)
+    a = Agent(model, tools=[lookup], builtin_tools=False, store=store, sandbox=False,
+              config=Config(budget=BudgetSettings(tree_tool_calls=5)))  # fmt: skip
+    events = [e async for e in a.start("look the keys up", workspace=tmp_path).stream()]
+    warnings = [e for e in events if isinstance(e, SignalEvent) and e.code == BUDGET_WARNING]
+    stops = [e for e in events if isinstance(e, SignalEvent) and e.code == BUDGET_EXHAUSTED]
+    assert len(warnings) == 1 and "job tree's budget is 80% used" in warnings[0].message
+    assert len(stops) == 1 and events.index(warnings[0]) < events.index(stops[0])
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.end_status == "partial" and done.tool_calls == 5
+    # What the tree counts is what was made: the calls leased and not made were given back.
+    run_id = events[0].run_id
+    (state,) = await Ledger(store.engine).states([f"tree:{run_id}"])
+    totals = await Ledger(store.engine).run(run_id)
+    assert state.spent.tool_calls == 5 and totals is not None and totals.tool_calls == 5
+    assert await held(store, f"tree:{run_id}") == (0, 0.0)

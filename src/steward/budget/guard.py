@@ -91,6 +91,9 @@ class Budget:
     # Below these (tokens, USD, seconds, tool calls) no budget the run keeps alone is near a
     # signal: a step then skips working out each budget's share (None: not worked out yet).
     _quiet: tuple[int, float, float, int] | None = None
+    # The same for the store's scopes: how much more the run may spend before one of them, as
+    # last read, would warn or end it (None: not worked out since they were read).
+    _shared_quiet: tuple[float, float, float, float] | None = None
     _caps: tuple[int, float] | None = None  # ``_local_caps``, once worked out
     # The step under way: when it started, the log it is rebuilt from (None: live), whether the
     # check before it ended the run.
@@ -108,6 +111,7 @@ class Budget:
     _room_cost: float = 0.0
     _room_calls: float = 0.0
     _room_time: float = 0.0
+    _asked: tuple[int, float] = (0, 0.0)  # the tokens and money of the call ``leased`` looked at
 
     # --- counting (the wrappers) -------------------------------------------------------
 
@@ -154,10 +158,20 @@ class Budget:
         if self.ledger is None or not self.scopes:
             self.hold_local(request)
             return
+        if not self.leased(request):
+            await self.renew_for_call()
+
+    def leased(self, request: ModelRequest) -> bool:
+        """Whether the run's lease in the store's scopes covers the call (no write, no
+        coroutine: the common case); if not, ``renew_for_call`` before it."""
         self.count(self.run_usage)  # a call within a step (a summary) comes after the step's reply
-        tokens, cost = self._call_size(request)
-        if tokens <= self._room_tokens and cost <= self._room_cost and self._seconds < self._room_time:
-            return  # the lease covers it: no write
+        tokens, cost = self._asked = self._call_size(request)
+        return tokens <= self._room_tokens and cost <= self._room_cost and self._seconds < self._room_time
+
+    async def renew_for_call(self) -> None:
+        """A new lease for the call ``leased`` looked at; ``BudgetExceededError`` if a scope
+        has no room for it."""
+        tokens, cost = self._asked
         self._refuse(await self._renew(Need(tokens, cost, model=True)), tokens)
 
     def hold_local(self, request: ModelRequest) -> None:
@@ -254,6 +268,15 @@ class Budget:
         self._calls += 1
         return None
 
+    def take_leased_call(self) -> str | None:
+        """``take_call`` when the lease has a call left, or no shared scope bounds tool calls
+        (then they count the call when the run records what it spent): no write, no coroutine."""
+        refused = self.take_local_call()
+        if refused is None:
+            self._room_calls -= 1
+            self._untaken += self._room_calls == float("inf")
+        return refused
+
     async def give_back_call(self) -> None:
         self.spent.tool_calls -= 1
         self._calls -= 1
@@ -334,8 +357,14 @@ class Budget:
         """Whether what the run spent is below every amount at which one of its budgets would
         warn or end it: a few comparisons a step instead of each budget's share. Only for
         budgets compared with this run's own spending (none shared in the store)."""
-        if self.ledger is not None and self.scopes:  # the scopes' spending comes from the store
-            return False
+        if self.ledger is not None and self.scopes:  # the scopes as last read, and what it spent since
+            shared = self._shared_quiet
+            if shared is None:
+                shared = self._shared_quiet = self._shared_thresholds()
+            u = self._usage
+            if not (u.input_tokens + u.output_tokens < shared[0] and (self._cost or 0.0) < shared[1]
+                    and self._seconds < shared[2] and self._calls < shared[3]):  # fmt: skip
+                return False
         quiet = self._quiet
         if quiet is None:
             quiet = self._quiet = self._thresholds()
@@ -357,6 +386,20 @@ class Budget:
                 if limit > 0:
                     found[n] = min(found[n], share * limit * (1 - 1e-9))
         return int(min(found[0], 2**62)), found[1], found[2], int(min(found[3], 2**62))
+
+    def _shared_thresholds(self) -> tuple[float, float, float, float]:
+        """``_thresholds`` for the store's scopes as last read: what more may be spent, per
+        dimension, before one of them warns (or, warned, ends the run)."""
+        found = [float("inf")] * 4
+        for state in self.states.values():
+            share = 1.0 if _label(state.id, self.run_id) in self.raised else min(self.warn_at, 1.0)
+            limits, spent = state.limits, state.spent
+            pairs = ((limits.tokens, spent.tokens), (limits.cost_usd, spent.cost_usd),
+                     (limits.time_s, spent.time_s), (limits.tool_calls, spent.tool_calls))  # fmt: skip
+            for n, (limit, used) in enumerate(pairs):
+                if limit > 0:
+                    found[n] = min(found[n], share * limit * (1 - 1e-9) - used)
+        return found[0], found[1], found[2], found[3]
 
     def _exhausted(self, standing: list[Standing] | None = None) -> str | None:
         for label, limits, spent, used in self._standing() if standing is None else standing:
@@ -385,7 +428,7 @@ class Budget:
             if used is None or used[1] < self.warn_at or used[1] >= 1.0 or label in self.raised:
                 continue
             self.raised.add(label)
-            self._quiet = None  # this budget now matters again only at its end
+            self._quiet = self._shared_quiet = None  # this budget now matters again only at its end
             message = (
                 f"{label.capitalize()} budget is {used[1]:.0%} used ({spent.describe()} of "
                 f"{limits.describe(used[0])}). Finish the most important part now and end the run with "
@@ -466,6 +509,7 @@ class Budget:
         self._usage, self._cost, self._calls, self._seconds, self._untaken = Usage(), 0.0, 0, 0.0, 0
         if renewed.states:
             self.states = {s.id: s for s in renewed.states}
+            self._shared_quiet = None
         inf = float("inf")
         self._room_tokens = renewed.tokens if any(b.tokens for b in bounds) else inf
         self._room_cost = renewed.cost if any(b.cost_usd for b in bounds) else inf
@@ -566,19 +610,22 @@ class BudgetedModel(Model):
             budget._went_live = True
             budget._seen = _copy(budget.run_usage)
         if budget.ledger is not None and budget.scopes:
-            return self._held(request)
-        try:
-            budget.hold_local(request)  # (not a coroutine: the common case)
-        except BudgetExceededError as exc:
-            # Raised where a stream's failures are, when it is read: a wrapper's span still ends.
-            return _failing(exc)
+            if not budget.leased(request):
+                return self._held(request)
+        else:
+            try:
+                budget.hold_local(request)  # (not a coroutine: the common case)
+            except BudgetExceededError as exc:
+                # Raised where a stream's failures are, when it is read: a wrapper's span still ends.
+                return _failing(exc)
         if request.purpose != "step":
             return self._aside(self.model.stream(request))
         return self.model.stream(request)
 
     async def _held(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        """A call that first holds what it may cost in the store's scopes."""
-        await self.budget.before_call(request)
+        """A call that first renews the run's lease in the store's scopes (``Budget.leased``
+        found it short)."""
+        await self.budget.renew_for_call()
         stream = (
             self.model.stream(request)
             if request.purpose == "step"
@@ -632,11 +679,12 @@ class BudgetedToolset(WrapperToolset):
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         budget = self.budget
         # Counted here without a coroutine unless the store must take the call (a shared budget).
-        refused = (
-            budget.take_local_call()
-            if budget.ledger is None or not budget.scopes
-            else await budget.take_call()
-        )
+        if budget.ledger is None or not budget.scopes:
+            refused = budget.take_local_call()
+        elif budget._room_calls >= 1:  # the lease has a call left (or no scope bounds calls)
+            refused = budget.take_leased_call()
+        else:
+            refused = await budget.take_call()
         if refused is not None:
             return ToolResult(
                 f"Not run: {refused}. End the run now with what you have (agent_step end).",
