@@ -700,7 +700,22 @@ def _problem(err: Mapping[str, Any]) -> str:
         # The key of the setting, not of the list item: 'notify.on', not 'notify.on.0'.
         key = ".".join(str(p) for p in err["loc"] if not isinstance(p, int))
         return f"'{key}' cannot be {got!r}; allowed: {err.get('ctx', {}).get('expected', err['msg'])}"
+    if err["type"] in ("int_parsing", "float_parsing") and isinstance(got, str):
+        return _number_problem(key, loc[-1], got, whole=err["type"] == "int_parsing")
     return f"'{key}': {err['msg']} (got {got!r})"
+
+
+def _number_problem(key: str, name: str, got: str, *, whole: bool) -> str:
+    """A number written as text ("30d", "80%"): what to write instead, without quotes."""
+    kind = "a whole number" if whole else "a number"
+    found = re.match(r"\s*(\d+(?:\.\d+)?)\s*(%?)", got)
+    if found is None:
+        return f"'{key}' must be {kind}, written without quotes, got {got!r}"
+    number = float(found.group(1)) / (100 if found.group(2) else 1)
+    if name.endswith("_s") and (seconds := _parse_seconds(got)) is not None:  # "10m" is 600 seconds
+        number = seconds
+    example = f"{number:g}" if not whole else str(int(number))
+    return f"'{key}' must be {kind}, written without quotes: {name} = {example} (got {got!r})"
 
 
 def _as_list(key: str, text: str) -> str:

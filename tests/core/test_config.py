@@ -60,6 +60,31 @@ def test_out_of_range_value_is_explained(tmp_path: Path) -> None:
         load_config(tmp_path, environ={}, user_file=tmp_path / "none")
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            '[memory]\nttl_days = "30d"\n',
+            "'memory.ttl_days' must be a number, written without quotes: ttl_days = 30",
+        ),
+        (
+            '[budget]\nwarn_at = "80%"\n',
+            "'budget.warn_at' must be a number, written without quotes: warn_at = 0.8",
+        ),
+        ('[limits]\nrun_timeout_s = "10m"\n', "written without quotes: run_timeout_s = 600 (got '10m')"),
+        (
+            '[limits]\nmax_steps = "fifty"\n',
+            "'limits.max_steps' must be a whole number, written without quotes",
+        ),
+    ],
+)
+def test_a_number_written_as_text_says_what_to_write(tmp_path: Path, text: str, said: str) -> None:
+    (tmp_path / "steward.toml").write_text(text)
+    with pytest.raises(ConfigError) as wrong:
+        load_config(tmp_path, environ={}, user_file=tmp_path / "none")
+    assert said in str(wrong.value) and "Input should be" not in str(wrong.value)
+
+
 def test_unknown_provider_section(tmp_path: Path) -> None:
     (tmp_path / "steward.toml").write_text('[models.gemini]\nbase_url = "x"\n')
     with pytest.raises(
