@@ -161,6 +161,8 @@ def test_budget_tokens_on_the_command_line_takes_k_and_m_and_names_the_fix_other
     runner = CliRunner()
     wrong = runner.invoke(app, ["run", "hi", "--budget-tokens", "lots"], env={"COLUMNS": "200"})
     assert wrong.exit_code == 2 and "200k or 1.5M" in wrong.output and "Traceback" not in wrong.output
+    none = runner.invoke(app, ["run", "hi", "--budget-tokens", "0"], env={"COLUMNS": "200"})
+    assert none.exit_code == 2 and "give 1 or more" in none.output
     from steward.cli.options import _dollars
 
     assert (_dollars("$0.50"), _dollars("2"), _dollars("0.25 USD")) == (0.5, 2.0, 0.25)

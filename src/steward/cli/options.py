@@ -49,8 +49,10 @@ def _token_count(text: str) -> int:
     from steward.config import parse_count
 
     count = parse_count(text)
-    if count is None or count < 1:
+    if count is None:
         raise typer.BadParameter(f"{text!r} is not a number of tokens: write 200000, 200k or 1.5M")
+    if count < 1:
+        raise typer.BadParameter("a budget of no tokens leaves no room for a model call: give 1 or more")
     return count
 
 
