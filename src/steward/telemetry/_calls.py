@@ -100,9 +100,12 @@ class TracingModel(Model):
         if _INSTRUMENTATION in sys.modules:
             items = _in_context(items, in_context(span, run._run_context))
         if request.purpose == "step":
-            # A step's reply reaches the loop, which tells ``RunTrace.replied``: the span ends
-            # there, and the stream goes to the loop as the provider made it.
-            run.waiting(span)
+            # A step's reply reaches the loop, which tells ``took``: the span ends there, and
+            # the stream goes to the loop as the provider made it. A call still waiting had no
+            # reply (a stream left without one, whose error, if any, was said already).
+            if run.chat is not None:
+                run.end_chat()
+            run.chat = span
             return items
         made: _ChatStream = _new(_ChatStream)  # without ``__init__``'s frame
         made._model, made._span, made._items, made._next = self, span, items, items.__anext__
@@ -116,6 +119,14 @@ class TracingModel(Model):
             [{"type": "text", "content": request.system_text}]
         )
         attributes["gen_ai.input.messages"] = content.json(_messages(request))
+
+    def took(self, response: ModelResponse) -> None:
+        """The loop took a step's reply (``Loop.replied``): its call's span ends with it."""
+        run = self.trace
+        span = run.chat
+        if span is not None:
+            run.chat = None
+            self.replied(span, response)
 
     def replied(self, span: Span, response: ModelResponse) -> None:
         """End ``span``, the call's, with what ``response`` says (its model, usage, reason)."""
@@ -262,6 +273,7 @@ class TracingToolset(WrapperToolset):
         super().__init__(wrapped)
         self.trace = trace_
         self._span_names = _SpanNames()
+        self.get_tools = wrapped.get_tools  # type: ignore[method-assign]  # asked each step: no layer
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         run = self.trace

@@ -31,7 +31,6 @@ from steward.telemetry._light import LightTracer, child_span
 if TYPE_CHECKING:
     from steward.config import TelemetrySettings
     from steward.loop import Loop
-    from steward.models.base import ModelResponse
     from steward.run_state import RunState
     from steward.safety.secrets.values import SecretWatch
 
@@ -82,7 +81,6 @@ class RunTrace:
         self.usage = [0, 0]
         #: The span of the step's model call, until the loop has its reply (``replied``).
         self.chat: Span | None = None
-        self._chat_model: TracingModel | None = None
         self.failed = False  # the run span has its error.type already
         self._phased = False  # the current step span has its steward.phase
         # Whether the run's span records (sampled, a real provider). A run left out (a sampler's
@@ -99,26 +97,13 @@ class RunTrace:
         """The trace of ``loop``'s run, its model and toolset wrapped to make their spans."""
         content = Content(watch() if watch is not None else None) if settings.record_content else None
         made = cls(settings, loop.state, agent=agent or "steward", model=loop.model.name, content=content)
-        loop.model = made._chat_model = TracingModel(loop.model, made)
+        model = TracingModel(loop.model, made)
+        loop.model, loop.replied = model, model.took
         loop.toolset = TracingToolset(loop.toolset, made)
-        loop.replied = made.replied
         return made
 
-    # --- a step's model call ---------------------------------------------------------------
-
-    def waiting(self, span: Span) -> None:
-        """``span``, a step's model call, waits for its reply. A call still waiting had none
-        (a stream left without one, whose error, if any, was said already): it ends here."""
-        self._end_chat()
-        self.chat = span
-
-    def replied(self, response: ModelResponse) -> None:
-        """The loop took a step's reply (``Loop.replied``): its call's span ends with it."""
-        span, self.chat = self.chat, None
-        if span is not None and self._chat_model is not None:
-            self._chat_model.replied(span, response)
-
-    def _end_chat(self, error: tuple[str, str] | None = None) -> None:
+    def end_chat(self, error: tuple[str, str] | None = None) -> None:
+        """End the span of a step's model call that got no reply (``error``: what it got)."""
         span, self.chat = self.chat, None
         if span is not None:
             if error is not None:
@@ -169,7 +154,7 @@ class RunTrace:
         return self.first if traceparent is None else None
 
     def end(self) -> None:
-        self._end_chat()  # a call the run left before its reply (cancelled, out of time)
+        self.end_chat()  # a call the run left before its reply (cancelled, out of time)
         self._end_step()
         span, self.span, self._run_context, self.under = self.span, None, None, INVALID_SPAN
         if span is None:
@@ -217,7 +202,7 @@ class RunTrace:
     #: The events ``watch`` is told of (``Loop.watched``): the loop leaves the others out.
     WATCHED = _TELLING
 
-    def watch(self, event: ev.Event) -> None:
+    def watch(self, event: ev.Event) -> None:  # noqa: PLR0912 - one match over the event types
         """What an event the loop numbers (``Loop.watch``, a type in ``WATCHED``) says about the
         run's spans. A run left out reads none: it has no step spans, and its calls none."""
         if not self.recording:
@@ -225,8 +210,11 @@ class RunTrace:
         match event:  # a step's own two first
             case ev.ToolUse(tool=tool, call_id=call_id):
                 self.call = (tool, call_id)
-                if not self._phased and self.step is not None:  # a tool called directly: acting,
-                    self.step.set_attribute("steward.phase", "act")  # as ``runs show`` counts it
+                if not self._phased and (step := self.step) is not None:  # a tool called directly:
+                    if self.light:  # acting, as ``runs show`` counts it
+                        step.attributes["steward.phase"] = "act"  # type: ignore[attr-defined]
+                    else:
+                        step.set_attribute("steward.phase", "act")
                     self._phased = True
             case ev.StepStart(step=n) if self.span is not None:
                 if self.step is not None:
@@ -242,7 +230,7 @@ class RunTrace:
                 self.call = (resume.approval.tool, resume.approval.call.id)  # the approved call runs next
             case ev.ErrorEvent(code=code, message=message, recoverable=recoverable):
                 if self.chat is not None and code.startswith("model_"):  # its call got no reply
-                    self._end_chat((code, message))  # (``model_retry``: the call is made again)
+                    self.end_chat((code, message))  # (``model_retry``: the call is made again)
                 if not recoverable and self.span is not None:
                     mark_error(self.span, code, message)
                     self.failed = True
