@@ -44,7 +44,8 @@ async def test_tool_calls_warn_at_80_percent_then_end_the_run_partial(
     events = await events_of(agent(model, store, tool_calls=5), tmp_path)
 
     (warning,) = signals(events, BUDGET_WARNING)
-    assert "80%" in warning.message and "5 tool calls" in warning.message
+    assert "80%" in warning.message and "; the limit is 5 tool calls)" in warning.message
+    assert "used (spent " in warning.message and "4 tool calls;" in warning.message  # spent, then the limit
     # The agent reads it: the request after the warning carries it.
     told = [r for r in model.requests if any(isinstance(m, UserMessage) and m.content == warning.message
                                             for m in r.messages)]  # fmt: skip

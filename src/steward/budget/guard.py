@@ -16,6 +16,7 @@ again, the run goes on from what its row in the store says it spent.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -112,6 +113,7 @@ class Budget:
     _room_calls: float = 0.0
     _room_time: float = 0.0
     _asked: tuple[int, float] = (0, 0.0)  # the tokens and money of the call ``leased`` looked at
+    _renewing: asyncio.Lock = field(default_factory=asyncio.Lock)  # one renewal at a time
 
     # --- counting (the wrappers) -------------------------------------------------------
 
@@ -430,8 +432,8 @@ class Budget:
             self.raised.add(label)
             self._quiet = self._shared_quiet = None  # this budget now matters again only at its end
             message = (
-                f"{label.capitalize()} budget is {used[1]:.0%} used ({spent.describe()} of "
-                f"{limits.describe(used[0])}). Finish the most important part now and end the run with "
+                f"{label.capitalize()} budget is {used[1]:.0%} used (spent {spent.describe()}; the limit "
+                f"is {limits.describe(used[0])}). Finish the most important part now and end the run with "
                 "what you have; it stops when the budget is used up."
             )
             loop.state.transcript.add_user(message)
@@ -498,6 +500,11 @@ class Budget:
     async def _renew(self, need: Need | None) -> str | None:
         """Record what the run spent since it last did, give back its lease and, for ``need``,
         take a new one (one transaction); the scope that has no room for ``need``, or None."""
+        assert self.ledger is not None
+        async with self._renewing:  # what it records is taken under the lock: counted once
+            return await self._renew_now(need)
+
+    async def _renew_now(self, need: Need | None) -> str | None:
         assert self.ledger is not None
         bounds = [s.limits for s in self.states.values()]
         calls_bound = any(b.tool_calls for b in bounds)
