@@ -105,6 +105,29 @@ def test_the_command_refuses_bad_flags_before_queueing_anything(
     assert not (tmp_path / "report").exists()  # no manifest, no store, no job
 
 
+def test_a_persona_the_attempts_cannot_find_says_where_every_template_sees_it(
+    tmp_path: Path, steward: Steward, steward_env: dict[str, str]
+) -> None:
+    tasks = _tasks(tmp_path, GOOD)
+    (tmp_path / "personas").mkdir()
+    (tmp_path / "personas" / "tester.toml").write_text(
+        'role = "tester"\n'
+    )  # this folder's: not the templates'
+    done = steward("batch", str(tasks), "--model", "scripted", "-p", "tester", "-o", str(tmp_path / "report"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    user_dir = Path(steward_env["XDG_CONFIG_HOME"]) / "steward" / "personas"
+    assert "no persona 'tester' for task 'a' (personas/tester.toml in this folder is not used" in done.stderr
+    assert f"put tester.toml in {user_dir} (every template's attempts see it)" in done.stderr
+    user_dir.mkdir(parents=True)
+    (tmp_path / "personas" / "tester.toml").rename(user_dir / "tester.toml")
+    checked = steward(
+        "batch", str(tasks), "--model", "openai:gpt-4o-mini", "-p", "tester", "-o", str(tmp_path / "r")
+    )
+    assert (
+        "no persona" not in checked.stderr and "no API key" in checked.stderr
+    )  # found; the next check speaks
+
+
 def test_a_model_that_cannot_work_is_refused_before_queueing_anything(
     tmp_path: Path, steward: Steward
 ) -> None:

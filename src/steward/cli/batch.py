@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from steward.batch.report import TaskFigures
     from steward.batch.tasks import Task
     from steward.jobs.api import Queue
+    from steward.personas import Persona
 
 TasksFile = Annotated[
     Path | None, typer.Argument(help="The task set: one JSON object per line.", metavar="TASKS.jsonl")
@@ -201,11 +202,10 @@ def _check_persona_and_model(tasks: list[Task], persona: str, model: str | None,
     from steward.batch.plan import SCRIPTED
     from steward.config import load_config
     from steward.errors import ConfigError, ModelError
-    from steward.personas import find_persona
 
     for task in {t.workspace: t for t in tasks}.values():  # once per template
         try:
-            found = find_persona(persona, task.workspace)
+            found = _persona_for(persona, task)
             given = {"model": model} if model is not None and model != SCRIPTED else None
             config = load_config(task.workspace, persona=found.layer(), overrides=given)
         except ConfigError as exc:
@@ -223,6 +223,29 @@ def _check_persona_and_model(tasks: list[Task], persona: str, model: str | None,
             raise fail(f"the model {config.model!r} (task {task.id!r}) cannot work: {exc}") from None
     if model == SCRIPTED:
         _check_scripts(tasks, tasks_file)
+
+
+def _persona_for(name: str, task: Task) -> Persona:
+    """``name`` as an attempt of ``task`` finds it (its template's personas/, the user's, the
+    shipped ones); when it does not, where to put it so that every template's attempts do."""
+    from steward.errors import ConfigError
+    from steward.personas import PERSONAS_DIR, find_persona, persona_dirs
+
+    try:
+        return find_persona(name, task.workspace)
+    except ConfigError as exc:
+        user_dir = persona_dirs(task.workspace)[1]
+        if not str(exc).startswith("no persona"):
+            raise
+        here = Path(PERSONAS_DIR, f"{name}.toml")
+        seen = ""
+        if here.is_file():
+            seen = f" ({here} in this folder is not used: the attempts run in copies of their templates)"
+        raise ConfigError(
+            f"no persona {name!r} for task {task.id!r}{seen}: put {name}.toml in {user_dir} (every "
+            f"template's attempts see it) or in {task.workspace / PERSONAS_DIR}; "
+            "`steward personas list` shows the personas there are"
+        ) from None
 
 
 def _check_scripts(tasks: list[Task], tasks_file: Path) -> None:
