@@ -229,7 +229,8 @@ def _persona_for(name: str, task: Task) -> Persona:
     """``name`` as an attempt of ``task`` finds it (its template's personas/, the user's, the
     shipped ones); when it does not, where to put it so that every template's attempts do."""
     from steward.errors import ConfigError
-    from steward.personas import PERSONAS_DIR, find_persona, persona_dirs
+    from steward.personas import find_persona, persona_dirs
+    from steward.safety.protected import PERSONAS_DIR
 
     try:
         return find_persona(name, task.workspace)
