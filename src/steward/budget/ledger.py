@@ -1,11 +1,15 @@
 """Budgets kept in the store, where every worker process sees the same numbers.
 
 A run charges its own row and the scopes it shares: the runs above it (a parent's budget
-covers what it delegates), its job tree, its session. A model call first *holds* what it may
-cost in every scope it charges, in one transaction whose conditional ``UPDATE`` succeeds only
-if the hold fits what is left (``spent + held + hold <= limit``); two children in different
-processes asking for the last of a tree's tokens cannot both get it. When the call returns,
-its real usage replaces the hold. A tool call takes one call from its scopes the same way.
+covers what it delegates), its job tree, its session. Before a model or tool call that its
+lease does not cover, a run *renews* its lease in every scope it charges (``Ledger.renew``), in
+one transaction: it records what it spent since it last did, gives back what it held, and holds
+a new lease only if the call fits what is left (``spent + held + call <= limit``, the scopes'
+rows locked); two children in different processes asking for the last of a tree's tokens
+cannot both get it. While the scopes have plenty of room a lease covers several calls (a share
+of what is left, so that the runs beside it still get theirs); near a limit, one call. The run
+draws on its lease without writing and records its spending when the lease runs out or when
+it waits or ends. Leased tool calls count as spent while leased; those not made are given back.
 """
 
 from __future__ import annotations
@@ -105,8 +109,8 @@ class Ledger:
     ) -> RunTotals:
         """Make the run's row and its scopes' rows where missing; what the run spent so far.
 
-        A scope that exists keeps its limits (its first run set them); a hold this run left when
-        its process died is given back.
+        A scope that exists keeps its limits (its first run set them); a lease this run held
+        when its process died is counted as spent (``_release``), not held for good.
         """
         now = time.time()
         async with write_transaction(self.engine) as conn:
