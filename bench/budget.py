@@ -8,8 +8,8 @@ a store, two ways, interleaved so the machine's load falls on each alike: no bud
 wrapped) and a run budget in tokens and tool calls (the model and toolset wrappers and the
 loop's step hooks, counting in memory). With a SQLite store, two more: a run that only records
 what it spent (one small write when it ends) and one whose tree budget is kept in the store (a
-hold before each model call, each tool call taken, a settle after: three write transactions per
-step, as the tree bounds tool calls). Printed per N: the median CPU
+lease of several calls' tokens and tool calls renewed when it runs out, one write transaction
+every 16th step here, as the limits are never near). Printed per N: the median CPU
 ms per step (CPU time, not wall time: on a loaded machine the other processes' share would
 drown the difference) and what the budget adds per step (µs, and as a share of the loop's own
 step). Target: the in-memory accounting costs <= 5 % of the loop's step.
