@@ -11,7 +11,7 @@ live elsewhere: they consume the events, or hand the loop a recorded model, tool
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
@@ -76,10 +76,10 @@ class Loop:
         self.step_spec = AGENT_STEP_SPEC  # the agent_step tool offered: full or compact (``steward.phases``)
         self.ending: Callable[[Loop, Items], Items] | None = None  # an answer's ending checked (continuation)
         self.guard: StepGuard | None = None  # around each step, after the ending's check (budgets)
-        #: Told of every event as it is numbered, after ``stamp`` (tracing: a call, where a layer
-        #: around the run's stream would cost a generator step per event).
-        self.watch: Callable[[ev.Event], None] | None = None
-        self.watched: frozenset[str] = frozenset()  # the event types ``watch`` is told of
+        #: Told of the events of their type as they are numbered, after ``stamp`` (tracing: a
+        #: call, where a layer around the run's stream would cost a generator step per event).
+        #: Each takes the events of its type only (``Any``: a handler names the type it takes).
+        self.watchers: Mapping[str, Callable[[Any], None]] = {}
         #: Told of each step's reply as the loop takes it (tracing ends the model call's span
         #: there, where a layer around the model's stream would cost a frame per piece).
         self.replied: Callable[[ModelResponse], None] | None = None
@@ -95,8 +95,8 @@ class Loop:
         event.seq = st.seq
         if self.stamp is not None:
             self.stamp(event)
-        if self.watch is not None and event.type in self.watched:
-            self.watch(event)
+        if self.watchers and (told := self.watchers.get(event.type)) is not None:
+            told(event)
         return event
 
     async def run(self) -> AsyncIterator[ev.Event]:

@@ -202,7 +202,7 @@ class Run:
         trace = self.trace
         if trace is not None:
             trace.begin(None)
-            self._loop.watch, self._loop.watched = trace.watch, trace.WATCHED
+            self._loop.watchers = trace.watchers()
         return trace
 
     @staticmethod
@@ -212,7 +212,7 @@ class Run:
 
     def _trace_close(self, trace: RunTrace | None) -> None:
         if trace is not None:
-            self._loop.watch = None
+            self._loop.watchers = {}
             trace.end()
 
     async def _opened(self, store: EventStore) -> RunLog:

@@ -26,6 +26,8 @@ class Received:
     service: str
     kind: int = 0  # OTLP's SpanKind: 1 internal, 3 client
     status: int = 0  # OTLP's status code: 0 unset, 1 ok, 2 error
+    start: int = 0  # nanoseconds since the epoch
+    end: int = 0
 
 
 @dataclass
@@ -74,6 +76,8 @@ def _received(span: Any, service: str) -> Received:
         service=service,
         kind=span.kind,
         status=span.status.code,
+        start=span.start_time_unix_nano,
+        end=span.end_time_unix_nano,
     )
 
 

@@ -7,6 +7,9 @@ got, and what happens to a run when that helper is gone."""
 from __future__ import annotations
 
 import logging
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,7 +88,9 @@ def _one(spans: list[Received], name: str) -> Received:
 async def test_a_run_s_spans_reach_the_collector_through_the_exporter_process(
     tmp_path: Path, collector: Receiver
 ) -> None:
+    began = time.time_ns()
     run_id = await _run(tmp_path, collector.url)
+    ended = time.time_ns()
     spans = collector.wait_for(lambda got: any(s.name.startswith("invoke_agent") for s in got))
     run = _one(spans, "invoke_agent steward")
     assert run.parent_id == "" and run.attributes["gen_ai.agent.id"] == run_id
@@ -103,6 +108,51 @@ async def test_a_run_s_spans_reach_the_collector_through_the_exporter_process(
     assert by_id[found.parent_id].name == "step"
     failed = _one(spans, "execute_tool broken")
     assert failed.status == 2 and failed.attributes["error.type"]  # an error, with its kind
+    # Times go as float seconds to the helper: within a microsecond of the clock, and each span
+    # within its parent's.
+    assert all(began - 1000 <= s.start <= s.end <= ended + 1000 for s in spans)
+    assert all(
+        by_id[s.parent_id].start <= s.start and s.end <= by_id[s.parent_id].end for s in spans if s.parent_id
+    )
+
+
+def test_spans_ended_on_several_threads_while_batches_go_all_reach_the_collector(collector: Receiver) -> None:
+    sink = Sink(f"{collector.url}/v1/traces", "a test", {}, "threads", 10.0)
+    tracer = LightTracer(sink, 1.0)
+    root = tracer.start_span("root")
+    under = trace.set_span_in_context(root)
+    sent = threading.Event()
+
+    def spans(n: int) -> None:
+        for i in range(400):
+            tracer.start_span(f"t{n}", context=under, attributes={"i": i}).end()
+
+    def batches() -> None:  # a batch goes as often as it can, racing the threads' ends
+        for _ in range(1_000_000):
+            if sent.is_set():
+                return
+            sink.flush()
+
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as the interpreter lets them
+    try:
+        flusher = threading.Thread(target=batches)
+        flusher.start()
+        workers = [threading.Thread(target=spans, args=(n,)) for n in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        sent.set()
+        flusher.join()
+    finally:
+        sys.setswitchinterval(switching)
+    root.end()
+    assert sink.close(wait_s=60)
+    got = collector.wait_for(lambda got: len(got) >= 1601)
+    assert len(got) == 1601 and len({s.span_id for s in got}) == 1601
+    for n in range(4):
+        assert sorted(s.attributes["i"] for s in got if s.name == f"t{n}") == list(range(400))
 
 
 async def test_a_run_goes_on_when_its_exporter_process_is_gone(

@@ -1,9 +1,11 @@
 """The spans of a run's calls: ``chat {model}`` around the model, ``execute_tool {tool}`` around
 the toolset (a memory operation under ``remember``, ``recall`` and ``forget``).
 
-Each wrapper starts its span under the run's step (``RunTrace.parent``) and makes its own span
-current while the call runs, so what the call does (an HTTP client's own instrumentation, a
-``delegate`` call's job) nests under it.
+Each wrapper starts its span under the run's step (``RunTrace.under``). What the call does nests
+under its span: a job a tool call submits (a ``delegate`` call's) continues the span in
+``CALL_SPAN``, and, where an instrumentation library is loaded (an HTTP client's own spans), the
+call's span is OpenTelemetry's current span while it runs. Without one, nothing reads that
+context, and making it current at every call would cost more than the span.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from opentelemetry.trace import SpanKind
 
 from steward.errors import ApprovalRequired
 from steward.models.base import Model, ModelRequest, ModelResponse, StreamItem, ToolCall
-from steward.telemetry._common import attach, detach, in_context, mark_error, provider_and_model
+from steward.telemetry._common import CALL_SPAN, attach, detach, in_context, mark_error, provider_and_model
 from steward.tools.base import ToolContext, ToolResult, Toolset, WrapperToolset
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ _INSTRUMENTATION = "opentelemetry.instrumentation"  # the package instrumentatio
 _ITEM_REF = re.compile(r"\bm(\d+)\b")  # how memory tools name an item (``archival.item_ref``)
 _new = object.__new__
 _NAMES_KEPT = 256  # tools' span names kept per run
+_BASES_KEPT = 64  # model calls' shared attributes kept per run (purpose, token limit, temperature)
 #: Every tool call span's attributes, shared (never changed): a span's own go with them.
 _TOOL_CALL: Mapping[str, Any] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.type": "function"}
 _INTERNAL, _CLIENT = SpanKind.INTERNAL.value, SpanKind.CLIENT.value  # as ``RunTrace.child`` takes them
@@ -52,13 +55,14 @@ class TracingModel(Model):
         self.wrapped, self.trace = wrapped, trace_
         self.name = wrapped.name
         provider, model = provider_and_model(self.name)  # as the conventions name them, once
-        self._model, self._span_name = model, f"chat {model}"
+        self._span_name = f"chat {model}"
         # Every call's, shared (never changed): a span's own attributes go with them.
         self._attributes: Mapping[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": provider,
             "gen_ai.request.model": model,
         }
+        self._bases: dict[tuple[str, int | None, float | None], Mapping[str, Any]] = {}
 
     def replayed(self) -> None:
         self.wrapped.replayed()
@@ -79,14 +83,16 @@ class TracingModel(Model):
         run = self.trace
         if not run.recording:  # a run left out: no span, the run's context current
             return _in_context(self.wrapped.stream(request), run.parent())
-        attributes: dict[str, Any] = {"steward.request.purpose": request.purpose}
-        if request.max_tokens is not None:
-            attributes["gen_ai.request.max_tokens"] = request.max_tokens
-        if request.temperature is not None:
-            attributes["gen_ai.request.temperature"] = request.temperature
+        # What a call shares with the run's other calls of its kind (a step's, a summary's) is
+        # its base, made once and sent once a batch; what is its own goes in ``attributes``.
+        key = (request.purpose, request.max_tokens, request.temperature)
+        base = self._bases.get(key)
+        if base is None:
+            base = self._base(key)
+        attributes: dict[str, Any] = {}
         if run.content is not None:
             self._content(attributes, request)
-        span = run.child(run.under, self._span_name, _CLIENT, self._attributes, attributes)
+        span = run.child(run.under, self._span_name, _CLIENT, base, attributes)
         try:
             items = self.wrapped.stream(request)
         except BaseException as exc:
@@ -112,6 +118,18 @@ class TracingModel(Model):
         made._ended = False
         return made
 
+    def _base(self, key: tuple[str, int | None, float | None]) -> Mapping[str, Any]:
+        """The attributes of every call with this purpose, token limit and temperature."""
+        purpose, max_tokens, temperature = key
+        made: dict[str, Any] = {**self._attributes, "steward.request.purpose": purpose}
+        if max_tokens is not None:
+            made["gen_ai.request.max_tokens"] = max_tokens
+        if temperature is not None:
+            made["gen_ai.request.temperature"] = temperature
+        if len(self._bases) < _BASES_KEPT:
+            self._bases[key] = made
+        return made
+
     def _content(self, attributes: dict[str, Any], request: ModelRequest) -> None:
         content = self.trace.content
         assert content is not None
@@ -133,7 +151,8 @@ class TracingModel(Model):
         run, usage = self.trace, response.usage
         # A light span's attributes are its own dict until it ends: written into, not merged.
         replied: dict[str, Any] = span.attributes if run.light else {}  # type: ignore[attr-defined]
-        replied["gen_ai.response.model"] = response.model or self._model
+        if response.model:  # as the provider named it; a provider that did not, none
+            replied["gen_ai.response.model"] = response.model
         replied["gen_ai.usage.input_tokens"] = usage.input_tokens
         replied["gen_ai.usage.output_tokens"] = usage.output_tokens
         if usage.cache_read_tokens:
@@ -255,41 +274,46 @@ def _messages(request: ModelRequest) -> list[dict[str, Any]]:
 # --- the tools ------------------------------------------------------------------------------
 
 
-class _SpanNames(dict[str, str]):
-    """A tool's span name, made once (and so sent as one string), for a few hundred tools: a
-    model may name tools that do not exist."""
+class _ToolSpans(dict[str, tuple[str, Mapping[str, Any], str | None]]):
+    """A tool's span name, the attributes every call of it shares (made once, and so sent once a
+    batch) and the memory operation it is, if any, for a few hundred tools: a model may name
+    tools that do not exist."""
 
-    def __missing__(self, tool: str) -> str:
-        name = f"execute_tool {tool}"
+    def __missing__(self, tool: str) -> tuple[str, Mapping[str, Any], str | None]:
+        made = (f"execute_tool {tool}", {**_TOOL_CALL, "gen_ai.tool.name": tool}, MEMORY_OPERATIONS.get(tool))
         if len(self) < _NAMES_KEPT:
-            self[tool] = name
-        return name
+            self[tool] = made
+        return made
 
 
 class TracingToolset(WrapperToolset):
-    """``execute_tool {tool}`` spans around each call, the span current while the call runs."""
+    """``execute_tool {tool}`` spans around each call. While the call runs its span is the one a
+    job it submits continues (``CALL_SPAN``: a ``delegate`` call's), and, where an instrumentation
+    library is loaded, OpenTelemetry's current span too (an HTTP client's spans nest under it)."""
 
     def __init__(self, wrapped: Toolset, trace_: RunTrace) -> None:
         super().__init__(wrapped)
         self.trace = trace_
-        self._span_names = _SpanNames()
+        self._spans = _ToolSpans()
         self.get_tools = wrapped.get_tools  # type: ignore[method-assign]  # asked each step: no layer
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         run = self.trace
         if not run.recording:
             return await self._untraced(name, arguments, ctx)
-        attributes: dict[str, Any] = {"gen_ai.tool.name": name}
-        if (call := run.call) is not None and call[0] == name:
-            attributes["gen_ai.tool.call.id"] = call[1]
-        if run.content is not None:
-            attributes["gen_ai.tool.call.arguments"] = run.content.json(dict(arguments))
-        span = run.child(run.under, self._span_names[name], _INTERNAL, _TOOL_CALL, attributes)
-        token = attach(in_context(span, run._run_context))
+        span_name, base, operation = self._spans[name]
+        call, content = run.call, run.content
+        attributes: dict[str, Any] = (
+            {"gen_ai.tool.call.id": call[1]} if call is not None and call[0] == name else {}
+        )
+        if content is not None:
+            attributes["gen_ai.tool.call.arguments"] = content.json(dict(arguments))
+        span = run.child(run.under, span_name, _INTERNAL, base, attributes)
+        token = CALL_SPAN.set(span)
+        current = attach(in_context(span, run._run_context)) if _INSTRUMENTATION in sys.modules else None
         try:
-            operation = MEMORY_OPERATIONS.get(name)
             if operation is not None:
-                result = await self._memory(operation, name, arguments, ctx)
+                result = await self._memory(operation, name, arguments, ctx, span)
             else:
                 result = await self.wrapped.call_tool(name, arguments, ctx)
         except ApprovalRequired as asked:  # the run waits (a human, or a delegated job): not a failure
@@ -301,11 +325,13 @@ class TracingToolset(WrapperToolset):
         else:
             if result.is_error:
                 mark_error(span, result.category or "tool_error", result.content[:200])
-            if run.content is not None:
-                span.set_attribute("gen_ai.tool.call.result", run.content.text(result.content))
+            if content is not None:
+                span.set_attribute("gen_ai.tool.call.result", content.text(result.content))
             return result
         finally:
-            detach(token)
+            if current is not None:
+                detach(current)
+            CALL_SPAN.reset(token)
             span.end()
 
     async def _untraced(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
@@ -320,7 +346,7 @@ class TracingToolset(WrapperToolset):
             detach(token)
 
     async def _memory(
-        self, operation: str, name: str, arguments: Mapping[str, Any], ctx: ToolContext
+        self, operation: str, name: str, arguments: Mapping[str, Any], ctx: ToolContext, tool: Span
     ) -> ToolResult:
         """The memory operation a memory tool is, as its own span under the tool's."""
         run = self.trace
@@ -334,7 +360,8 @@ class TracingToolset(WrapperToolset):
         if run.content is not None and name == "recall":
             attributes["gen_ai.memory.query.text"] = run.content.text(str(arguments.get("query", "")))
         with run.tracer.start_as_current_span(
-            f"{operation} {_MEMORY_STORE}", kind=SpanKind.CLIENT, attributes=attributes,
+            f"{operation} {_MEMORY_STORE}", context=in_context(tool, run._run_context), kind=SpanKind.CLIENT,
+            attributes=attributes,
             record_exception=False, set_status_on_exception=False,
         ) as span:  # fmt: skip
             result = await self.wrapped.call_tool(name, arguments, ctx)

@@ -14,16 +14,12 @@ from __future__ import annotations
 import logging
 import marshal
 import queue
-import struct
 import sys
 import threading
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 _CHUNK = 512  # spans per export request
-#: A span's ids and times as its record carries them (``_light``): its id, its parent's, its start
-#: and its end, four unsigned 64-bit ints.
-IDS_FORMAT = "<4Q"
 
 
 def frames(stream: BinaryIO) -> Iterator[Any]:
@@ -60,18 +56,19 @@ def main() -> int:
     scope = InstrumentationScope("steward", version)
     sampled = TraceFlags(TraceFlags.SAMPLED)
     kinds = {kind.value: kind for kind in SpanKind}
-    unpack = struct.Struct(IDS_FORMAT).unpack
     codes = {code.value: code for code in StatusCode}
+    unset = Status(StatusCode.UNSET)
 
     def readable(record: list[Any]) -> ReadableSpan:
-        name, kind, trace_id, ids, _, remote, own, status, events, base = record
+        # As ``steward.telemetry._light`` makes it (its ``NAME`` ... ``BASE``); times in seconds.
+        name, kind, trace_id, span_id, parent_id, start, end, remote, own, status, events, base = record
         attributes = {**base, **own} if base else own
-        span_id, parent_id, start, end = unpack(ids)
         parent = SpanContext(trace_id, parent_id, remote, sampled) if parent_id else None
         return ReadableSpan(
             name, SpanContext(trace_id, span_id, False, sampled), parent, resource, attributes,
             [Event(n, a, t) for n, a, t in events or ()], (), kinds.get(kind, SpanKind.INTERNAL),
-            None, Status(codes.get(status[0], StatusCode.UNSET), status[1]), start, end, scope,
+            None, unset if status is None else Status(codes.get(status[0], StatusCode.UNSET), status[1]),
+            round(start * 1e9), round(end * 1e9), scope,
         )  # fmt: skip
 
     batches: queue.Queue[list[list[Any]] | None] = queue.Queue()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from contextvars import Token
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 _CONTENT_CHARS = 16_000  # recorded content per attribute: spans are not the run's log
 # Providers as the conventions name them; others keep the name the user wrote.
 _PROVIDER_NAMES: Mapping[str, str] = {"openai": "openai", "anthropic": "anthropic", "ollama": "ollama"}
+
+
+#: The span of the tool call running here (``TracingToolset``): the span a job submitted from
+#: the call continues (``steward.telemetry.current_traceparent``). Steward's own variable, set
+#: and reset in C, where making OpenTelemetry's context current costs a context made per call.
+CALL_SPAN: ContextVar[Span | None] = ContextVar("steward_call_span", default=None)
 
 
 def provider_and_model(name: str) -> tuple[str, str]:

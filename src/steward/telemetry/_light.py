@@ -28,7 +28,6 @@ import logging
 import marshal
 import os
 import random
-import struct
 import subprocess
 import sys
 import threading
@@ -42,19 +41,18 @@ from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, S
 from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.util.types import Attributes
 
-from steward.telemetry._child import IDS_FORMAT
-
 _log = logging.getLogger(__name__)
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _LOW_64 = (1 << 64) - 1
 _INTERNAL, _CLIENT = SpanKind.INTERNAL, SpanKind.CLIENT
-#: A batch goes to the helper when it holds this many spans, or when a span ends this long after
-#: the last batch went (the first span at once: the helper starts while the run goes on): a
-#: long-lived worker's spans arrive within about a second, a burst in few writes.
-BATCH_SPANS = 256
-BATCH_NS = 1_000_000_000
+#: A batch goes to the helper when a span ends this long after the last batch went (the first
+#: span at once: the helper starts while the run goes on): a long-lived worker's spans arrive
+#: within about a second, and a burst goes in one write. A batch is at most a second of spans,
+#: a few thousand at the fastest a loop steps (a few hundred bytes each): counting them as well
+#: would cost every span a check.
+BATCH_S = 1.0
 #: Bytes the pipe may hold back (a helper that cannot keep up) before batches are dropped.
 _MAX_PENDING = 16 * 1024 * 1024
 EXIT_WAIT_S = 1.5  # what a process's exit waits, at most, for its last spans to be sent
@@ -69,15 +67,15 @@ def _new_id(bits: int) -> int:
 
 
 #: A span's record, the list ``end`` hands to the ``Sink`` (and the helper reads): made whole at
-#: the start, so that ending a span is a time, a pack and an append. Until the end, ``IDS`` holds
-#: the parent's id and ``START`` the start; at the end, ``IDS`` becomes the span's id, its
-#: parent's, its start and its end packed in 32 bytes (``IDS_FORMAT``: one bytes object to
-#: marshal, where four large ints cost four times as much), and ``START`` None. ``BASE``: the
-#: attributes a span shares with others of its kind (a model's, a tool call's), never changed,
-#: and so sent once a batch; the span's own ``ATTRIBUTES`` come after them.
-NAME, KIND, TRACE_ID, IDS, START, REMOTE, ATTRIBUTES, STATUS, EVENTS, BASE = range(10)
-_pack = struct.Struct(IDS_FORMAT).pack
-_UNSET = (0, None)  # a status: code (``StatusCode`` value), description
+#: the start, so that ending a span is a time and an append. ``START`` and ``END`` are seconds
+#: as floats (``time.time()``, about a quarter of a microsecond fine today), which Python makes
+#: and ``marshal`` writes for a fraction of what 64-bit ints cost; the helper turns them into
+#: nanoseconds. ``END`` is None until the end: a span with an end is over. ``STATUS`` is None
+#: (unset) or (code, description); ``EVENTS`` None or a list. ``BASE``: the attributes a span
+#: shares with others of its kind (a model's, a tool call's), never changed, and so sent once a
+#: batch; the span's own ``ATTRIBUTES`` come after them.
+NAME, KIND, TRACE_ID, SPAN_ID, PARENT_ID, START, END, REMOTE, ATTRIBUTES, STATUS, EVENTS, BASE = range(12)
+_NS = 1e-9  # seconds a nanosecond (times the API gives in nanoseconds)
 
 
 class LightSpan:
@@ -91,13 +89,12 @@ class LightSpan:
     Steward sets only strings, numbers, booleans and lists of strings, which is what OTLP carries."""
 
     # ``_context`` is left unset until asked for (a traceparent, a foreign child's parent).
-    __slots__ = ("_context", "_record", "_sink", "attributes", "span_id")
+    __slots__ = ("_context", "_record", "_sink", "attributes")
 
     _context: SpanContext
     _record: list[Any]
     _sink: Sink
     attributes: dict[str, Any]
-    span_id: int
 
     @property
     def name(self) -> str:
@@ -108,50 +105,53 @@ class LightSpan:
         return self._record[TRACE_ID]  # type: ignore[no-any-return]
 
     @property
+    def span_id(self) -> int:
+        return self._record[SPAN_ID]  # type: ignore[no-any-return]
+
+    @property
     def parent_id(self) -> int:
-        ids = self._record[IDS]
-        return ids if type(ids) is int else struct.unpack(IDS_FORMAT, ids)[1]
+        return self._record[PARENT_ID]  # type: ignore[no-any-return]
 
     def get_span_context(self) -> SpanContext:
         try:
             return self._context
         except AttributeError:  # made when asked (a traceparent, a child's parent), not for every span
             record = self._record
-            made = self._context = SpanContext(record[TRACE_ID], self.span_id, False, _SAMPLED)
+            made = self._context = SpanContext(record[TRACE_ID], record[SPAN_ID], False, _SAMPLED)
             return made
 
     def is_recording(self) -> bool:
-        return self._record[START] is not None
+        return self._record[END] is None
 
     def set_attribute(self, key: str, value: Any) -> None:
-        if self._record[START] is not None:
+        if self._record[END] is None:
             self.attributes[key] = value
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        if self._record[START] is not None:
+        if self._record[END] is None:
             self.attributes.update(attributes)
 
     def add_event(self, name: str, attributes: Attributes = None, timestamp: int | None = None) -> None:
         record = self._record
-        if record[START] is None:
+        if record[END] is not None:
             return
         if record[EVENTS] is None:
             record[EVENTS] = []
         record[EVENTS].append((name, dict(attributes or {}), timestamp or time.time_ns()))
 
     def update_name(self, name: str) -> None:
-        if self._record[START] is not None:
+        if self._record[END] is None:
             self._record[NAME] = name
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
         record = self._record
-        if record[START] is None:
+        if record[END] is not None:
             return
         if isinstance(status, Status):
             code, description = status.status_code, status.description
         else:
             code = status
-        if record[STATUS][0] == StatusCode.OK.value:
+        if record[STATUS] is not None and record[STATUS][0] == StatusCode.OK.value:
             return  # OK is final, as in the SDK
         record[STATUS] = (code.value, description if code is StatusCode.ERROR else None)
 
@@ -180,21 +180,19 @@ class LightSpan:
 
     def end(self, end_time: int | None = None) -> None:
         record = self._record
-        start = record[START]
-        if start is None:
+        if record[END] is not None:
             return
-        end = end_time or _time_ns()
-        record[IDS], record[START] = _pack(self.span_id, record[IDS], start, end), None
+        end = record[END] = _time() if end_time is None else end_time * _NS
         sink = self._sink
         spans = sink.spans  # ``Sink.add``, written out: one call less a span
         spans.append(record)
-        if end > sink.due or len(spans) >= BATCH_SPANS:
+        if end > sink.due:
             sink.flush()
 
 
 Span.register(LightSpan)
 _new_span = object.__new__  # a LightSpan without a call of ``__init__`` (a Python frame less a span)
-_time_ns, _getrandbits = time.time_ns, random.getrandbits  # module globals: one lookup, not two
+_time, _getrandbits = time.time, random.getrandbits  # module globals: one lookup, not two
 
 
 def child_span(
@@ -204,22 +202,26 @@ def child_span(
     ``kind`` (a ``SpanKind`` value), with the shared attributes ``base`` and its own
     ``attributes`` (kept): Steward's spans of steps and calls, made without the API's context."""
     span: LightSpan = _new_span(LightSpan)
+    span._sink, span.attributes = parent._sink, attributes
+    above = parent._record
     # Zero is the one invalid id: a draw of 64 zero bits (2**-64) becomes 1.
-    span._sink, span.attributes, span.span_id = parent._sink, attributes, _getrandbits(64) or 1
     span._record = [
-        name, kind, parent._record[TRACE_ID], parent.span_id, _time_ns(), False, attributes, _UNSET, None,
-        base,
+        name, kind, above[TRACE_ID], _getrandbits(64) or 1, above[SPAN_ID], _time(), None, False, attributes,
+        None, None, base,
     ]  # fmt: skip
     return span
 
 
 def _light_span(
     sink: Sink, name: str, kind: int, trace_id: int, parent_id: int, remote: bool, attributes: dict[str, Any],
-    start: int,
+    start: float,
 ) -> LightSpan:  # fmt: skip
     span: LightSpan = _new_span(LightSpan)
-    span._sink, span.attributes, span.span_id = sink, attributes, _getrandbits(64) or 1
-    span._record = [name, kind, trace_id, parent_id, start, remote, attributes, _UNSET, None, None]
+    span._sink, span.attributes = sink, attributes
+    span._record = [
+        name, kind, trace_id, _getrandbits(64) or 1, parent_id, start, None, remote, attributes, None, None,
+        None,
+    ]  # fmt: skip
     return span
 
 
@@ -263,7 +265,7 @@ class LightTracer(trace.Tracer):
         given = attributes if isinstance(attributes, dict) else dict(attributes or {})
         # The kind's value without the enum's property call (and Enum's Python ``__hash__``).
         value = 0 if kind is _INTERNAL else 2 if kind is _CLIENT else kind.value
-        start = start_time or _time_ns()
+        start = _time() if start_time is None else start_time * _NS
         # A Span by registration, which mypy does not follow.
         return _light_span(self._sink, name, value, trace_id, parent_id, remote, given, start)  # type: ignore[return-value]
 
@@ -307,7 +309,7 @@ class Sink:
         self.url, self.source = url, source
         self._setup = (url, dict(headers), service, float(timeout_s), __version__)
         self.spans: list[list[Any]] = []
-        self.due = 0  # (``time_ns``) a span that ends after this sends the batch
+        self.due = 0.0  # (``time.time()``) a span that ends after this sends the batch
         self._lock = threading.Lock()  # one writer of the pipe at a time
         self._process: subprocess.Popen[bytes] | None = None
         self._pending = bytearray()  # written to the pipe when it has room
@@ -317,8 +319,13 @@ class Sink:
     def flush(self) -> None:
         """Send the spans held here to the helper (without waiting for the pipe)."""
         with self._lock:
-            spans, self.spans = self.spans, []
-            self.due = _time_ns() + BATCH_NS
+            # The list stays the same one: a span ending on another thread meanwhile, which
+            # took ``self.spans`` before this, appends to it after what goes now, not to a
+            # list already sent (``end`` takes no lock: it costs more than the span).
+            held = self.spans
+            spans = held[:]
+            del held[: len(spans)]
+            self.due = _time() + BATCH_S
             if not spans or self._broken:
                 self._dropped += len(spans)
                 return

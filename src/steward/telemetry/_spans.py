@@ -2,10 +2,11 @@
 run's event stream; its model and toolset wrapped for the spans of its calls (``_calls``).
 
 Imported only when ``[telemetry]`` is on. A stretch of the run's stream (``Run._recorded``)
-opens the ``invoke_agent`` span, and the loop tells ``RunTrace.watch`` of each event it numbers:
-a ``step`` span starts at each ``step`` event. The step is never made the
-current span: a call's span names its parent (``RunTrace.parent``) and only the call's own span
-is current while the call runs. Whoever reads the stream never runs inside the run's spans, and
+opens the ``invoke_agent`` span, and the loop hands each event it numbers of a type the trace
+reads to that type's handler (``RunTrace.watchers``): a ``step`` span starts at each ``step``
+event. The step is never made the current span: a call's span names its parent
+(``RunTrace.under``), and only a tool call's own span is current while the call runs (where an
+instrumentation library reads it). Whoever reads the stream never runs inside the run's spans, and
 nothing the loop schedules keeps a step's span alive: an ``asyncio`` timer captures the context
 current when it is made, and a cancelled one stays in the event loop's queue until the loop next
 turns, which a run with no I/O (a scripted model, in-process tools) may not do for its whole
@@ -24,7 +25,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from steward import events as ev
 from steward.telemetry._calls import TracingModel, TracingToolset
-from steward.telemetry._common import Content, in_context, mark_error, provider_and_model
+from steward.telemetry._common import CALL_SPAN, Content, in_context, mark_error, provider_and_model
 from steward.telemetry._export import tracer
 from steward.telemetry._light import LightTracer, child_span
 
@@ -35,12 +36,14 @@ if TYPE_CHECKING:
     from steward.safety.secrets.values import SecretWatch
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-#: The events ``RunTrace.watch`` reads.
-_TELLING = frozenset({"step", "phase", "tool_use", "approval_result", "error"})
 
 
 def traceparent_here() -> str | None:
-    """The W3C traceparent of the current span, or None."""
+    """The W3C traceparent of the tool call running here (``CALL_SPAN``), else of
+    OpenTelemetry's current span, or None."""
+    call = CALL_SPAN.get()
+    if call is not None:
+        return _traceparent_of(call)
     carrier: dict[str, str] = {}
     _PROPAGATOR.inject(carrier)
     return carrier.get("traceparent")
@@ -199,43 +202,51 @@ class RunTrace:
             name, context=in_context(parent, self._run_context), kind=SpanKind(kind), attributes=given
         )
 
-    #: The events ``watch`` is told of (``Loop.watched``): the loop leaves the others out.
-    WATCHED = _TELLING
-
-    def watch(self, event: ev.Event) -> None:  # noqa: PLR0912 - one match over the event types
-        """What an event the loop numbers (``Loop.watch``, a type in ``WATCHED``) says about the
-        run's spans. A run left out reads none: it has no step spans, and its calls none."""
+    def watchers(self) -> dict[str, Callable[[Any], None]]:
+        """What the loop tells the trace (``Loop.watchers``): a handler per event type it reads.
+        A run left out reads none: it has no step spans, and its calls none."""
         if not self.recording:
+            return {}
+        return {
+            "tool_use": self._tool_use, "step": self._step, "phase": self._phase,
+            "approval_result": self._approval_result, "error": self._error,
+        }  # fmt: skip
+
+    def _tool_use(self, event: ev.ToolUse) -> None:
+        self.call = (event.tool, event.call_id)
+        if not self._phased and (step := self.step) is not None:  # a tool called directly:
+            if self.light:  # acting, as ``runs show`` counts it
+                step.attributes["steward.phase"] = "act"  # type: ignore[attr-defined]
+            else:
+                step.set_attribute("steward.phase", "act")
+            self._phased = True
+
+    def _step(self, event: ev.StepStart) -> None:
+        run = self.span
+        if run is None:
             return
-        match event:  # a step's own two first
-            case ev.ToolUse(tool=tool, call_id=call_id):
-                self.call = (tool, call_id)
-                if not self._phased and (step := self.step) is not None:  # a tool called directly:
-                    if self.light:  # acting, as ``runs show`` counts it
-                        step.attributes["steward.phase"] = "act"  # type: ignore[attr-defined]
-                    else:
-                        step.set_attribute("steward.phase", "act")
-                    self._phased = True
-            case ev.StepStart(step=n) if self.span is not None:
-                if self.step is not None:
-                    self.step.end()
-                # No context of its own: a call's span names its parent (``child``), and a
-                # context that an instrumentation library reads is made only when one is loaded.
-                self.step = self.under = self.child(self.span, "step", 0, None, {"steward.step": n})
-                self._phased = False
-            case ev.PhaseEvent(phase=phase) if self.step is not None:
-                self.step.set_attribute("steward.phase", phase)
-                self._phased = True
-            case ev.ApprovalResultEvent() if (resume := self.state.resume) is not None:
-                self.call = (resume.approval.tool, resume.approval.call.id)  # the approved call runs next
-            case ev.ErrorEvent(code=code, message=message, recoverable=recoverable):
-                if self.chat is not None and code.startswith("model_"):  # its call got no reply
-                    self.end_chat((code, message))  # (``model_retry``: the call is made again)
-                if not recoverable and self.span is not None:
-                    mark_error(self.span, code, message)
-                    self.failed = True
-            case _:
-                pass
+        if self.step is not None:
+            self.step.end()
+        # No context of its own: a call's span names its parent (``child``), and a context that
+        # an instrumentation library reads is made only when one is loaded.
+        self.step = self.under = self.child(run, "step", 0, None, {"steward.step": event.step})
+        self._phased = False
+
+    def _phase(self, event: ev.PhaseEvent) -> None:
+        if self.step is not None:
+            self.step.set_attribute("steward.phase", event.phase)
+            self._phased = True
+
+    def _approval_result(self, event: ev.ApprovalResultEvent) -> None:
+        if (resume := self.state.resume) is not None:  # the approved call runs next
+            self.call = (resume.approval.tool, resume.approval.call.id)
+
+    def _error(self, event: ev.ErrorEvent) -> None:
+        if self.chat is not None and event.code.startswith("model_"):  # its call got no reply
+            self.end_chat((event.code, event.message))  # (``model_retry``: the call is made again)
+        if not event.recoverable and self.span is not None:
+            mark_error(self.span, event.code, event.message)
+            self.failed = True
 
     def failed_with(self, exc: BaseException) -> None:
         """The run's stream raised ``exc`` (not a close): its span says so."""
