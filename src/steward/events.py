@@ -100,7 +100,8 @@ class ModelReplyEvent(Event):
     """The model's whole reply to one request, as it goes into the transcript.
 
     It is what a rebuilt run takes instead of asking the model again: the text, every tool
-    call with its id and arguments, thinking with the provider's signatures, and the usage.
+    call with its id and arguments, thinking with the provider's signatures, and the usage,
+    with what it cost then.
     """
 
     type: ClassVar[str] = "model_reply"
@@ -109,6 +110,11 @@ class ModelReplyEvent(Event):
     tool_calls: list[dict[str, Any]]
     thinking: list[dict[str, Any]]
     usage: dict[str, int]
+    #: What it cost in US dollars at the prices of its time (None: no price was known for the
+    #: model). Read only when ``priced``: a reply recorded before replies carried their cost (or
+    #: by a run that kept no account of it) has ``priced`` False, and a reader prices its usage.
+    cost_usd: float | None = None
+    priced: bool = False
 
 
 @dataclass(slots=True)
@@ -219,6 +225,8 @@ class CompactionEvent(Event):
     text: str
     by_model: bool
     usage: dict[str, int]
+    cost_usd: float | None = None  # what the summary cost then, when ``priced`` (as a model reply's)
+    priced: bool = False
 
 
 @dataclass(slots=True)

@@ -185,7 +185,7 @@ class Loop:
             yield rs.Fail("model_error", f"{self.model.name}: the reply ended without a response")
             return
         message = self._take(response, built.chars)
-        yield self.emit(reply_event(c.step, message, response.usage))
+        yield self.emit(reply_event(c.step, message, response.usage, st.price))
         if message.text or message.tool_calls:
             # An empty turn would be rejected by some providers when sent back.
             st.transcript.add_assistant(message)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from steward.events import Event, ModelReplyEvent, TextEvent, ThinkingEvent
 from steward.models.base import AssistantMessage, ModelResponse, Thinking, ToolCall, Usage
 
@@ -25,16 +27,20 @@ def with_unique_ids(message: AssistantMessage, seen: set[str], step: int) -> Ass
     return AssistantMessage(text=message.text, tool_calls=tuple(calls), thinking=message.thinking)
 
 
-def reply_event(step: int, message: AssistantMessage, usage: Usage) -> ModelReplyEvent:
-    """The reply as recorded: everything a rebuilt run needs to take it instead of asking again."""
+def reply_event(
+    step: int, message: AssistantMessage, usage: Usage, price: Callable[[Usage], float | None] | None = None
+) -> ModelReplyEvent:
+    """The reply as recorded: everything a rebuilt run needs to take it instead of asking again,
+    and what it cost (``price``: the run's, ``RunState.price``)."""
     calls = [
         {"id": c.id, "name": c.name, "arguments": dict(c.arguments), "arguments_error": c.arguments_error}
         for c in message.tool_calls
     ]
     thinking = [{"text": t.text, "signature": t.signature} for t in message.thinking]
     return ModelReplyEvent(
-        step=step, text=message.text, tool_calls=calls, thinking=thinking, usage=usage.as_dict()
-    )
+        step=step, text=message.text, tool_calls=calls, thinking=thinking, usage=usage.as_dict(),
+        cost_usd=None if price is None else price(usage), priced=price is not None,
+    )  # fmt: skip
 
 
 def response_from(event: ModelReplyEvent) -> ModelResponse:

@@ -8,7 +8,7 @@ changes this state; events record how it changed.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -163,6 +163,9 @@ class RunState:
     transcript: Transcript = field(default_factory=Transcript)
     counters: sig.LoopCounters = field(default_factory=sig.LoopCounters)
     usage: Usage = field(default_factory=Usage)
+    #: Prices each model call as the run takes it, for its event (the run's budget sets it:
+    #: ``steward.budget``); None: the events carry no cost, and a reader prices their usage.
+    price: Callable[[Usage], float | None] | None = None
     status: str = "running"  # running | waiting | done | failed | cancelled
     end_status: RunEnd | None = None
     output: str = ""

@@ -5,7 +5,8 @@ hooks.
 in the store, it holds what the call may cost there); ``BudgetedToolset`` counts tool calls;
 the step hooks (``Budget.before`` and ``Budget.after``, the loop's ``guard``) count what each
 step used from the run's own usage (what the loop and compaction record: no layer around each
-streamed piece), record it, tell the agent once when a budget is 80 % used, and end the run
+streamed piece) and what its calls cost (each priced once, for its event: ``Budget.price``),
+record it, tell the agent once when a budget is 80 % used, and end the run
 ``partial`` with its progress when one is used up. The loop itself knows nothing of budgets.
 
 While a run is rebuilt from its log the wrappers are not called (the recorded replies and
@@ -85,6 +86,7 @@ class Budget:
     opened: bool = False
     _usage: Usage = field(default_factory=Usage)  # since the last settle
     _cost: float | None = 0.0
+    _priced: float = 0.0  # what the calls ``price`` priced since the last count cost (with rates)
     _calls: int = 0
     _untaken: int = 0  # tool calls the shared scopes count when the run settles (none bounds them)
     _seconds: float = 0.0
@@ -117,17 +119,25 @@ class Budget:
 
     # --- counting (the wrappers) -------------------------------------------------------
 
-    def cost_of(self, usage: Usage) -> float | None:
-        return self.rates.cost(usage) if self.rates is not None else None
+    def price(self, usage: Usage) -> float | None:
+        """What a model call the run just took cost (None: no price is known): the loop and
+        compaction record it on the call's event (``RunState.price``), and the step counts it
+        from there rather than pricing its usage again."""
+        if self.rates is None:
+            return None
+        cost = self.rates.cost(usage)
+        self._priced += cost
+        return cost
 
     def count(self, now: Usage) -> None:
         """Count what the run used since the last count: ``now`` is its usage (the loop's and
-        compaction's calls, as the run's state adds them up)."""
+        compaction's calls, as the run's state adds them up), priced as ``price`` priced them."""
         seen = self._seen
         same = now.requests == seen.requests and now.input_tokens == seen.input_tokens
         if same and now.output_tokens == seen.output_tokens:
             return  # no model call since (a step that carried out an approved call)
         self._seen = _copy(now)
+        cost, self._priced = (None if self.rates is None else self._priced), 0.0
         usage = Usage(
             now.input_tokens - seen.input_tokens, now.output_tokens - seen.output_tokens,
             now.cache_read_tokens - seen.cache_read_tokens, now.cache_write_tokens - seen.cache_write_tokens,
@@ -140,10 +150,9 @@ class Budget:
         if step_input > 0 or step_output > 0:
             self.longest_output = max(self.longest_output, step_output)
             self.last_input, self.last_output = step_input, step_output
-        self.used(usage)
+        self.used(usage, cost)
 
-    def used(self, usage: Usage) -> None:
-        cost = self.cost_of(usage)
+    def used(self, usage: Usage, cost: float | None) -> None:
         self.spent.add_usage(usage, cost)
         if self.ledger is not None:  # what the next settle records in the store
             self._usage.add(usage)
@@ -322,7 +331,7 @@ class Budget:
                 self._went_live = False
                 self.count(self.run_usage)
             else:
-                self._seen = _copy(self.run_usage)
+                self._seen, self._priced = _copy(self.run_usage), 0.0
             return _ready((self._recorded_warnings(loop, replay), outcome))
         if self._stopped:  # the check before the step ended the run: nothing ran
             self._stopped = False
@@ -532,6 +541,7 @@ class Budget:
         from steward.clock import RunClock
 
         self.run_usage = loop.state.usage
+        loop.state.price = self.price  # each call priced once, on its event; a step counts what they cost
         loop.model = BudgetedModel(loop.model, self)
         loop.toolset = BudgetedToolset(loop.toolset, self)
         loop.guard = self
@@ -615,7 +625,7 @@ class BudgetedModel(Model):
         if budget._replay is not None and not budget._went_live:
             # The log ended within a step being rebuilt: from here on what the run uses is live.
             budget._went_live = True
-            budget._seen = _copy(budget.run_usage)
+            budget._seen, budget._priced = _copy(budget.run_usage), 0.0
         if budget.ledger is not None and budget.scopes:
             if not budget.leased(request):
                 return self._held(request)

@@ -5,6 +5,10 @@ step (and the summaries made in it); its phase is the ``agent_step`` phase it ch
 for a direct tool call, ``answer`` for a plain reply); a tool gets an equal share of the tokens
 of the steps that called it, and its own running time. Time is wall time between events,
 without the waits for a person.
+
+Money is what each reply and summary cost when it was made, as its event recorded it: prices
+changed since do not change a run's past. Events recorded before they carried their cost are
+priced at the prices given (the ``[prices]`` entries and the table, as they are now).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ class RunCost:
     model: str = ""
     usage: Usage = field(default_factory=Usage)
     cost_usd: float | None = 0.0
+    #: Some call had no price when it was made (a price added since does not change that).
+    unpriced_then: bool = False
     time_s: float = 0.0
     tool_calls: int = 0
     phases: dict[str, Line] = field(default_factory=dict)
@@ -64,6 +70,7 @@ class RunCost:
 @dataclass(slots=True)
 class _Step:
     usage: Usage = field(default_factory=Usage)
+    cost: float | None = 0.0  # what its calls cost (None: one had no price)
     phase: str = ""
     tools: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -72,10 +79,12 @@ class _Step:
 
 
 def run_cost(events: Sequence[ev.Event], prices: Mapping[str, PriceEntry] | None = None) -> RunCost:
-    """What the run recorded in ``events`` spent (``prices``: the ``[prices]`` entries)."""
+    """What the run recorded in ``events`` spent (``prices``: the ``[prices]`` entries, for
+    events recorded before they carried their cost)."""
     out = RunCost()
     steps: dict[int, _Step] = {0: _Step(phase="start")}
     current = 0
+    now = _PricesNow(prices or {})
     for n, event in enumerate(events):
         match event:
             case ev.RunStart(model=model):
@@ -83,12 +92,12 @@ def run_cost(events: Sequence[ev.Event], prices: Mapping[str, PriceEntry] | None
             case ev.StepStart(step=step):
                 current = step
                 steps.setdefault(step, _Step())
-            case ev.ModelReplyEvent(usage=usage, tool_calls=calls):
-                steps.setdefault(current, _Step()).usage.add(Usage.from_dict(usage))
+            case ev.ModelReplyEvent(tool_calls=calls):
+                _spend(out, steps.setdefault(current, _Step()), event, now)
                 steps[current].replied = True
                 steps[current].called = steps[current].called or bool(calls)
-            case ev.CompactionEvent(usage=usage):
-                steps.setdefault(current, _Step()).usage.add(Usage.from_dict(usage))
+            case ev.CompactionEvent():
+                _spend(out, steps.setdefault(current, _Step()), event, now)
             case ev.PhaseEvent(phase=phase) if not steps.setdefault(current, _Step()).phase:
                 steps[current].phase = phase
             case ev.ToolResultEvent(tool=tool, duration_ms=ms):
@@ -99,16 +108,45 @@ def run_cost(events: Sequence[ev.Event], prices: Mapping[str, PriceEntry] | None
         # The time up to the next event is this step's, unless the run waited for a person then.
         if n + 1 < len(events) and not isinstance(event, ev.WaitingEvent):
             steps.setdefault(current, _Step()).seconds += max(0.0, events[n + 1].ts - event.ts)
-    rates = rates_for(out.model, prices or {}) if out.model else None
     for recorded in steps.values():
-        _count(out, recorded, rates)
+        _count(out, recorded)
     out.tool_calls = sum(line.count for line in out.tools.values())
     out.phases = {k: v for k, v in out.phases.items() if v.count or v.tokens or k != "start"}
     return out
 
 
-def _count(out: RunCost, step: _Step, rates: Rates | None) -> None:
-    cost = rates.cost(step.usage) if rates is not None else None
+@dataclass(slots=True)
+class _PricesNow:
+    """The prices an event recorded without its cost is read at: the model's rates, looked up
+    at the first such event."""
+
+    entries: Mapping[str, PriceEntry]
+    looked_up: bool = False
+    rates: Rates | None = None
+
+    def cost(self, model: str, usage: Usage) -> float | None:
+        if not self.looked_up:
+            self.looked_up = True
+            self.rates = rates_for(model, self.entries) if model else None
+        return None if self.rates is None else self.rates.cost(usage)
+
+
+def _spend(
+    out: RunCost, step: _Step, event: ev.ModelReplyEvent | ev.CompactionEvent, now: _PricesNow
+) -> None:
+    """Add a call's usage and cost to its step's: the cost its event recorded, if it did."""
+    used = Usage.from_dict(event.usage)
+    step.usage.add(used)
+    if event.priced:
+        cost = event.cost_usd
+        out.unpriced_then = out.unpriced_then or cost is None
+    else:
+        cost = now.cost(out.model, used)
+    step.cost = None if cost is None or step.cost is None else step.cost + cost
+
+
+def _count(out: RunCost, step: _Step) -> None:
+    cost = step.cost
     tokens = step.usage.input_tokens + step.usage.output_tokens
     out.usage.add(step.usage)
     out.cost_usd = None if cost is None or out.cost_usd is None else out.cost_usd + cost
@@ -136,7 +174,11 @@ def lines(cost: RunCost) -> list[str]:
         f"spent: {cost.tokens:,} tokens ({u.input_tokens:,} in{cached}, {u.output_tokens:,} out), "
         f"{money(cost.cost_usd)}, {cost.time_s:.1f} s, {_counted(cost.tool_calls, 'tool call')}"
     )
-    if cost.cost_usd is None and cost.model:
+    if cost.cost_usd is None and cost.unpriced_then:
+        head += (
+            f' (no price was known for {cost.model} when it ran; [prices."{cost.model}"] prices later runs)'
+        )
+    elif cost.cost_usd is None and cost.model:
         head += f' (no price for {cost.model}: add [prices."{cost.model}"])'
     out = [head]
     for title, table, unit in (("per phase", cost.phases, "step"), ("per tool", cost.tools, "call")):

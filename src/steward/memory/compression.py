@@ -97,6 +97,7 @@ class RunMemory(Protocol):
     memory: WorkingMemory
     transcript: Transcript
     usage: Usage
+    price: Callable[[Usage], float | None] | None  # what a summary cost, for its event (None: not priced)
 
 
 class Budget(Protocol):
@@ -206,7 +207,9 @@ class Compressor:
         else:
             summary = Summary(excerpt(text, limit), Usage(), by_model=False)
         self.state.usage.add(summary.usage)
+        price = self.state.price
         return CompactionEvent(
             kind=kind, ref=ref, chars_before=len(text), text=summary.text, by_model=summary.by_model,
-            usage=summary.usage.as_dict(),
+            usage=summary.usage.as_dict(), cost_usd=None if price is None else price(summary.usage),
+            priced=price is not None,
         )  # fmt: skip
