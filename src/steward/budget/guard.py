@@ -86,7 +86,7 @@ class Budget:
     opened: bool = False
     _usage: Usage = field(default_factory=Usage)  # since the last settle
     _cost: float | None = 0.0
-    _priced: float = 0.0  # what the calls ``price`` priced since the last count cost (with rates)
+    _priced: float = 0.0  # what the calls ``price`` priced since the last count cost in all
     _calls: int = 0
     _untaken: int = 0  # tool calls the shared scopes count when the run settles (none bounds them)
     _seconds: float = 0.0
