@@ -143,6 +143,31 @@ def test_a_child_never_spends_more_than_what_is_left_of_its_parents_budget(fleet
     assert 0 < sum(t.tokens for t in totals) <= limit and own.spent.tokens == sum(t.tokens for t in totals)
 
 
+def test_a_parent_its_child_used_up_records_the_childs_answer_before_it_stops(fleet: Fleet) -> None:
+    fleet.persona(
+        "lead",
+        [{"tool": "delegate", "args": {"role": "helper", "goal": "read the notes"}}, ended("lead done")],
+        tools='["delegate", "read_file"]',
+        extra="[budget]\ntool_calls = 3\n",
+    )
+    fleet.persona("helper", [*reads(6), ended("read it all")], tools='["read_file"]')
+    lead = fleet.submit("lead", "get the notes read")
+    fleet.worker("--lease", "5")
+    jobs = fleet.ended(2)
+    parent = next(j for j in jobs if j.id == lead)
+    child = next(j for j in jobs if j.parent_id == lead)
+    assert child.status == "failed" and f"the delegating job {lead}'s budget" in (child.error or ""), child
+    assert parent.status == "failed" and "partial" in (parent.error or ""), parent
+    # The child ran: its failure is the delegate call's result in the parent's log (what a
+    # training export and the progress summary read), not a call that never ran.
+    delegated = [e for e in events_of(fleet, lead) if isinstance(e, ToolResultEvent) and e.tool == "delegate"]
+    assert len(delegated) == 1 and f"Job {child.id} (helper) ended failed" in delegated[0].output, delegated
+    ending = parent.error or ""
+    assert "Made 1 tool call" in ending and "Last step: Execute delegate" in ending, ending
+    _, own = spent(fleet, [lead], f"run:{lead}")
+    assert own.spent.tool_calls == 3  # the child's; taking its answer is not one more
+
+
 def test_a_job_its_budget_stops_cancels_the_jobs_it_left_running(fleet: Fleet) -> None:
     question = {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Go on?"}}
     fleet.persona("lead", [question, *reads(3), ended("lead done")], tools='["read_file"]',

@@ -103,6 +103,7 @@ class Budget:
     _started: float = 0.0
     _replay: Replay | None = None
     _stopped: bool = False
+    _free_call: bool = False  # the next tool call is not counted (a delegated job's answer, taken at a stop)
     run_usage: Usage = field(default_factory=Usage)  # the run's state's, as the loop and compaction add to it
     _seen: Usage = field(default_factory=Usage)  # ``run_usage`` when last counted
     _aside: Usage | None = None  # this step's calls for summaries (not what the next prompt holds)
@@ -313,7 +314,19 @@ class Budget:
         why = failed or self._exhausted()
         if why is not None:
             self._stopped = True
-            await steps.aclose()  # type: ignore[attr-defined]  # never started: nothing runs
+            if failed is None and _answered_delegation(loop):
+                # The job it delegated to ran and ended: its answer (or why it failed) goes in
+                # the log as the delegate call's result before the run stops, uncounted (the
+                # child's work was counted as it was done; nothing more runs).
+                self._free_call = True
+                try:
+                    async for item in steps:
+                        if isinstance(item, ev.Event):
+                            yield item
+                finally:
+                    self._free_call = False
+            else:
+                await steps.aclose()  # type: ignore[attr-defined]  # never started: nothing runs
             events, end = await self._stop(loop, why, failed is not None)
             for event in events:
                 yield event
@@ -669,6 +682,13 @@ class BudgetedModel(Model):
             await _close(stream)
 
 
+def _answered_delegation(loop: Loop) -> bool:
+    """Whether the run goes on from a ``delegate`` call whose job has ended (a worker queued
+    it again for that): the call's result is the child's answer, nothing new to run."""
+    resume = loop.state.resume
+    return resume is not None and resume.approved and bool(resume.approval.waits_for)
+
+
 async def _failing(exc: BudgetExceededError) -> AsyncIterator[StreamItem]:
     """A stream that fails with ``exc`` when first read."""
     none: tuple[StreamItem, ...] = ()
@@ -695,6 +715,9 @@ class BudgetedToolset(WrapperToolset):
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         budget = self.budget
+        if budget._free_call:  # a delegated job's answer, taken as the run stops
+            budget._free_call = False
+            return await self.wrapped.call_tool(name, arguments, ctx)
         # Counted here without a coroutine unless the store must take the call (a shared budget).
         if budget.ledger is None or not budget.scopes:
             refused = budget.take_local_call()
