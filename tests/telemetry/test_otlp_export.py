@@ -151,3 +151,18 @@ def test_with_no_collector_listening_a_run_still_exits_and_says_its_spans_were_n
         f"steward: spans not sent: the OpenTelemetry collector at {url}/v1/traces did not answer "
         "(from [telemetry] endpoint; gave up at exit)"
     ], done.stderr
+
+
+def test_a_collector_that_answers_with_an_error_is_named_with_its_answer_and_the_fix(
+    tmp_path: Path, collector: Receiver
+) -> None:
+    """A wrong path gets a 404: the run says the collector answered so, in Steward's words only
+    (not "did not answer", and none of the exporter's own log lines)."""
+    url = f"{collector.url}/otlp"  # the receiver takes /v1/traces only
+    done = _steward_run(tmp_path, url)
+    warned = [line for line in done.stderr.splitlines() if "spans" in line or "export" in line.lower()]
+    assert len(warned) == 1, done.stderr
+    assert warned[0].startswith(
+        f"steward: spans not sent: the OpenTelemetry collector at {url}/v1/traces answered HTTP 404"
+    ), warned
+    assert "give [telemetry] endpoint the collector's base URL" in warned[0], warned

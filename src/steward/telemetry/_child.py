@@ -5,8 +5,11 @@ carries length-prefixed ``marshal`` frames: first the setup (url, headers, servi
 Steward's version), then batches of span records, as ``LightSpan.end`` hands them on. A reader
 thread drains the pipe at once, so that the run's process never waits on it; the main thread
 turns records into the SDK's ``ReadableSpan``s and exports them. When stdin closes (the run's
-process exits, or dies), what is left is sent, and one word on stdout says whether the collector
-took the last batches: ``ok`` or ``failed``.
+process exits, or dies), what is left is sent, and one line on stdout says whether the collector
+took the last batches: ``ok``, ``failed`` (it did not answer), ``failed HTTP 404 (reason)`` (it
+answered with an error) or ``failed told`` (as stderr said already). The exporter's own log
+lines are not shown: a batch refused while the run goes on is one line of Steward's on stderr,
+once per answer.
 """
 
 from __future__ import annotations
@@ -43,14 +46,13 @@ def main() -> int:
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-    # Retries are the exporter's; a failed batch after them is one error line, not one per retry.
-    logging.getLogger("opentelemetry.exporter").setLevel(logging.ERROR)
     stdin = sys.stdin.buffer
     found = frames(stdin)
     setup = next(found, None)
     if setup is None:
         return 0
     url, headers, service, timeout_s, version = setup
+    refusals = _Refusals.install(url)
     exporter = OTLPSpanExporter(endpoint=url, headers=headers, timeout=timeout_s)
     resource = Resource.create({"service.name": service})
     scope = InstrumentationScope("steward", version)
@@ -91,19 +93,82 @@ def main() -> int:
             else:
                 spans.extend(batch)
         for at in range(0, len(spans), _CHUNK):
+            refusals.last = ""
             try:
                 result = exporter.export([readable(r) for r in spans[at : at + _CHUNK]])
             except Exception:  # a malformed record or an exporter fault: that batch is lost
                 logging.getLogger(__name__).exception("steward: a batch of spans could not be sent")
                 result = SpanExportResult.FAILURE
-            ok = result is SpanExportResult.SUCCESS
+            ok = refusals.sent(result is SpanExportResult.SUCCESS, going_on=more)
     exporter.shutdown()  # type: ignore[no-untyped-call]
     try:
-        sys.stdout.write("ok\n" if ok else "failed\n")
+        sys.stdout.write("ok\n" if ok else f"failed {refusals.final()}".rstrip() + "\n")
         sys.stdout.flush()
     except OSError:  # the run's process stopped waiting for the word
         pass
     return 0
+
+
+class _Refusals(logging.Handler):
+    """What the exporter logged of the last failed batch: ``last`` is ``HTTP 404 (reason)`` when
+    the collector answered with an error, "" when it did not answer."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.url, self.last = "", ""
+        self._told: set[str] = set()
+
+    @classmethod
+    def install(cls, url: str) -> _Refusals:
+        """Hear the exporter's errors (its retries are its own; a batch failed after them is
+        logged once) instead of letting them reach stderr as they are."""
+        made = cls()
+        made.url = url
+        logger = logging.getLogger("opentelemetry.exporter")
+        logger.setLevel(logging.ERROR)
+        logger.addHandler(made)
+        logger.propagate = False
+        return made
+
+    def sent(self, ok: bool, *, going_on: bool) -> bool:
+        """``ok``, once a failed batch is said on stderr if the run goes on (a worker, a server)."""
+        if not ok and going_on:
+            self.tell()
+        return ok
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args
+        if "batch code" in str(record.msg) and isinstance(args, tuple) and len(args) == 3 and args[1]:
+            self.last = f"HTTP {args[1]} ({args[2]})"
+
+    def final(self) -> str:
+        """The last failure for the final line: ``told`` when stderr said it already."""
+        return "told" if (self.last or "did not answer") in self._told else self.last
+
+    def tell(self) -> None:
+        what = self.last or "did not answer"
+        if what in self._told:
+            return
+        self._told.add(what)
+        said = (
+            refused(self.url, self.last) if self.last else f"the OpenTelemetry collector at {self.url} {what}"
+        )
+        sys.stderr.write(f"steward: spans not sent: {said}\n")
+
+
+def refused(url: str, answer: str) -> str:
+    """What to say of a collector that answered ``answer`` (``HTTP 401 (...)``), with the fix."""
+    code = answer.split()[1] if answer.startswith("HTTP ") else ""
+    if code in ("401", "403"):
+        fix = "it refused the key: check the headers headers_env names (or OTEL_EXPORTER_OTLP_HEADERS)"
+    elif code in ("404", "405", "501"):
+        fix = (
+            "this is not an OTLP/HTTP traces address: give [telemetry] endpoint the collector's base URL, "
+            'e.g. "http://localhost:4318" (/v1/traces is added)'
+        )
+    else:
+        fix = "see the collector's log"
+    return f"the OpenTelemetry collector at {url} answered {answer}; {fix}"
 
 
 def _waiting(batches: queue.Queue[list[list[Any]] | None]) -> Iterator[list[list[Any]] | None]:

@@ -348,15 +348,23 @@ class Sink:
                     process.stdin.close()
                 process.stdin = None  # closed: ``communicate`` must not flush it
             self._process, self._broken = None, True
+        answer, told = "", False  # the collector's error answer, when it gave one
         try:
             out, _ = process.communicate(timeout=max(deadline - time.monotonic(), 0.0))
-            sent = process.returncode == 0 and out.strip() == b"ok" and self._dropped == 0
+            word = out.decode(errors="replace").strip()
+            sent = process.returncode == 0 and word == "ok" and self._dropped == 0
+            answer = word.removeprefix("failed").strip() if word.startswith("failed HTTP ") else ""
+            told = word == "failed told"  # the helper said why on stderr already
         except subprocess.TimeoutExpired:
             process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired, OSError):
                 process.communicate(timeout=5)
             sent = False
-        if not sent:
+        if answer:
+            from steward.telemetry._child import refused
+
+            sys.stderr.write(f"steward: spans not sent: {refused(self.url, answer)} (from {self.source})\n")
+        elif not sent and not told:
             sys.stderr.write(
                 f"steward: spans not sent: the OpenTelemetry collector at {self.url} did not "
                 f"answer (from {self.source}; gave up at exit)\n"
