@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,16 +49,19 @@ def task_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return list(rows.values())
 
 
-def task_file_rows(path: Path) -> list[dict[str, Any]]:
+def task_file_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The rows of a ``steward batch`` tasks file (JSONL: goal, workspace, optional verify and
-    id), each workspace resolved against the file's folder."""
+    id), each workspace resolved against the file's folder. As ``steward batch`` reads it: blank
+    and ``#`` lines are skipped, and a byte order mark at its start is ignored."""
+    path = Path(path)
     rows = []
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read the tasks file {path}: {exc.strerror or exc}") from None
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError(f"cannot read the tasks file {path}: {why}") from None
     for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+        if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
             task = json.loads(line)
