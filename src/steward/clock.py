@@ -60,6 +60,17 @@ class RunClock:
             self.account.run_time_s += time.monotonic() - self._since
             self._since = None
 
+    def cap(self, seconds: float) -> float | None:
+        """Let the run run at most ``seconds`` more from now (a shared budget's time left),
+        unless its limit leaves less; the new limit, or None when it is unchanged."""
+        remaining = self.remaining()  # (starts the stretch's count if it had not)
+        if remaining is not None and remaining <= seconds:
+            return None
+        assert self._since is not None
+        spent = self.account.run_time_s + (time.monotonic() - self._since)
+        self.limit_s = spent + max(seconds, 0.001)
+        return self.limit_s
+
 
 async def within(clock: Clock, start: Callable[[], Awaitable[_T]]) -> _T:
     """Await what ``start`` begins; ``OutOfTime`` when the run's time is up first."""

@@ -168,6 +168,27 @@ def test_a_parent_its_child_used_up_records_the_childs_answer_before_it_stops(fl
     assert own.spent.tool_calls == 3  # the child's; taking its answer is not one more
 
 
+def test_a_childs_running_tool_is_cut_short_at_what_is_left_of_its_parents_time(fleet: Fleet) -> None:
+    fleet.persona(
+        "lead",
+        [{"tool": "delegate", "args": {"role": "sleeper", "goal": "sleep"}}, ended("lead done")],
+        tools='["delegate", "bash"]',  # a child's tools are within its parent's
+        extra="[budget]\ntime_s = 2\n",
+    )
+    sleep = {"tool": "bash", "args": {"command": "sleep 120; echo woke"}}
+    fleet.persona(
+        "sleeper", [sleep, ended("slept")], tools='["bash"]', extra='[policy]\nmode = "autonomous"\n'
+    )
+    lead = fleet.submit("lead", "have someone sleep")
+    fleet.worker("--lease", "5")
+    jobs = fleet.ended(2, timeout=100)  # the sleep would outlast this if nothing cut it short
+    child = next(j for j in jobs if j.parent_id == lead)
+    results = [e for e in events_of(fleet, child.id) if isinstance(e, ToolResultEvent) and e.tool == "bash"]
+    assert len(results) == 1 and "Stopped by the run's time limit" in results[0].output, results
+    assert "woke" not in results[0].output
+    assert child.status == "failed" and "partial" in (child.error or ""), child
+
+
 def test_a_job_its_budget_stops_cancels_the_jobs_it_left_running(fleet: Fleet) -> None:
     question = {"agent_step": {"phase": "feedback", "summary": "ask", "feedback_message": "Go on?"}}
     fleet.persona("lead", [question, *reads(3), ended("lead done")], tools='["read_file"]',

@@ -332,9 +332,24 @@ class Budget:
                 yield event
             yield end
             return
+        self._cap_time(loop)
         self._started = time.monotonic()  # (the store's reading is not the step's time)
         async for item in steps:
             yield item
+
+    def _cap_time(self, loop: Loop) -> None:
+        """A store scope's time limit cuts a tool short as the run's own does (``attach``): the
+        run's clock ends no later than the least time its scopes have left as this stretch of it
+        starts (a child's, what is left of its parent's and its tree's)."""
+        from steward.clock import RunClock
+
+        left = [s.limits.time_s - s.spent.time_s for s in self.states.values() if s.limits.time_s]
+        clock = getattr(loop.clock, "clock", loop.clock)  # a rebuilt run's clock wraps the live one
+        if not left or not isinstance(clock, RunClock):
+            return
+        limit = clock.cap(max(min(left), 0.0))
+        if limit is not None:  # what the run's time-limit messages name
+            loop.settings.run_timeout_s = round(limit, 1)
 
     def after(self, loop: Loop, outcome: rs.Outcome) -> Coroutine[Any, Any, After]:
         """The loop's hook after a step: what it used counted and recorded; its warnings and its
