@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.trajectories.scenarios import GOAL, WORK, Reply, run, step
+from tests.trajectories.scenarios import GOAL, WORK, Reply, run, scripted, step
 
 from steward.agent import Agent
+from steward.config import BudgetSettings, Config, Limits
 from steward.models.base import AssistantMessage, ModelRequest, Thinking, ToolCall
 from steward.models.scripted import FunctionModel
 from steward.store.events import EventStore
@@ -120,3 +121,25 @@ async def test_the_models_reasoning_is_kept_only_when_asked_for(store: EventStor
     kept = await chat_record(store, started.id, thinking=True)
     said = [m.get("reasoning_content") for m in kept["messages"] if m["role"] == "assistant"]
     assert said == ["Look first.", "2 and 2 make 4."]
+
+
+async def test_a_budgets_warning_the_model_read_is_a_user_turn_where_it_read_it(
+    store: EventStore, tmp_path: Path
+) -> None:
+    reads: list[Reply] = [[("read_file", {"path": f"n{n}.txt"})] for n in range(6)]
+    for n in range(6):
+        (tmp_path / f"n{n}.txt").write_text(f"note {n}\n")
+    config = Config(limits=Limits(max_steps=20), budget=BudgetSettings(tool_calls=5))
+    started = Agent(scripted(reads), config=config, sandbox=False, store=store).start(
+        GOAL, workspace=tmp_path
+    )
+    await started.result()
+    record = await chat_record(store, started.id)
+    warned = [
+        n for n, m in enumerate(record["messages"]) if m["role"] == "user" and "80% used" in m["content"]
+    ]
+    assert len(warned) == 1, record["messages"]
+    # Read after the fourth call's result (4 of 5 tool calls: 80 %), before the next reply.
+    before, after = record["messages"][warned[0] - 1], record["messages"][warned[0] + 1]
+    assert before["role"] == "tool" and "note 3" in before["content"], before
+    assert after["role"] == "assistant" and record["phases"][warned[0]] is None

@@ -5,7 +5,8 @@ assistant turn, and each of its tool calls is answered by what the log says happ
 ``tool_result``, an ``error`` the model had to fix, a human's ``answer``, or the
 acknowledgement of an ``agent_step`` phase, computed again here as the loop computed it). User
 turns are the goal and what the run told the model on its own (an unfinished answer sent back,
-"are you done?"). Tool outputs are the full ones: what context compaction cut stays in the log.
+"are you done?", a budget's warning to wrap up). Tool outputs are the full ones: what context
+compaction cut stays in the log.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from steward.budget.guard import BUDGET_WARNING
 from steward.continuation import VERIFY_TOOL
 from steward.ending import UNFINISHED_ANSWER
 from steward.events import (
@@ -71,7 +73,7 @@ def conversation(system: str, goal: str, events: Sequence[Event], *, thinking: b
             case ModelReplyEvent():
                 nxt = next((n for n in replies if n > at), len(events))
                 fold.reply(chat, event, events[at + 1 : nxt])
-            case SignalEvent(code=code, message=message) if code == UNFINISHED_ANSWER:
+            case SignalEvent(code=code, message=message) if code in (UNFINISHED_ANSWER, BUDGET_WARNING):
                 chat.add({"role": "user", "content": message})
             case ContinuationEvent(asked=True, message=message):
                 chat.add({"role": "user", "content": message})
