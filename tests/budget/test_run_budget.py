@@ -88,6 +88,8 @@ async def test_a_money_budget_ends_the_run_when_spent(store: EventStore, tmp_pat
     assert 1 <= len(replies) <= 3  # never past $ (3.5 steps)
     (stop,) = signals(events, BUDGET_EXHAUSTED)
     assert "USD" in stop.message or "no room for another model call" in stop.message
+    if "no room" in stop.message:  # the call's size in money too: the budget that refused it is one
+        assert re.search(r"of about [\d,]+ tokens, \$\d+\.\d{4}\)", stop.message), stop.message
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.end_status == "partial"
     totals = await Ledger(store.engine).run(events[0].run_id)

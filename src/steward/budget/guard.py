@@ -184,7 +184,7 @@ class Budget:
         """A new lease for the call ``leased`` looked at; ``BudgetExceededError`` if a scope
         has no room for it."""
         tokens, cost = self._asked
-        self._refuse(await self._renew(Need(tokens, cost, model=True)), tokens)
+        self._refuse(await self._renew(Need(tokens, cost, model=True)), tokens, cost)
 
     def hold_local(self, request: ModelRequest) -> None:
         """``before_call`` for a run whose budgets are all its own (none shared in the store):
@@ -198,7 +198,7 @@ class Budget:
             # The least token and money limits first: each budget is looked at only near one.
             if self.spent.tokens + tokens > caps[0] or caps[1] < float("inf"):
                 cost = 0.0 if self.rates is None else self.rates.cost(Usage(input_tokens=tokens))
-                self._refuse(self._no_room(tokens, cost), tokens)
+                self._refuse(self._no_room(tokens, cost), tokens, cost)
 
     def _local_caps(self) -> tuple[int, float]:
         """The least token limit (0: none) and the least money limit (0: none) of the budgets a
@@ -220,10 +220,11 @@ class Budget:
         expected = min(request.max_tokens or _OUTPUT_GUESS, max(_OUTPUT_GUESS, 2 * self.longest_output))
         return self._prompt_tokens(request) + expected
 
-    def _refuse(self, refused: str | None, tokens: int) -> None:
+    def _refuse(self, refused: str | None, tokens: int, cost: float) -> None:
         if refused is not None:
             label = _label(refused, self.run_id)
-            self.refused = f"{label} budget has no room for another model call (of about {tokens:,} tokens)"
+            size = f"{tokens:,} tokens" + (f", ${cost:.4f}" if self.rates is not None else "")
+            self.refused = f"{label} budget has no room for another model call (of about {size})"
             raise BudgetExceededError(self.refused)
 
     def _prompt_tokens(self, request: ModelRequest) -> int:
