@@ -15,7 +15,7 @@ from steward.budget.guard import BUDGET_EXHAUSTED, BUDGET_WARNING
 from steward.budget.ledger import Ledger
 from steward.config import BudgetSettings, Config
 from steward.events import DoneEvent, Event, SignalEvent
-from steward.models.base import UserMessage
+from steward.models.base import Usage, UserMessage
 from steward.safety.policy.rules import Policy
 from steward.store.events import EventStore
 
@@ -80,6 +80,26 @@ async def test_a_token_budget_stops_before_a_call_that_would_not_fit(tmp_path: P
     size = re.search(r"of about ([\d,]+) tokens", stop.message)
     assert size is not None and int(size[1].replace(",", "")) >= 1_000, stop.message
     assert size[1] == f"{int(size[1].replace(',', '')):,}", stop.message
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own", "in the store"])
+async def test_a_money_budget_holds_a_reply_at_the_output_price_so_long_replies_do_not_overrun_it(
+    store: EventStore, tmp_path: Path, shared: bool
+) -> None:
+    """Replies cost 4 times their prompt's tokens here: a call held at the input price would fit
+    where its reply then overruns the budget."""
+    usage = Usage(input_tokens=1_000, output_tokens=4_000, requests=1)
+    step = (1_000 * 0.15 + 4_000 * 0.60) / 1_000_000
+    limit = 1.86 * step
+    budget = {"session_cost_usd" if shared else "cost_usd": limit}
+    made = agent(LookupModel(calls=5, usage=usage), store, **budget)
+    run = made.start("look the keys up", workspace=tmp_path, session_id="s-1" if shared else None)
+    events = [e async for e in run.stream()]
+    assert len([e for e in events if e.type == "model_reply"]) == 1, [e.type for e in events]
+    (stop,) = signals(events, BUDGET_EXHAUSTED)
+    assert "no room for another model call" in stop.message, stop.message
+    totals = await Ledger(store.engine).run(events[0].run_id)
+    assert totals is not None and totals.cost_usd <= limit
 
 
 async def test_a_money_budget_ends_the_run_when_spent(store: EventStore, tmp_path: Path) -> None:

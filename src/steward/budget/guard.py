@@ -194,10 +194,11 @@ class Budget:
         if caps is None:
             caps = self._caps = self._local_caps()
         if caps[0] or caps[1]:  # some budget bounds tokens or money
-            tokens = self._call_tokens(request)
+            prompt, reply = self._call_parts(request)
+            tokens = prompt + reply
             # The least token and money limits first: each budget is looked at only near one.
             if self.spent.tokens + tokens > caps[0] or caps[1] < float("inf"):
-                cost = 0.0 if self.rates is None else self.rates.cost(Usage(input_tokens=tokens))
+                cost = self._hold_cost(prompt, reply)
                 self._refuse(self._no_room(tokens, cost), tokens, cost)
 
     def _local_caps(self) -> tuple[int, float]:
@@ -211,14 +212,19 @@ class Budget:
         return 0, 0.0
 
     def _call_size(self, request: ModelRequest) -> tuple[int, float]:
-        tokens = self._call_tokens(request)
-        return tokens, 0.0 if self.rates is None else self.rates.cost(Usage(input_tokens=tokens))
+        prompt, reply = self._call_parts(request)
+        return prompt + reply, self._hold_cost(prompt, reply)
 
-    def _call_tokens(self, request: ModelRequest) -> int:
+    def _call_parts(self, request: ModelRequest) -> tuple[int, int]:
         # What the call may take: its prompt (no less than the last one's, as the provider
         # counted it) and a reply at most the request's cap, expected near the longest so far.
         expected = min(request.max_tokens or _OUTPUT_GUESS, max(_OUTPUT_GUESS, 2 * self.longest_output))
-        return self._prompt_tokens(request) + expected
+        return self._prompt_tokens(request), expected
+
+    def _hold_cost(self, prompt: int, reply: int) -> float:
+        """What a call of ``prompt`` tokens in and ``reply`` out may cost: the reply at the output
+        price (several times the input's), so that a money budget is not overrun by replies."""
+        return 0.0 if self.rates is None else self.rates.cost(Usage(input_tokens=prompt, output_tokens=reply))
 
     def _refuse(self, refused: str | None, tokens: int, cost: float) -> None:
         if refused is not None:
@@ -272,8 +278,8 @@ class Budget:
         if self._room_calls < 1:
             # A new lease: this call, and more while the scopes have room (and tokens for the
             # next model calls, where they fit).
-            tokens = self.last_estimate + max(_OUTPUT_GUESS, 2 * self.longest_output)
-            cost = 0.0 if self.rates is None else self.rates.cost(Usage(input_tokens=tokens))
+            reply = max(_OUTPUT_GUESS, 2 * self.longest_output)
+            tokens, cost = self.last_estimate + reply, self._hold_cost(self.last_estimate, reply)
             if scope := await self._renew(Need(tokens, cost, calls=1)):
                 return f"{_label(scope, self.run_id)} budget of tool calls is used up"
         self._room_calls -= 1
