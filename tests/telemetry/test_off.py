@@ -12,7 +12,7 @@ import pytest
 from steward.config import Config, TelemetrySettings, load_config
 from steward.errors import ConfigError
 from steward.telemetry import describe
-from steward.telemetry._export import headers, traces_url
+from steward.telemetry._export import headers, traces_url, where
 
 _PROGRAM = """
 import asyncio, sys
@@ -67,6 +67,20 @@ def test_headers_come_from_the_variable_named_and_a_missing_one_says_so() -> Non
     }
     with pytest.raises(ConfigError, match="key=value pairs"):
         headers(settings, {"TRACE_HEADERS": "just-a-token"})
+
+
+def test_without_headers_env_opentelemetry_s_header_variables_are_read_and_checked_alike() -> None:
+    on = TelemetrySettings(enabled=True)
+    assert headers(on, {}) == {}
+    assert headers(on, {"OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20t0ken"}) == {
+        "authorization": "Bearer t0ken"
+    }
+    both = {"OTEL_EXPORTER_OTLP_HEADERS": "a=1", "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "b=2"}
+    assert headers(on, both) == {"b": "2"}  # the traces' own first, as OpenTelemetry's SDKs read them
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_HEADERS must hold key=value pairs"):
+        headers(on, {"OTEL_EXPORTER_OTLP_HEADERS": "bad header"})
+    said = where(on, {"OTEL_EXPORTER_OTLP_HEADERS": "a=1"})
+    assert "headers from OTEL_EXPORTER_OTLP_HEADERS (1)" in said, said
 
 
 def test_the_collector_is_the_configured_one_then_opentelemetry_s_variables_then_localhost() -> None:

@@ -47,18 +47,26 @@ def traces_url(settings: TelemetrySettings, environ: Mapping[str, str] | None = 
     return _with_path(DEFAULT_BASE), "the default"
 
 
+_OTEL_HEADERS = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
+
+
 def _with_path(base: str) -> str:
     base = base.rstrip("/")
     return base if base.endswith(_TRACES_PATH) else base + _TRACES_PATH
 
 
 def headers(settings: TelemetrySettings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The export's headers from the variable ``headers_env`` names (OpenTelemetry's
-    ``key=value,key2=value2`` form, values percent-encoded); a ``ConfigError`` naming the fix."""
+    """The export's headers from the variable ``headers_env`` names, else from OpenTelemetry's
+    own (``OTEL_EXPORTER_OTLP_TRACES_HEADERS``, then ``OTEL_EXPORTER_OTLP_HEADERS``), in their
+    ``key=value,key2=value2`` form, values percent-encoded; a ``ConfigError`` naming the fix."""
     name = settings.headers_env
-    if not name:
-        return {}
     env = os.environ if environ is None else environ
+    if not name:
+        # Read here, as headers_env is, so that a malformed one is Steward's error before the
+        # run, not the exporter's log line from its helper process.
+        name = next((n for n in _OTEL_HEADERS if env.get(n, "").strip()), "")
+        if not name:
+            return {}
     text = env.get(name)
     if text is None:
         raise ConfigError(
@@ -88,7 +96,9 @@ def where(settings: TelemetrySettings, environ: Mapping[str, str] | None = None)
         sent = headers(settings, environ)
     except ConfigError as exc:
         return f"ON but cannot send: {exc}"
-    extra = f", headers from {settings.headers_env} ({len(sent)})" if sent else ""
+    env = os.environ if environ is None else environ
+    named = settings.headers_env or next((n for n in _OTEL_HEADERS if env.get(n, "").strip()), "")
+    extra = f", headers from {named} ({len(sent)})" if sent else ""
     content = ", content recorded (secrets redacted)" if settings.record_content else ""
     sampled = f", {settings.sample_ratio:.0%} of runs" if settings.sample_ratio < 1 else ""
     return (
