@@ -53,6 +53,8 @@ class Manifest:
     tasks: list[Task]
     runs: list[Attempt] = field(default_factory=list)
     created_at: float = 0.0
+    #: ``[budget]`` values for each attempt's run (``--budget-tokens``, ``--budget-usd``).
+    budget: dict[str, float] = field(default_factory=dict)
 
     def task(self, task_id: str) -> Task:
         return next(t for t in self.tasks if t.id == task_id)
@@ -61,7 +63,7 @@ class Manifest:
         body = {
             "version": _VERSION, "id": self.id, "tasks_file": self.tasks_file, "persona": self.persona,
             "model": self.model, "mode": self.mode, "attempts": self.attempts, "store": self.store,
-            "created_at": self.created_at,
+            "created_at": self.created_at, "budget": self.budget,
             "tasks": [_task_dict(t) for t in self.tasks],
             "runs": [asdict(a) for a in self.runs],
         }  # fmt: skip
@@ -94,7 +96,7 @@ class Manifest:
             id=body["id"], directory=directory, tasks_file=body["tasks_file"], persona=body["persona"],
             model=body["model"], mode=body["mode"], attempts=body["attempts"], store=body["store"],
             tasks=[_task_from(t) for t in body["tasks"]], runs=[Attempt(**a) for a in body["runs"]],
-            created_at=body["created_at"],
+            created_at=body["created_at"], budget=body.get("budget") or {},
         )  # fmt: skip
 
 
@@ -110,7 +112,7 @@ def _task_from(raw: dict[str, Any]) -> Task:
 
 def new_manifest(
     directory: Path, tasks: list[Task], *, tasks_file: Path, persona: str, model: str | None,
-    mode: str | None, attempts: int, store: str,
+    mode: str | None, attempts: int, store: str, budget: dict[str, float] | None = None,
 ) -> Manifest:  # fmt: skip
     """The plan of a new batch in ``directory`` (written by ``save``); nothing is queued yet."""
     if (directory / MANIFEST).exists():
@@ -128,7 +130,7 @@ def new_manifest(
     batch_id = secrets.token_hex(4)
     manifest = Manifest(
         id=batch_id, directory=directory, tasks_file=str(tasks_file), persona=persona, model=model, mode=mode,
-        attempts=attempts, store=store, tasks=tasks, created_at=time.time(),
+        attempts=attempts, store=store, tasks=tasks, created_at=time.time(), budget=dict(budget or {}),
     )  # fmt: skip
     for task in tasks:
         for number in range(1, attempts + 1):
@@ -156,6 +158,7 @@ async def queue_all(
             handle = await queue.submit(
                 manifest.persona, manifest.task(attempt.task).goal, workspace=attempt.workspace,
                 idempotency_key=attempt.key, model=attempt.model, mode=manifest.mode,
+                budget=manifest.budget,
             )  # fmt: skip
             attempt.job = handle.id
         else:

@@ -81,7 +81,8 @@ def write_report(
     body = {
         "batch": manifest.id, "tasks_file": manifest.tasks_file, "persona": manifest.persona,
         "model": manifest.model, "mode": manifest.mode, "attempts_per_task": manifest.attempts,
-        "store": manifest.store, "summary": total, "tasks": [asdict(r) for r in rows],
+        "budget_per_attempt": manifest.budget, "store": manifest.store, "summary": total,
+        "tasks": [asdict(r) for r in rows],
         "attempts": [asdict(o) for o in settled],
     }  # fmt: skip
     write_atomic(manifest.directory / "report.json", json.dumps(body, indent=1) + "\n")

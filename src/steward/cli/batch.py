@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from steward.cli.options import EXIT_INTERRUPTED, EXIT_OK, fail
+from steward.cli.options import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    budget_flags,
+    budget_tokens_option,
+    budget_usd_option,
+    fail,
+    whole_option,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -51,7 +59,13 @@ def batch(
     ] = None,
     attempts: Annotated[
         int | None,
-        typer.Option("--attempts", "-k", help="Runs per task (pass@k for k up to this); default: 1."),
+        whole_option(
+            "--attempts",
+            "-k",
+            unit="runs per task",
+            example=5,
+            help="Runs per task (pass@k for k up to this); default: 1.",
+        ),
     ] = None,
     model: Annotated[
         str | None,
@@ -61,8 +75,13 @@ def batch(
     ] = None,
     workers: Annotated[
         int,
-        typer.Option(
-            "--workers", "-j", help="Jobs run at once by this command; 0: workers elsewhere take them."
+        whole_option(
+            "--workers",
+            "-j",
+            unit="jobs",
+            example=4,
+            least=0,
+            help="Jobs run at once by this command; 0: workers elsewhere take them.",
         ),
     ] = 2,
     store: Annotated[
@@ -79,6 +98,8 @@ def batch(
     resume: Annotated[
         Path | None, typer.Option("--resume", help="Go on with the batch whose report directory this is.")
     ] = None,
+    budget_tokens: Annotated[int | None, budget_tokens_option("each attempt (not the whole batch)")] = None,
+    budget_usd: Annotated[float | None, budget_usd_option("each attempt (not the whole batch)")] = None,
 ) -> None:
     """Run each task of TASKS.jsonl --attempts times and report pass@1, pass@k, steps, tokens, cost, time.
 
@@ -90,17 +111,20 @@ def batch(
        "script": "solutions/fix-mean.yaml"}    optional: for --model scripted
     Without "verify", an attempt passes when its run ends solved. The report
     (report.md, report.json, trajectories/TASK.jsonl, tasks.jsonl) goes to -o DIR.
+    --budget-tokens and --budget-usd are per attempt: each run gets the whole
+    budget (a run that reaches it ends partial).
     Ctrl-C stops; `steward batch --resume DIR` goes on (nothing runs twice).
     """
     from steward.batch.plan import Manifest
 
-    if workers < 0:
-        raise fail("--workers is how many jobs this command runs at once: 0 or more")
     _apply_this_folders_config(workers)
     if resume is not None:
         if tasks_file is not None:
             raise fail("give either TASKS.jsonl or --resume DIR: a resumed batch keeps its own tasks")
-        given = {"--persona": persona, "--attempts": attempts, "--model": model, "--mode": mode, "-o": output}
+        given = {
+            "--persona": persona, "--attempts": attempts, "--model": model, "--mode": mode, "-o": output,
+            "--budget-tokens": budget_tokens, "--budget-usd": budget_usd,
+        }  # fmt: skip
         if named := [flag for flag, value in given.items() if value is not None]:
             raise fail(
                 f"{', '.join(named)} cannot change a batch under way: --resume keeps its own settings "
@@ -114,8 +138,9 @@ def batch(
         directory = (output or _default_dir()).resolve()
         url = store or _configured_store() or f"sqlite:///{directory / 'steward.db'}"
         manifest = _plan(
-            tasks_file, persona or "coder", 1 if attempts is None else attempts, model, mode, url, directory
-        )
+            tasks_file, persona or "coder", 1 if attempts is None else attempts, model, mode, url, directory,
+            budget_flags(budget_tokens, budget_usd),
+        )  # fmt: skip
     raise typer.Exit(asyncio.run(_run(manifest, workers, url)))
 
 
@@ -162,7 +187,7 @@ def _kept_store(kept: str) -> str:
 
 def _plan(
     tasks_file: Path, persona: str, attempts: int, model: str | None, mode: str | None, url: str,
-    directory: Path,
+    directory: Path, budget: dict[str, float],
 ) -> Manifest:  # fmt: skip
     """The new batch's manifest, written once every input is checked."""
     from steward.batch.plan import new_manifest
@@ -178,7 +203,7 @@ def _plan(
     _check_persona_and_model(tasks, persona, model, tasks_file)
     manifest = new_manifest(
         directory, tasks, tasks_file=tasks_file, persona=persona, model=model, mode=mode, attempts=attempts,
-        store=_without_password(url),
+        store=_without_password(url), budget=budget,
     )  # fmt: skip
     try:
         directory.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from steward.cli.options import whole_option
+
 if TYPE_CHECKING:
     from steward.config import Config
     from steward.safety.checkpoints.around_calls import Checkpointer
@@ -147,11 +149,16 @@ def checkpoints_command(
 
 def rewind_command(
     run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix, or 'last').")],
-    to: Annotated[int | None, typer.Option("--to", help="Restore the workspace as before this step.")] = None,
+    to: Annotated[
+        int | None,
+        whole_option("--to", unit="", example=3, least=1, help="Restore the workspace as before this step."),
+    ] = None,
     last: Annotated[
         bool, typer.Option("--last", help="Undo the run's last call that changed files.")
     ] = False,
-    checkpoint: Annotated[int | None, typer.Option("--checkpoint", help="Restore checkpoint #N.")] = None,
+    checkpoint: Annotated[
+        int | None, whole_option("--checkpoint", unit="", example=2, least=1, help="Restore checkpoint #N.")
+    ] = None,
     workspace: Workspace = Path(),
 ) -> None:
     """Restore the workspace as it was before a call of the run (deleted files included)."""

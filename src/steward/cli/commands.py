@@ -42,6 +42,9 @@ from steward.cli.options import (
     ReadOnly,
     ResumeOpt,
     Workspace,
+    budget_flags,
+    budget_tokens_option,
+    budget_usd_option,
     config_from_flags,
     fail,
 )
@@ -126,7 +129,7 @@ def run(
     config = config_from_flags(
         workspace, model, max_steps, mode=mode, no_sandbox=no_sandbox, allow=allow, ask=ask, deny=deny,
         read_only=read_only, persona=chosen,
-        budget={k: v for k, v in (("tokens", budget_tokens), ("cost_usd", budget_usd)) if v is not None},
+        budget=budget_flags(budget_tokens, budget_usd),
     )  # fmt: skip
     if not config.model:
         raise fail(NO_MODEL)
@@ -246,11 +249,14 @@ def chat_command(
     quiet: QuietOpt = False,
     mode: ModeOpt = None,
     no_sandbox: NoSandbox = False,
+    budget_tokens: Annotated[int | None, budget_tokens_option("each message's run")] = None,
+    budget_usd: Annotated[float | None, budget_usd_option("each message's run")] = None,
 ) -> None:
     """Talk with an agent: each message is a run that sees the session's earlier turns."""
     from steward.cli.chat import chat
 
-    config = config_from_flags(workspace, model, None, mode=mode, no_sandbox=no_sandbox)
+    budget = budget_flags(budget_tokens, budget_usd)
+    config = config_from_flags(workspace, model, None, mode=mode, no_sandbox=no_sandbox, budget=budget)
     if not config.model:
         raise fail(NO_MODEL)
     which = None if new else (session or "last")

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from steward.cli.options import whole_option
+
 if TYPE_CHECKING:
     from rich.tree import Tree
 
@@ -28,7 +30,12 @@ def graph_command(
     ] = Path(),
     dot: Annotated[bool, typer.Option("--dot", help="Print Graphviz DOT instead of a tree.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the graph as JSON.")] = False,
-    depth: Annotated[int, typer.Option(min=0, max=3, help="Levels of child jobs to include.")] = 2,
+    depth: Annotated[
+        int,
+        whole_option(
+            "--depth", unit="levels", example=2, least=0, most=3, help="Levels of child jobs to include."
+        ),
+    ] = 2,
 ) -> None:
     """Show how a run relates to its plan's sub-tasks, child jobs, files and memory items."""
     from steward.cli.runs import reading_url

@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from steward.cli.options import EXIT_ANSWERED, EXIT_NOT_SOLVED, EXIT_OK
+from steward.cli.options import (
+    EXIT_ANSWERED,
+    EXIT_NOT_SOLVED,
+    EXIT_OK,
+    budget_flags,
+    budget_tokens_option,
+    budget_usd_option,
+    whole_option,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -56,14 +64,23 @@ def submit(
     workspace: Annotated[
         Path, typer.Option("--workspace", "-w", help="Directory the job works in.")
     ] = Path(),
-    priority: Annotated[int, typer.Option("--priority", help="Higher runs first.")] = 0,
+    priority: Annotated[
+        int, whole_option("--priority", unit="", example=10, help="Higher runs first (may be negative).")
+    ] = 0,
     idempotency_key: Annotated[
         str | None,
         typer.Option("--idempotency-key", help="A second submit with this key returns the first job."),
     ] = None,
     user: Annotated[str | None, typer.Option("--user", help="At most one active job per user.")] = None,
     max_attempts: Annotated[
-        int, typer.Option("--max-attempts", min=1, help="Workers it may lose before it is marked dead.")
+        int,
+        whole_option(
+            "--max-attempts",
+            unit="attempts",
+            example=3,
+            least=1,
+            help="Workers it may lose before it is marked dead.",
+        ),
     ] = 3,
     wait: Annotated[
         bool, typer.Option("--wait", help="Wait until the job ends (or waits) and print it.")
@@ -84,6 +101,8 @@ def submit(
             "Jobs it delegates to run no wider.",
         ),
     ] = None,
+    budget_tokens: Annotated[int | None, budget_tokens_option("the job's run")] = None,
+    budget_usd: Annotated[float | None, budget_usd_option("the job's run")] = None,
 ) -> None:
     """Queue a job for a worker of its role; prints the job's id."""
     from steward.answers import load_schema_file
@@ -104,6 +123,7 @@ def submit(
             handle = await queue.submit(
                 role, goal, workspace=ws, priority=priority, idempotency_key=idempotency_key, user=user,
                 max_attempts=max_attempts, output_schema=output_schema, mode=mode,
+                budget=budget_flags(budget_tokens, budget_usd),
             )  # fmt: skip
             typer.echo(handle.id)
             if before is not None:
@@ -337,7 +357,9 @@ def worker(
         list[str] | None,
         typer.Option("--role", "-r", help="Take jobs of this role (repeatable); default: any."),
     ] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, help="Jobs run at once.")] = 1,
+    concurrency: Annotated[
+        int, whole_option("--concurrency", "-c", unit="jobs", example=4, least=1, help="Jobs run at once.")
+    ] = 1,
     workspace: Workspace = Path(),
     lease_s: Annotated[
         float, typer.Option("--lease", min=1.0, help="Seconds a claim holds without a heartbeat.")

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from steward.cli.options import whole_option
+
 if TYPE_CHECKING:
     import sqlalchemy as sa
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -219,7 +221,9 @@ def list_items(
     workspace: Workspace = None,
     kind: Kind = None,
     hidden: Annotated[bool, typer.Option("--hidden", help="Also hidden and expired items.")] = False,
-    limit: Annotated[int, typer.Option(min=1, help="How many items, newest first.")] = 50,
+    limit: Annotated[
+        int, whole_option("--limit", unit="items", example=50, least=1, help="How many items, newest first.")
+    ] = 50,
     store: Store = None,
 ) -> None:
     """List remembered items, newest first, of every scope unless narrowed."""
@@ -254,7 +258,9 @@ def _state(item: MemoryItem, now: float) -> str:
 @memory_app.command("search")
 def search(
     query: Annotated[str, typer.Argument(help="What to look for, in a few words.")],
-    k: Annotated[int, typer.Option("--k", "-k", min=1, max=100, help="How many items.")] = 5,
+    k: Annotated[
+        int, whole_option("--k", "-k", unit="items", example=5, least=1, most=100, help="How many items.")
+    ] = 5,
     explain: Annotated[
         bool,
         typer.Option(

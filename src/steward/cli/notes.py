@@ -16,6 +16,8 @@ from typing import Annotated
 
 import typer
 
+from steward.cli.options import whole_argument, whole_option
+
 notes_app = typer.Typer(
     help="Notes on files, jobs and runs that later runs see: list, add, rm.", no_args_is_help=True
 )
@@ -46,7 +48,12 @@ def list_notes(
     ] = None,
     run: Annotated[str | None, typer.Option("--run", help="Only the notes this run left.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
-    limit: Annotated[int, typer.Option(min=1, max=1000, help="How many, newest first.")] = 100,
+    limit: Annotated[
+        int,
+        whole_option(
+            "--limit", unit="notes", example=100, least=1, most=1000, help="How many, newest first."
+        ),
+    ] = 100,
 ) -> None:
     """List the workspace's notes, newest first."""
     from steward.cli.runs import reading_url
@@ -108,7 +115,17 @@ def add_note(
 
 @notes_app.command("rm")
 def remove_note(
-    note_id: Annotated[int, typer.Argument(metavar="ID", help="The note's number (`steward notes list`).")],
+    note_id: Annotated[
+        int,
+        whole_argument(
+            "ID",
+            "the note's ID",
+            unit="",
+            example=12,
+            least=1,
+            help="The note's number (`steward notes list`).",
+        ),
+    ],
     workspace: Workspace = Path(),
 ) -> None:
     """Remove one of the workspace's notes."""

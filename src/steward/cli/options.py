@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -40,7 +41,68 @@ ModelOpt = Annotated[
     str | None,
     typer.Option("--model", "-m", help="provider:model, e.g. openai:gpt-4o-mini, anthropic:..., ollama:..."),
 ]
-MaxSteps = Annotated[int | None, typer.Option("--max-steps", min=1, help="Most model calls for this run.")]
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    typer.echo(f"steward: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _span(least: int | None, most: int | None) -> str:
+    if least is not None and most is not None:
+        return f"{least} to {most}"
+    return f"{least} or more" if least is not None else f"at most {most}"
+
+
+def whole_number(
+    flag: str, unit: str, example: int, *, least: int | None = None, most: int | None = None
+) -> Callable[[str | int], int]:
+    """The parser of every whole-number option and argument: a wrong value is one line in our
+    words (the flag, what it takes, an example), never click's or pydantic's, nor a traceback.
+    ``unit`` is what is counted ("steps"), or "" when the number is a name (a port)."""
+
+    def parse(given: str | int) -> int:
+        if isinstance(given, int):  # a default, passed through
+            number = given
+        else:
+            try:
+                number = int(given.strip().replace("_", ""), 10)
+            except ValueError:
+                of = f" of {unit}" if unit else ""
+                raise fail(f"{flag} takes a whole number{of}, e.g. {example} (got {given!r})") from None
+        if (least is not None and number < least) or (most is not None and number > most):
+            span = _span(least, most)
+            what = f"{span} {unit}" if unit else f"a whole number{' from ' if ' to ' in span else ', '}{span}"
+            raise fail(f"{flag} takes {what}, e.g. {example} (got {number})")
+        return number
+
+    return parse
+
+
+def whole_option(
+    *names: str, unit: str, example: int, least: int | None = None, most: int | None = None, help: str
+) -> Any:
+    """A ``typer.Option`` that takes a whole number through ``whole_number``."""
+    return typer.Option(
+        *names,
+        parser=whole_number(names[0], unit, example, least=least, most=most),
+        metavar="N",
+        help=help,
+    )
+
+
+def whole_argument(
+    name: str, said: str, *, unit: str, example: int, least: int | None = None, help: str
+) -> Any:
+    """A ``typer.Argument`` (shown as ``name``, called ``said`` in an error) that takes a whole
+    number through ``whole_number``."""
+    return typer.Argument(parser=whole_number(said, unit, example, least=least), metavar=name, help=help)
+
+
+MaxSteps = Annotated[
+    int | None,
+    whole_option("--max-steps", unit="steps", example=40, least=1, help="Most model calls for this run."),
+]
 # Help texts are rich markup: a section is written \\[budget], or it vanishes as a style tag.
 
 
@@ -50,21 +112,10 @@ def _token_count(text: str) -> int:
 
     count = parse_count(text)
     if count is None:
-        raise typer.BadParameter(f"{text!r} is not a number of tokens: write 200000, 200k or 1.5M")
+        raise fail(f"--budget-tokens takes a number of tokens, e.g. 200000, 200k or 1.5M (got {text!r})")
     if count < 1:
-        raise typer.BadParameter("a budget of no tokens leaves no room for a model call: give 1 or more")
+        raise fail("--budget-tokens 0 leaves no room for a model call: give 1 or more")
     return count
-
-
-BudgetTokens = Annotated[
-    int | None,
-    typer.Option(
-        "--budget-tokens",
-        parser=_token_count,
-        metavar="TOKENS",
-        help="Most tokens this run may use, e.g. 200k or 1.5M (\\[budget] tokens).",
-    ),
-]
 
 
 def _dollars(text: str) -> float:
@@ -73,19 +124,39 @@ def _dollars(text: str) -> float:
 
     amount = parse_dollars(text)
     if amount is None:
-        raise typer.BadParameter(f"{text!r} is not an amount of US dollars: write 0.50 or $0.50")
+        raise fail(f"--budget-usd takes an amount of US dollars: write 0.50 or $0.50 (got {text!r})")
     return amount
 
 
-BudgetUsd = Annotated[
-    float | None,
-    typer.Option(
+def budget_tokens_option(whose: str) -> Any:
+    """``--budget-tokens`` for the runs ``whose`` names ("this run", "each attempt's run")."""
+    return typer.Option(
+        "--budget-tokens",
+        parser=_token_count,
+        metavar="TOKENS",
+        help=f"Most tokens {whose} may use, e.g. 200k or 1.5M (\\[budget] tokens).",
+    )
+
+
+def budget_usd_option(whose: str) -> Any:
+    """``--budget-usd`` for the runs ``whose`` names."""
+    return typer.Option(
         "--budget-usd",
         parser=_dollars,
         metavar="USD",
-        help="Most US dollars this run may spend, e.g. 0.50 (\\[budget] cost_usd).",
-    ),
-]
+        help=f"Most US dollars {whose} may spend, e.g. 0.50 (\\[budget] cost_usd).",
+    )
+
+
+BudgetTokens = Annotated[int | None, budget_tokens_option("this run")]
+BudgetUsd = Annotated[float | None, budget_usd_option("this run")]
+
+
+def budget_flags(tokens: int | None, usd: float | None) -> dict[str, float]:
+    """The ``[budget]`` values ``--budget-tokens`` and ``--budget-usd`` give (only those given)."""
+    return {key: value for key, value in (("tokens", tokens), ("cost_usd", usd)) if value is not None}
+
+
 ModeOpt = Annotated[
     str | None,
     typer.Option(
@@ -110,11 +181,6 @@ DenyOpt = Annotated[
 ReadOnly = Annotated[
     bool, typer.Option("--read-only", help="Turn every write tool off; bash sees the workspace read-only.")
 ]
-
-
-def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    typer.echo(f"steward: {message}", err=True)
-    return typer.Exit(code)
 
 
 def config_from_flags(

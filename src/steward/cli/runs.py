@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from steward.cli.graph import graph_command
+from steward.cli.options import whole_option
 
 if TYPE_CHECKING:
     from steward.events import Event
@@ -51,7 +52,9 @@ def _when(ts: float) -> str:
 @runs_app.command("list")
 def list_runs(
     workspace: Workspace = Path(),
-    limit: Annotated[int, typer.Option(min=1, help="How many runs, newest first.")] = 20,
+    limit: Annotated[
+        int, whole_option("--limit", unit="runs", example=20, least=1, help="How many runs, newest first.")
+    ] = 20,
 ) -> None:
     """List the recorded runs, newest first."""
     from steward.store.events import open_store

@@ -13,18 +13,26 @@ from typing import Annotated, Any
 
 import typer
 
-from steward.cli.options import EXIT_OK, EXIT_USAGE, fail
+from steward.cli.options import EXIT_OK, EXIT_USAGE, fail, whole_option
 
 
 def serve(
     host: Annotated[
         str, typer.Option("--host", help="Address to listen on (loopback unless told).")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535, help="Port to listen on.")] = 8321,
+    port: Annotated[
+        int,
+        whole_option("--port", "-p", unit="", example=8321, least=0, most=65535, help="Port to listen on."),
+    ] = 8321,
     workers: Annotated[
         int,
-        typer.Option(
-            "--workers", min=0, max=64, help="Jobs this server runs at once; 0: an API node for a fleet."
+        whole_option(
+            "--workers",
+            unit="jobs",
+            example=4,
+            least=0,
+            most=64,
+            help="Jobs this server runs at once; 0: an API node for a fleet.",
         ),
     ] = 2,
     role: Annotated[

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -70,9 +70,13 @@ class Queue:
         session_id: str | None = None,
         model: str | None = None,
         mode: str | None = None,
+        budget: Mapping[str, float] | None = None,
     ) -> JobHandle:
         """Queue a job for a worker of ``role``. An unknown role, a bad persona file or a
-        workspace that is not there is an error now (``ConfigError``), not a dead job later."""
+        workspace that is not there is an error now (``ConfigError``), not a dead job later.
+        ``budget``: ``[budget]`` values for its run over the configured ones, e.g.
+        ``{"tokens": 200_000}`` (the worker that takes the job applies them)."""
+        from steward.config import validate_layer
         from steward.personas import find_persona
         from steward.run import check_goal, check_workspace
 
@@ -82,10 +86,12 @@ class Queue:
             find_persona(role, ws)
         if mode is not None and mode not in ("structured", "autonomous"):
             raise JobError(f"mode {mode!r} is not one of: structured, autonomous")
+        if budget:
+            validate_layer({"budget": dict(budget)}, "the job's budget")
         job, new = await self.jobs.submit(
             role, goal, workspace=str(ws), priority=priority, idempotency_key=idempotency_key,
             user_key=user, max_attempts=max_attempts, output_schema=output_schema, session_id=session_id,
-            model=model, mode=mode,
+            model=model, mode=mode, budget=budget,
         )  # fmt: skip
         if new and session_id is not None:
             # Its run's row now, so the session lists the turn before a worker takes the job

@@ -91,6 +91,8 @@ class Job:
     finished_at: float | None
     #: The W3C traceparent its run's spans continue, or None (``steward.telemetry``).
     traceparent: str | None = None
+    #: ``[budget]`` values for its run over the configured ones (``--budget-tokens``), or None.
+    budget: dict[str, float] | None = None
 
     @property
     def ended(self) -> bool:
@@ -176,6 +178,8 @@ def _job(row: sa.RowMapping | Mapping[str, Any]) -> Job:
     values["output_schema"] = json.loads(schema) if schema else None
     kept = values.pop("reply")
     values["reply"] = json.loads(kept) if kept else None
+    budget = values.pop("budget", None)
+    values["budget"] = json.loads(budget) if budget else None
     values["cancel_requested"] = bool(values["cancel_requested"])
     return Job(**values)
 
@@ -206,6 +210,7 @@ class JobStore:
         model: str | None = None,
         mode: str | None = None,
         traceparent: str | None = None,
+        budget: Mapping[str, float] | None = None,
     ) -> tuple[Job, bool]:
         """Queue a job; return it and whether it is new.
 
@@ -230,6 +235,7 @@ class JobStore:
             "fence": 0, "cancel_requested": False, "created_at": now, "updated_at": now,
             "session_id": session_id, "model": model, "mode": mode,
             "traceparent": traceparent or current_traceparent(),
+            "budget": json.dumps(dict(budget)) if budget else None,
         }  # fmt: skip
         try:
             async with write_transaction(self._engine) as conn:

@@ -343,7 +343,8 @@ class Worker:
             ]
             layer = inherited_layer(persona, list(zip(above, configs, strict=True)))
             persona = narrowed(persona, above)
-        overrides = {"model": job.model} if job.model else None
+        # What the job was submitted with, over the files (as a flag is over them at the terminal).
+        overrides = {k: v for k, v in (("model", job.model), ("budget", job.budget)) if v} or None
         config = load_config(
             workspace, persona=layer, persona_source=str(persona.source or "persona"), overrides=overrides
         )

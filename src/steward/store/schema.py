@@ -198,6 +198,9 @@ jobs = sa.Table(
     # The W3C traceparent its run's spans continue (``steward.telemetry``): the span that
     # submitted it (a parent's delegate call), else its run's first span; a takeover keeps the trace.
     sa.Column("traceparent", sa.Text, nullable=True),
+    # [budget] values for its run over the configured ones, as JSON (``steward submit
+    # --budget-tokens``, each attempt of ``steward batch``); None: as configured.
+    sa.Column("budget", sa.Text, nullable=True),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("updated_at", sa.Double, nullable=False),
     sa.Column("started_at", sa.Double, nullable=True),
@@ -503,6 +506,10 @@ def _v14_memory_terms(conn: Connection) -> None:
         conn.exec_driver_sql(statement)
 
 
+def _v15_job_budget(conn: Connection) -> None:
+    _add_missing(conn, "jobs", "budget TEXT")
+
+
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_runs_and_events,
     _v2_resume_sessions_memory,
@@ -518,6 +525,7 @@ MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v12_budgets,
     _v13_memory_scope_id,
     _v14_memory_terms,
+    _v15_job_budget,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

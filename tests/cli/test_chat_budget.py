@@ -1,0 +1,19 @@
+"""`steward chat --budget-tokens`: each message's run is held to the budget, as `steward run`'s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def test_chat_holds_each_message_run_to_the_token_budget(cli: Any, tmp_path: Path) -> None:
+    ended = {"agent_step": {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "Hi."}}
+    script = tmp_path / "s.yaml"
+    script.write_text(yaml.safe_dump([ended]))
+    proc = cli("chat", "--model", f"scripted:{script}", "--budget-tokens", "1k", stdin="hello\n/quit\n")
+    assert "Traceback" not in proc.stderr
+    assert "this run's budget has no room for another model call" in proc.stderr
+    runs = cli("runs", "list").stdout.splitlines()
+    assert len(runs) == 1 and "partial" in runs[0] and "hello" in runs[0]
