@@ -16,9 +16,11 @@ from tests.telemetry.conftest import attrs, named, parent_of, traced
 from steward import Agent
 from steward.errors import ModelError
 from steward.events import ToolUse
+from steward.models.anthropic_messages import AnthropicModel
 from steward.models.base import Model, ModelRequest, StreamItem
 from steward.models.scripted import ScriptedModel
 from steward.store.events import open_store
+from steward.testing.fake_llm import FakeLLMServer, FakeReply, FakeToolCall
 
 
 def lookup(key: str) -> str:
@@ -217,3 +219,34 @@ async def test_a_model_call_that_fails_the_run_is_a_failed_chat_span(
     assert "refused" in (chat.status.description or "")
     (root,) = named(got, "invoke_agent")
     assert root.status.status_code is StatusCode.ERROR and parent_of(chat, got) is named(got, "step")[0]
+
+
+async def test_cached_tokens_reported_by_the_provider_are_on_each_chat_span_and_summed_on_the_run_s(
+    spans: InMemorySpanExporter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # the anthropic SDK looks for profiles under ~/.config
+    end = {"phase": "end", "summary": "done", "end_status": "solved", "end_message": "ok"}
+    with FakeLLMServer() as server:
+        server.add(
+            FakeReply(
+                tool_calls=[FakeToolCall("lookup", {"key": "a"})], cached_tokens=100, cache_write_tokens=30
+            ),
+            FakeReply(tool_calls=[FakeToolCall("agent_step", end)], cached_tokens=120),
+        )
+        model = AnthropicModel(
+            "claude-test", base_url=server.anthropic_base_url, api_key="sk-ant-test", max_retries=0
+        )
+        try:
+            agent = Agent(model, tools=[lookup], builtin_tools=False, config=traced(), sandbox=False)
+            result = await agent.run("look a up", workspace=str(tmp_path))
+        finally:
+            await model.aclose()
+    assert result.solved, result.output
+    got = spans.get_finished_spans()
+    chats = [attrs(c) for c in named(got, "chat ")]
+    assert [c["gen_ai.usage.cache_read.input_tokens"] for c in chats] == [100, 120]
+    assert [c.get("gen_ai.usage.cache_creation.input_tokens") for c in chats] == [30, None]
+    (run,) = (attrs(s) for s in named(got, "invoke_agent"))
+    assert run["gen_ai.usage.cache_read.input_tokens"] == 220
+    assert run["gen_ai.usage.cache_creation.input_tokens"] == 30
+    assert run["gen_ai.usage.input_tokens"] == sum(c["gen_ai.usage.input_tokens"] for c in chats)

@@ -155,15 +155,17 @@ class TracingModel(Model):
             replied["gen_ai.response.model"] = response.model
         replied["gen_ai.usage.input_tokens"] = usage.input_tokens
         replied["gen_ai.usage.output_tokens"] = usage.output_tokens
+        counted = run.usage  # the run's: input, output, cache read, cache creation
         if usage.cache_read_tokens:
             replied["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
+            counted[2] += usage.cache_read_tokens
         if usage.cache_write_tokens:
             replied["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
+            counted[3] += usage.cache_write_tokens
         if response.stop_reason:
             replied["gen_ai.response.finish_reasons"] = [response.stop_reason]
         if not run.light:
             span.set_attributes(replied)
-        counted = run.usage
         counted[0] += usage.input_tokens
         counted[1] += usage.output_tokens
         content = run.content

@@ -81,7 +81,7 @@ class RunTrace:
         self.under: Span = INVALID_SPAN
         self.first: str | None = None  # the traceparent of this run's first span here
         self.call: tuple[str, str] | None = None  # (tool, call id) the loop announced last
-        self.usage = [0, 0]
+        self.usage = [0, 0, 0, 0]  # tokens of its calls: input, output, cache read, cache creation
         #: The span of the step's model call, until the loop has its reply (``replied``).
         self.chat: Span | None = None
         self.failed = False  # the run span has its error.type already
@@ -146,7 +146,7 @@ class RunTrace:
         self._run_context = trace.set_span_in_context(self.span)
         self.under = self.span
         self.recording = self.span.is_recording()
-        self.usage, self.failed = [0, 0], False
+        self.usage, self.failed = [0, 0, 0, 0], False
         if self.first is None:
             self.first = _traceparent_of(self.span)
 
@@ -169,6 +169,10 @@ class RunTrace:
         span.set_attribute("steward.run.steps", st.counters.step)
         span.set_attribute("gen_ai.usage.input_tokens", self.usage[0])
         span.set_attribute("gen_ai.usage.output_tokens", self.usage[1])
+        if self.usage[2]:
+            span.set_attribute("gen_ai.usage.cache_read.input_tokens", self.usage[2])
+        if self.usage[3]:
+            span.set_attribute("gen_ai.usage.cache_creation.input_tokens", self.usage[3])
         if self.content is not None and st.output:
             span.set_attribute(
                 "gen_ai.output.messages",
