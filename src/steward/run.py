@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from steward import run_state as rs
-from steward.errors import ConfigError, StoreError
+from steward.errors import ConfigError, StewardError, StoreError
 from steward.events import Event, RunStart, WaitingEvent
 from steward.loop import Loop
 from steward.models.base import Usage
@@ -113,6 +113,7 @@ class Run:
         self._log: RunLog | None = None
         self._suspended: AsyncIterator[Event] | None = None  # the loop, stopped where a rebuild ended
         self._closing: Event | None = None  # the done event of a cancelled run
+        self._crash: list[Event] = []  # the closing events of an internal error, not recorded yet
         #: Rebuilt waiting from a log that goes on past the wait (a stop's closing events, e.g. a
         #: cancel while it waited, then a retry): its wait is announced again, so the log's tail
         #: says what it waits for.
@@ -242,6 +243,9 @@ class Run:
         if log.error is not None:
             return
         with contextlib.suppress(StoreError):  # a closed or broken store: resume recovers
+            for event in self._crash:
+                log.add(event)
+            self._crash = []
             if st.status == "cancelled" and self._closing is None:
                 self._closing = self._loop.cancel()
                 log.add(self._closing)
@@ -324,10 +328,28 @@ class Run:
             async for event in self._loop.run():
                 yield event
             finished = True
+        except Exception as exc:
+            if st.status == "running" and not isinstance(exc, StewardError):  # a bug, not a stop
+                self._crash = self._internal_error(exc)
+            raise
         finally:
             # Cancelled, or abandoned by its consumer: either way this run will not go on.
             if not finished and st.status == "running":
                 st.status = "cancelled"
+
+    def _internal_error(self, exc: Exception) -> list[Event]:
+        """The run fails on an exception nothing expected (a bug in Steward or in a toolset's
+        code): its closing events, saying so and where to look. It stays resumable."""
+        from steward.events import ErrorEvent
+
+        message = (
+            f"Internal error: {type(exc).__name__}: {exc}. This is a bug (in Steward or in a tool's "
+            f"code), not a stop: `steward runs show {self.id}` shows the run's log up to it, and "
+            "STEWARD_DEBUG=1 the traceback on the command line; "
+            f"`steward resume {self.id}` goes on after a fix."
+        )
+        error = self._loop.emit(ErrorEvent(code="internal_error", message=message, recoverable=False))
+        return [error, self._loop.emit(self._loop.state.finish("failed", None, message))]
 
     async def _wait_shown(self, wait_id: str) -> bool:
         """Whether the stored log ends with the wait ``wait_id`` (announced again already)."""

@@ -112,6 +112,8 @@ def show(run_id: Annotated[str, typer.Argument(metavar="RUN")], workspace: Works
             )
             typer.echo(f"waiting: {how}")
         elif row.status != "done":
+            if crash := _internal_error(events):  # a bug, said in full: the timeline cuts it short
+                typer.echo(f"internal error: {crash}")
             typer.echo(f"{row.status}: {_how_to_go_on(row, events)}")
         return 0
 
@@ -128,6 +130,12 @@ def _spent(events: list[Event], workspace: Path) -> list[str]:
     except ConfigError:  # the run is still worth showing: table prices only
         prices = {}
     return lines(run_cost(events, prices))
+
+
+def _internal_error(events: list[Event]) -> str:
+    """The message of the internal error the run ended on, if it did ("" if not)."""
+    last = events[-2] if len(events) > 1 and events[-1].type == "done" else None
+    return str(getattr(last, "message", "")) if getattr(last, "code", "") == "internal_error" else ""
 
 
 def _how_to_go_on(row: RunRow, events: list[Event]) -> str:
