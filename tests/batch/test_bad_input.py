@@ -89,6 +89,7 @@ def test_resuming_a_directory_without_a_batch_names_what_is_missing(tmp_path: Pa
     [
         (("--persona", "nobody"), "tasks.jsonl:1: "),
         (("--attempts", "0"), "--attempts 0: each task needs at least one attempt"),
+        (("--attempts", "101"), "--attempts 101: at most 100 attempts a task"),
         (("--mode", "wild"), "--mode 'wild' is not a mode"),
         ((), "no model for task 'a': pass --model"),
     ],
@@ -136,6 +137,34 @@ def test_a_model_that_cannot_work_is_refused_before_queueing_anything(
     assert done.returncode == 2
     assert "the model 'openai:gpt-4o-mini' (task 'a') cannot work: openai: no API key" in done.stderr
     assert not (tmp_path / "report").exists()
+
+
+def test_a_batch_of_more_runs_than_it_holds_is_refused_with_the_fix(tmp_path: Path, steward: Steward) -> None:
+    lines = [f'{{"id": "t{n}", "goal": "do it", "workspace": "tpl"}}' for n in range(101)]
+    tasks = _tasks(tmp_path, *lines)
+    done = steward(
+        "batch", str(tasks), "--model", "openai:gpt-4o-mini", "-k", "100", "-o", str(tmp_path / "r")
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "101 tasks x 100 attempts is 10,100 runs; a batch holds at most 10,000" in done.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_store_that_cannot_open_leaves_no_batch_behind(
+    tmp_path: Path, steward: Steward, steward_env: dict[str, str]
+) -> None:
+    tasks = _tasks(tmp_path, GOOD)
+    (tmp_path / "afile").write_text("not a folder")
+    store = f"sqlite:///{tmp_path / 'afile' / 'steward.db'}"
+    key = steward_env | {"OPENAI_API_KEY": "sk-not-used"}  # the model could work: the store is the problem
+    for _ in range(2):  # the same command again says the same: no half-made batch in the way
+        done = steward(
+            "batch", str(tasks), "--model", "openai:gpt-4o-mini", "--store", store, "-o", str(tmp_path / "r"),
+            env=key,
+        )  # fmt: skip
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "cannot open the SQLite store" in done.stderr, done.stderr
+        assert not (tmp_path / "r").exists()
 
 
 def test_a_second_batch_into_the_same_directory_points_at_resume(
