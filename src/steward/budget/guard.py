@@ -229,7 +229,7 @@ class Budget:
     def _refuse(self, refused: str | None, tokens: int, cost: float) -> None:
         if refused is not None:
             label = _label(refused, self.run_id)
-            size = f"{tokens:,} tokens" + (f", ${cost:.4f}" if self.rates is not None else "")
+            size = f"{tokens:,} tokens" + (f", ${cost:.4f}" if self.rates is not None and cost > 0 else "")
             self.refused = f"{label} budget has no room for another model call (of about {size})"
             raise BudgetExceededError(self.refused)
 
@@ -593,6 +593,15 @@ except ImportError:  # pragma: no cover
     _DatabaseError = StoreError  # type: ignore[misc,assignment]
 
 
+_SESSION = "the session's"
+
+
+def stopped_by_session_budget(output: str) -> bool:
+    """Whether a run's ending (its output) says the session's budget stopped it: spent, or no room
+    for another model call, which the session's next run would not find either."""
+    return output.startswith(f"Stopped: {_SESSION} budget ")
+
+
 def _label(scope: str, run_id: str) -> str:
     kind, _, ident = scope.partition(":")
     match kind:
@@ -603,7 +612,7 @@ def _label(scope: str, run_id: str) -> str:
         case "tree":
             return "the job tree's"
         case "session":
-            return "the session's"
+            return _SESSION
         case _:
             return f"the {scope} scope's"
 

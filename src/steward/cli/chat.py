@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from steward.cli.mcp import CHAT_COMMANDS, CHAT_HELP, chat_command
-from steward.cli.options import EXIT_ANSWERED, EXIT_OK
+from steward.cli.options import EXIT_ANSWERED, EXIT_NOT_SOLVED, EXIT_OK
 
 if TYPE_CHECKING:
     from steward.agent import Agent
@@ -151,6 +151,7 @@ class _Conversation:
         self.quiet = quiet
         self.code = 0
         self.attached = ""  # a resource read with /resource, sent with the next message
+        self.spent = ""  # the session whose budget a turn found spent: its next messages start no run
 
     async def go_on(self, ctrl_c: CtrlC) -> None:
         for _ in range(1_000_000):  # messages of one chat; ends at /quit or end of input
@@ -160,7 +161,10 @@ class _Conversation:
             message = await self._message(text.strip())
             if message is None:
                 return
-            if message:
+            if message and self.spent == self.session.id:
+                _say_session_spent(self.session.id)
+                self.code = EXIT_NOT_SOLVED
+            elif message:
                 code = await self._turn(message, ctrl_c)
                 # A conversation's turns are answers: only a turn that failed or stopped short
                 # makes the chat's exit code say so.
@@ -188,16 +192,22 @@ class _Conversation:
 
     async def _turn(self, message: str, ctrl_c: CtrlC) -> int:
         """One run of the session, which Ctrl-C cancels without ending the chat."""
+        from steward.budget.guard import stopped_by_session_budget
         from steward.cli.driving import drive
         from steward.cli.options import EXIT_INTERRUPTED
 
         run = await self.session.start(message, workspace=self.workspace)
         ctrl_c.turn = turn = asyncio.create_task(drive(run, json_lines=self.json_lines, quiet=self.quiet))
         try:
-            return await turn
+            code = await turn
         except asyncio.CancelledError:
             if ctrl_c.stopping_chat():
                 raise
+        else:
+            if stopped_by_session_budget(run.state.output) and run.state.end_status == "partial":
+                self.spent = self.session.id
+                _say_session_spent(self.session.id)
+            return code
         finally:
             ctrl_c.turn = None
         await _end_waiting(self.agent, run, json_lines=self.json_lines)
@@ -205,6 +215,16 @@ class _Conversation:
             f"steward: turn cancelled (run {run.id} is recorded as cancelled); back to the chat", err=True
         )
         return EXIT_INTERRUPTED
+
+
+def _say_session_spent(session_id: str) -> None:
+    typer.echo(
+        f"steward: session {session_id} has spent its budget ([budget] session_tokens, session_cost_usd, "
+        "session_time_s, session_tool_calls), so a new message would stop before its first model call. "
+        "/new starts a new session (a budget of its own) from this one's summary; or raise the limit in "
+        f"steward.toml and go on with `steward chat --session {session_id}`; /quit leaves.",
+        err=True,
+    )
 
 
 async def _end_waiting(agent: Agent, run: Run, *, json_lines: bool) -> None:
