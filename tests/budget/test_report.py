@@ -107,7 +107,7 @@ async def test_a_reply_that_used_no_tokens_still_counts_as_its_phases_step(tmp_p
     served = [
         replace(e, usage=dict.fromkeys(e.usage, 0)) if isinstance(e, ModelReplyEvent) else e for e in events
     ]
-    assert {name: line.count for name, line in run_cost(served).phases.items()} == {"act": 1, "answer": 1}
+    assert {name: line.count for name, line in run_cost(served).phases.items()} == {"act": 1, "end": 1}
 
 
 async def test_a_step_whose_call_has_no_result_yet_counts_as_acting(tmp_path: Path) -> None:
@@ -120,4 +120,4 @@ async def test_a_step_whose_call_has_no_result_yet_counts_as_acting(tmp_path: Pa
         await run.result()
         events = await store.events(run.id)
     waiting = [e for e in events if not isinstance(e, ToolResultEvent)]
-    assert {name: line.count for name, line in run_cost(waiting).phases.items()} == {"act": 1, "answer": 1}
+    assert {name: line.count for name, line in run_cost(waiting).phases.items()} == {"act": 1, "end": 1}

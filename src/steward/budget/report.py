@@ -2,9 +2,9 @@
 
 ``runs show``, the web page and batch reports read it. A step's tokens are the replies of that
 step (and the summaries made in it); its phase is the ``agent_step`` phase it chose (``act``
-for a direct tool call, ``answer`` for a plain reply); a tool gets an equal share of the tokens
-of the steps that called it, and its own running time. Time is wall time between events,
-without the waits for a person.
+for a direct tool call, ``end`` for a plain reply, as the chat export labels it); a tool gets an
+equal share of the tokens of the steps that called it, and its own running time. Time is wall
+time between events, without the waits for a person.
 
 Money is what each reply and summary cost when it was made, as its event recorded it: prices
 changed since do not change a run's past. Events recorded before they carried their cost are
@@ -152,7 +152,7 @@ def _count(out: RunCost, step: _Step) -> None:
     out.cost_usd = None if cost is None or out.cost_usd is None else out.cost_usd + cost
     out.time_s += step.seconds
     phase = step.phase or (
-        "act" if step.tools or step.called else "answer" if tokens or step.replied else "start"
+        "act" if step.tools or step.called else "end" if tokens or step.replied else "start"
     )
     out.phases.setdefault(phase, Line(phase)).add(
         tokens, cost, step.seconds, count=1 if phase != "start" else 0
