@@ -100,6 +100,8 @@ async def test_a_run_s_spans_reach_the_collector_through_the_exporter_process(
     steps = [s for s in spans if s.name == "step"]
     chats = [s for s in spans if s.name.startswith("chat ")]
     assert len(steps) == 3 and len(chats) == 3
+    assert [s.attributes.get("steward.phase") for s in steps] == ["act", "act", "end"]
+    assert all(s.kind == 1 for s in steps)  # internal
     assert all(by_id[s.parent_id] is run for s in steps)
     assert all(by_id[c.parent_id].name == "step" for c in chats)
     assert all(c.kind == 3 and c.attributes["gen_ai.operation.name"] == "chat" for c in chats)  # client

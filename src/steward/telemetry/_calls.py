@@ -42,7 +42,8 @@ _NAMES_KEPT = 256  # tools' span names kept per run
 _BASES_KEPT = 64  # model calls' shared attributes kept per run (purpose, token limit, temperature)
 #: Every tool call span's attributes, shared (never changed): a span's own go with them.
 _TOOL_CALL: Mapping[str, Any] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.type": "function"}
-_INTERNAL, _CLIENT = SpanKind.INTERNAL.value, SpanKind.CLIENT.value  # as ``RunTrace.child`` takes them
+# As ``RunTrace.child`` takes them: a kind's value, None for an internal span (no number to send).
+_INTERNAL, _CLIENT = None, SpanKind.CLIENT.value
 
 
 # --- the model ----------------------------------------------------------------------------
@@ -138,17 +139,15 @@ class TracingModel(Model):
         )
         attributes["gen_ai.input.messages"] = content.json(_messages(request))
 
-    def took(self, response: ModelResponse) -> None:
-        """The loop took a step's reply (``Loop.replied``): its call's span ends with it."""
-        run = self.trace
-        span = run.chat
-        if span is not None:
-            run.chat = None
-            self.replied(span, response)
-
-    def replied(self, span: Span, response: ModelResponse) -> None:
-        """End ``span``, the call's, with what ``response`` says (its model, usage, reason)."""
+    def took(self, response: ModelResponse, span: Span | None = None) -> None:
+        """End ``span``, a call's, with what ``response`` says (its model, usage, reason). Without
+        ``span``, the loop took a step's reply (``Loop.replied``): the step's call's span ends."""
         run, usage = self.trace, response.usage
+        if span is None:
+            span = run.chat
+            if span is None:
+                return
+            run.chat = None
         # A light span's attributes are its own dict until it ends: written into, not merged.
         replied: dict[str, Any] = span.attributes if run.light else {}  # type: ignore[attr-defined]
         if response.model:  # as the provider named it; a provider that did not, none
@@ -218,7 +217,7 @@ class _ChatStream:
             raise
         if type(item) is ModelResponse:
             self._ended = True
-            self._model.replied(span, item)
+            self._model.took(item, span)
         return item
 
     def aclose(self) -> Awaitable[None]:

@@ -73,7 +73,8 @@ def _new_id(bits: int) -> int:
 #: nanoseconds. ``END`` is None until the end: a span with an end is over. ``STATUS`` is None
 #: (unset) or (code, description); ``EVENTS`` None or a list. ``BASE``: the attributes a span
 #: shares with others of its kind (a model's, a tool call's), never changed, and so sent once a
-#: batch; the span's own ``ATTRIBUTES`` come after them.
+#: batch; the span's own ``ATTRIBUTES`` come after them. ``KIND``: a ``SpanKind`` value, None for
+#: an internal span (the most common, and None costs ``marshal`` nothing to look up).
 NAME, KIND, TRACE_ID, SPAN_ID, PARENT_ID, START, END, REMOTE, ATTRIBUTES, STATUS, EVENTS, BASE = range(12)
 _NS = 1e-9  # seconds a nanosecond (times the API gives in nanoseconds)
 
@@ -196,7 +197,7 @@ _time, _getrandbits = time.time, random.getrandbits  # module globals: one looku
 
 
 def child_span(
-    parent: LightSpan, name: str, kind: int, base: Mapping[str, Any] | None, attributes: dict[str, Any]
+    parent: LightSpan, name: str, kind: int | None, base: Mapping[str, Any] | None, attributes: dict[str, Any]
 ) -> LightSpan:
     """A span under ``parent`` (recorded, as its parent is: the sampler is parent-based), of
     ``kind`` (a ``SpanKind`` value), with the shared attributes ``base`` and its own
@@ -212,9 +213,31 @@ def child_span(
     return span
 
 
+def next_step(ending: LightSpan | None, run: LightSpan, attributes: dict[str, Any]) -> LightSpan:
+    """A ``step`` span under ``run``, started as ``ending`` (the step before, if any) ends: one
+    read of the clock and one call for the two, at every step."""
+    now = _time()
+    if ending is not None:
+        record = ending._record
+        if record[END] is None:
+            record[END] = now
+            sink = ending._sink
+            sink.spans.append(record)
+            if now > sink.due:
+                sink.flush()
+    span: LightSpan = _new_span(LightSpan)
+    span._sink, span.attributes = run._sink, attributes
+    above = run._record
+    span._record = [
+        "step", None, above[TRACE_ID], _getrandbits(64) or 1, above[SPAN_ID], now, None, False, attributes,
+        None, None, None,
+    ]  # fmt: skip
+    return span
+
+
 def _light_span(
-    sink: Sink, name: str, kind: int, trace_id: int, parent_id: int, remote: bool, attributes: dict[str, Any],
-    start: float,
+    sink: Sink, name: str, kind: int | None, trace_id: int, parent_id: int, remote: bool,
+    attributes: dict[str, Any], start: float,
 ) -> LightSpan:  # fmt: skip
     span: LightSpan = _new_span(LightSpan)
     span._sink, span.attributes = sink, attributes
@@ -264,7 +287,7 @@ class LightTracer(trace.Tracer):
             return NonRecordingSpan(SpanContext(trace_id, _new_id(64), False, _NOT_SAMPLED))
         given = attributes if isinstance(attributes, dict) else dict(attributes or {})
         # The kind's value without the enum's property call (and Enum's Python ``__hash__``).
-        value = 0 if kind is _INTERNAL else 2 if kind is _CLIENT else kind.value
+        value = None if kind is _INTERNAL else 2 if kind is _CLIENT else kind.value
         start = _time() if start_time is None else start_time * _NS
         # A Span by registration, which mypy does not follow.
         return _light_span(self._sink, name, value, trace_id, parent_id, remote, given, start)  # type: ignore[return-value]

@@ -27,7 +27,7 @@ from steward import events as ev
 from steward.telemetry._calls import TracingModel, TracingToolset
 from steward.telemetry._common import CALL_SPAN, Content, in_context, mark_error, provider_and_model
 from steward.telemetry._export import tracer
-from steward.telemetry._light import LightTracer, child_span
+from steward.telemetry._light import BASE, LightTracer, child_span, next_step
 
 if TYPE_CHECKING:
     from steward.config import TelemetrySettings
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from steward.safety.secrets.values import SecretWatch
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+#: A light step span's base once a tool is called directly in it.
+_ACTING: Mapping[str, Any] = {"steward.phase": "act"}
 
 
 def traceparent_here() -> str | None:
@@ -71,7 +73,7 @@ class RunTrace:
         #: How a step's or a call's span is made under its parent span (a step, the run):
         #: Steward's light spans directly, another tracer's through the API (``_api_child``).
         self.light = isinstance(self.tracer, LightTracer)
-        self.child: Callable[[Span, str, int, Mapping[str, Any] | None, dict[str, Any]], Span] = (
+        self.child: Callable[[Span, str, int | None, Mapping[str, Any] | None, dict[str, Any]], Span] = (
             child_span if self.light else self._api_child  # type: ignore[assignment]
         )
         self.state, self.agent, self.model, self.content = state, agent, model, content
@@ -197,13 +199,18 @@ class RunTrace:
         return self._run_context if step is None else in_context(step, self._run_context)
 
     def _api_child(
-        self, parent: Span, name: str, kind: int, base: Mapping[str, Any] | None, attributes: dict[str, Any]
+        self,
+        parent: Span,
+        name: str,
+        kind: int | None,
+        base: Mapping[str, Any] | None,
+        attributes: dict[str, Any],
     ) -> Span:
         """``child`` for a tracer of the application's provider: a span started in ``parent``'s
         context (the run's context, with ``parent`` current)."""
         given = {**base, **attributes} if base else attributes
         return self.tracer.start_span(
-            name, context=in_context(parent, self._run_context), kind=SpanKind(kind), attributes=given
+            name, context=in_context(parent, self._run_context), kind=SpanKind(kind or 0), attributes=given
         )
 
     def watchers(self) -> dict[str, Callable[[Any], None]]:
@@ -219,8 +226,8 @@ class RunTrace:
     def _tool_use(self, event: ev.ToolUse) -> None:
         self.call = (event.tool, event.call_id)
         if not self._phased and (step := self.step) is not None:  # a tool called directly:
-            if self.light:  # acting, as ``runs show`` counts it
-                step.attributes["steward.phase"] = "act"  # type: ignore[attr-defined]
+            if self.light:  # acting, as ``runs show`` counts it: shared, sent once a batch
+                step._record[BASE] = _ACTING  # type: ignore[attr-defined]
             else:
                 step.set_attribute("steward.phase", "act")
             self._phased = True
@@ -229,11 +236,14 @@ class RunTrace:
         run = self.span
         if run is None:
             return
-        if self.step is not None:
-            self.step.end()
         # No context of its own: a call's span names its parent (``child``), and a context that
         # an instrumentation library reads is made only when one is loaded.
-        self.step = self.under = self.child(run, "step", 0, None, {"steward.step": event.step})
+        if self.light:  # the step before ends as this one starts
+            self.step = self.under = next_step(self.step, run, {"steward.step": event.step})  # type: ignore[arg-type,assignment]
+        else:
+            if self.step is not None:
+                self.step.end()
+            self.step = self.under = self.child(run, "step", None, None, {"steward.step": event.step})
         self._phased = False
 
     def _phase(self, event: ev.PhaseEvent) -> None:
