@@ -9,6 +9,7 @@ of its task's template, made just before its job is queued, and never again once
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import shutil
@@ -25,6 +26,25 @@ if TYPE_CHECKING:
     from steward.jobs.api import Queue
 
 MANIFEST = "batch.json"
+MAX_ATTEMPTS = 100  # attempts a task: pass@k is read at a few
+MAX_RUNS = 10_000  # runs a batch: tasks x attempts, each a job, a workspace copy and a trajectory
+
+
+def too_big(tasks: int, attempts: int, tasks_file: Path) -> str | None:
+    """Why a batch of ``tasks`` x ``attempts`` runs is refused, with the fix; None if it is not."""
+    if attempts > MAX_ATTEMPTS:
+        return (
+            f"--attempts {attempts}: at most {MAX_ATTEMPTS} attempts a task; pass@k is read at a few "
+            "attempts (e.g. -k 5), and more tasks say more than more attempts of one"
+        )
+    if tasks * attempts > MAX_RUNS:
+        return (
+            f"{tasks} tasks x {attempts} attempts is {tasks * attempts:,} runs; a batch holds at most "
+            f"{MAX_RUNS:,}: give fewer attempts, or split {tasks_file} into several batches"
+        )
+    return None
+
+
 _VERSION = 1
 SCRIPTED = "scripted"  # --model scripted: each task's own script of replies
 _LEFT_OUT = shutil.ignore_patterns(".steward")  # a template's own state is not part of the task
@@ -68,6 +88,13 @@ class Manifest:
             "runs": [asdict(a) for a in self.runs],
         }  # fmt: skip
         write_atomic(self.directory / MANIFEST, json.dumps(body, indent=1) + "\n")
+
+    def forget(self) -> None:
+        """Take back a new batch's manifest (and its directory, left empty) when its store never
+        opened: nothing was queued, and a batch.json left there would refuse the same command."""
+        with contextlib.suppress(OSError):
+            (self.directory / MANIFEST).unlink()
+            self.directory.rmdir()  # only if nothing else is there
 
     @classmethod
     def load(cls, directory: Path) -> Manifest:

@@ -42,9 +42,6 @@ if TYPE_CHECKING:
     from steward.jobs.api import Queue
     from steward.personas import Persona
 
-MAX_ATTEMPTS = 100  # attempts a task: pass@k is read at a few
-MAX_RUNS = 10_000  # runs a batch: tasks x attempts, each a job, a workspace copy and a trajectory
-
 TasksFile = Annotated[
     Path | None, typer.Argument(help="The task set: one JSON object per line.", metavar="TASKS.jsonl")
 ]
@@ -193,7 +190,7 @@ def _plan(
     directory: Path, budget: dict[str, float],
 ) -> Manifest:  # fmt: skip
     """The new batch's manifest, written once every input is checked."""
-    from steward.batch.plan import new_manifest
+    from steward.batch.plan import new_manifest, too_big
     from steward.batch.tasks import load_tasks
 
     if attempts < 1:
@@ -202,17 +199,9 @@ def _plan(
         )
     if mode is not None and mode not in ("structured", "autonomous"):
         raise fail(f"--mode {mode!r} is not a mode; use structured or autonomous")
-    if attempts > MAX_ATTEMPTS:
-        raise fail(
-            f"--attempts {attempts}: at most {MAX_ATTEMPTS} attempts a task; pass@k is read at a few "
-            "attempts (e.g. -k 5), and more tasks say more than more attempts of one"
-        )
     tasks = load_tasks(tasks_file)
-    if len(tasks) * attempts > MAX_RUNS:
-        raise fail(
-            f"{len(tasks)} tasks x {attempts} attempts is {len(tasks) * attempts:,} runs; a batch holds at "
-            f"most {MAX_RUNS:,}: give fewer attempts, or split {tasks_file} into several batches"
-        )
+    if (why := too_big(len(tasks), attempts, tasks_file)) is not None:
+        raise fail(why)
     _check_persona_and_model(tasks, persona, model, tasks_file)
     manifest = new_manifest(
         directory, tasks, tasks_file=tasks_file, persona=persona, model=model, mode=mode, attempts=attempts,
@@ -231,16 +220,6 @@ def _plan(
             "give -o a directory you can write"
         ) from None
     return manifest
-
-
-def _forget(manifest: Manifest) -> None:
-    """Take back a new batch's manifest (and its directory, left empty) when its store never
-    opened: nothing was queued, and a batch.json left there would refuse the same command again."""
-    from steward.batch.plan import MANIFEST
-
-    with contextlib.suppress(OSError):
-        (manifest.directory / MANIFEST).unlink()
-        manifest.directory.rmdir()  # only if nothing else is there
 
 
 def _check_persona_and_model(tasks: list[Task], persona: str, model: str | None, tasks_file: Path) -> None:
@@ -334,7 +313,7 @@ async def _run(manifest: Manifest, workers: int, url: str, *, fresh: bool = Fals
         opened = await Queue.open(url)
     except BaseException:
         if fresh:  # nothing was queued: the same -o works again once the store does
-            _forget(manifest)
+            manifest.forget()
         raise
     async with opened as queue, _stopping_on_signals(stop, now, console):
         typer.echo(
